@@ -1,0 +1,52 @@
+// Shared pieces of the bridge: how a libtorch tensor lives inside a JavaScript value,
+// how native bytes are reported to V8, and how C++ errors become JavaScript Errors.
+#pragma once
+#include <napi.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace stitchlab {
+
+// A tensor handle is a napi External owning one at::Tensor. The TypeScript Tensor class
+// holds it; dispose() frees it early, the finaliser frees it otherwise.
+struct TensorBox {
+  at::Tensor t;
+  const void* storage = nullptr;  // the storage counted for this handle, if any
+};
+
+Napi::Value wrapTensor(Napi::Env env, at::Tensor t);
+// Throws a JavaScript TypeError when v is not a live tensor handle.
+at::Tensor& unwrapTensor(Napi::Env env, const Napi::Value& v, const char* what);
+bool isTensorHandle(const Napi::Value& v);
+void releaseTensor(Napi::Env env, TensorBox* box);
+
+// Converts between JavaScript values and libtorch IValues.
+c10::IValue toIValue(Napi::Env env, const Napi::Value& v, const c10::TypePtr& type,
+                     c10::optional<int32_t> n, const std::string& where);
+Napi::Value fromIValue(Napi::Env env, const c10::IValue& v);
+
+std::string shapeString(const at::Tensor& t);
+
+// Runs f, turning libtorch (c10::Error) and standard exceptions into a JavaScript Error whose
+// message starts with `context`. Napi::Error passes through untouched.
+template <typename F>
+Napi::Value guarded(Napi::Env env, const std::string& context, F&& f) {
+  try {
+    return f();
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw Napi::Error::New(env, context + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, context + ": " + e.what());
+  }
+}
+
+void initTensor(Napi::Env env, Napi::Object exports);
+void initOps(Napi::Env env, Napi::Object exports);
+void initAutograd(Napi::Env env, Napi::Object exports);
+void initRuntime(Napi::Env env, Napi::Object exports);
+
+}  // namespace stitchlab

@@ -1,0 +1,15 @@
+// stitchlab's tensor library: PyTorch's names over libtorch. Import as
+//   import * as torch from "../torch/index.js";
+import { defaultThreads, setNumThreads } from "./runtime.js";
+
+export { enableGrad, grad, isGradEnabled, noGrad } from "./autograd.js";
+export * from "./creation.js";
+export { type DType, isFloating } from "./dtype.js";
+export * from "./functional.js";
+export { loadSafetensors, type SafetensorsFile, saveSafetensors, torchLoad, torchSave, writeFileAtomic } from "./io.js";
+export { dispose, keep, memory, tidy } from "./memory.js";
+export { buildInfo, cuda, defaultThreads, getNumThreads, manualSeed, setNumThreads } from "./runtime.js";
+export { call, type Device, type Scalar, schema, Tensor } from "./tensor.js";
+
+// Libtorch may start with one thread; use every core (or STITCHLAB_THREADS) unless told otherwise.
+setNumThreads(defaultThreads());

@@ -1,0 +1,163 @@
+// Tensors to and from files: safetensors (a little-endian u64 header length, a JSON header,
+// raw bytes) and PyTorch's torch.save zip format (through libtorch's own pickler).
+// Every write goes to a temporary file that is renamed into place, so a crash never leaves
+// a half-written file under the final name.
+import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { isExternal } from "node:util/types";
+import { fromBytes } from "./creation.js";
+import { type DType, ITEM_SIZE } from "./dtype.js";
+import { type Handle, native } from "./native.js";
+import { Tensor } from "./tensor.js";
+
+/** Writes chunks to path atomically: a temporary sibling file, fsync, then rename. */
+export function writeFileAtomic(path: string, chunks: (Uint8Array | string)[]): void {
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now()}.tmp`);
+  const fd = openSync(tmp, "w");
+  try {
+    for (const c of chunks) {
+      const b = typeof c === "string" ? Buffer.from(c) : c;
+      let off = 0;
+      while (off < b.byteLength) off += writeSync(fd, b, off, b.byteLength - off);
+    }
+    fsyncSync(fd);
+  } catch (e) {
+    closeSync(fd);
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+  closeSync(fd);
+  renameSync(tmp, path);
+}
+
+function readOrExplain(path: string, what: string): Buffer {
+  if (!existsSync(path)) throw new Error(`${what}: file not found: ${path}`);
+  try {
+    return readFileSync(path);
+  } catch (e) {
+    throw new Error(`${what}: cannot read ${path}: ${(e as Error).message}`);
+  }
+}
+
+// ---- safetensors ----
+const ST_DTYPE: Record<DType, string> = {
+  float64: "F64",
+  float32: "F32",
+  float16: "F16",
+  bfloat16: "BF16",
+  int64: "I64",
+  int32: "I32",
+  int16: "I16",
+  int8: "I8",
+  uint8: "U8",
+  bool: "BOOL",
+};
+const FROM_ST = new Map<string, DType>(Object.entries(ST_DTYPE).map(([k, v]) => [v, k as DType]));
+
+/** Saves named tensors (moved to the CPU, made contiguous) with optional string metadata. */
+export function saveSafetensors(
+  path: string,
+  tensors: Record<string, Tensor>,
+  metadata?: Record<string, string>,
+): void {
+  const header: Record<string, unknown> = {};
+  if (metadata) header.__metadata__ = metadata;
+  const blobs: Uint8Array[] = [];
+  let offset = 0;
+  for (const [name, t] of Object.entries(tensors)) {
+    const bytes = new Uint8Array(native.toBuffer(t.handle));
+    header[name] = { dtype: ST_DTYPE[t.dtype], shape: t.shape, data_offsets: [offset, offset + bytes.byteLength] };
+    blobs.push(bytes);
+    offset += bytes.byteLength;
+  }
+  let json = JSON.stringify(header);
+  json += " ".repeat((8 - (json.length % 8)) % 8); // keeps the data 8-byte aligned
+  const jsonBytes = Buffer.from(json);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(jsonBytes.byteLength));
+  writeFileAtomic(path, [len, jsonBytes, ...blobs]);
+}
+
+export interface SafetensorsFile {
+  tensors: Record<string, Tensor>;
+  metadata: Record<string, string>;
+}
+
+/** Loads every tensor of a safetensors file onto the CPU; a corrupt file gives one clear error. */
+export function loadSafetensors(path: string): SafetensorsFile {
+  const buf = readOrExplain(path, "safetensors");
+  const bad = (why: string) => new Error(`safetensors: ${path} is not a valid safetensors file: ${why}`);
+  if (buf.byteLength < 8) throw bad("shorter than its 8-byte header length");
+  const n = Number(buf.readBigUInt64LE(0));
+  if (n > buf.byteLength - 8) throw bad(`header length ${n} exceeds the file size ${buf.byteLength}`);
+  let header: Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+  try {
+    header = JSON.parse(buf.subarray(8, 8 + n).toString("utf8"));
+  } catch (e) {
+    throw bad(`header is not JSON (${(e as Error).message})`);
+  }
+  const data = buf.subarray(8 + n);
+  const metadata = (header.__metadata__ ?? {}) as unknown as Record<string, string>;
+  const tensors: Record<string, Tensor> = {};
+  try {
+    for (const [name, e] of Object.entries(header)) {
+      if (name === "__metadata__") continue;
+      const dtype = FROM_ST.get(e.dtype);
+      if (!dtype) throw bad(`tensor '${name}' has unsupported dtype ${e.dtype}`);
+      const [b, end] = e.data_offsets;
+      const numel = e.shape.reduce((a, x) => a * x, 1);
+      if (!(b >= 0 && end <= data.byteLength && end - b === numel * ITEM_SIZE[dtype]))
+        throw bad(
+          `tensor '${name}' (${e.dtype} [${e.shape}]) has data offsets [${b}, ${end}] outside the file or of the wrong size`,
+        );
+      tensors[name] = fromBytes(data.subarray(b, end), dtype, e.shape);
+    }
+  } catch (err) {
+    for (const t of Object.values(tensors)) t.dispose();
+    throw err;
+  }
+  return { tensors, metadata };
+}
+
+// ---- torch.save / torch.load ----
+function wrapHandles(v: unknown): unknown {
+  if (v === null || typeof v !== "object") return v;
+  if (isExternal(v)) return new Tensor(v as Handle); // tensor handles are napi Externals
+  if (Array.isArray(v)) return v.map(wrapHandles);
+  const out: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) out[k] = wrapHandles(x);
+  return out;
+}
+
+/**
+ * Loads what Python's torch.save wrote (the zip format, PyTorch 1.6 and later): a tensor, or
+ * dicts / lists of tensors and plain values, e.g. a state dict.
+ */
+export function torchLoad(path: string): unknown {
+  const buf = readOrExplain(path, "torch.load");
+  if (buf.byteLength < 4 || buf[0] !== 0x50 || buf[1] !== 0x4b) {
+    throw new Error(
+      `torch.load: ${path} is not in torch.save's zip format (PyTorch >= 1.6). ` +
+        "Re-save it in Python with torch.save(obj, path) using the default format, or as safetensors.",
+    );
+  }
+  try {
+    return wrapHandles(native.pickleLoad(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength)));
+  } catch (e) {
+    throw new Error(`torch.load: cannot read ${path}: ${(e as Error).message}`);
+  }
+}
+
+function toHandles(v: unknown): unknown {
+  if (v instanceof Tensor) return v.handle;
+  if (v === null || typeof v !== "object") return v;
+  if (Array.isArray(v)) return v.map(toHandles);
+  const out: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) out[k] = toHandles(x);
+  return out;
+}
+
+/** Saves a tensor, or dicts / lists of tensors and plain values, so that Python's torch.load reads it. */
+export function torchSave(path: string, value: unknown): void {
+  writeFileAtomic(path, [new Uint8Array(native.pickleSave(toHandles(value)))]);
+}

@@ -1,0 +1,103 @@
+// Deterministic memory: a garbage collector does not see libtorch's native memory promptly,
+// so tensors can be freed explicitly (dispose) or by scope (tidy), as in tfjs. Tensors left
+// to the collector are still freed by the handle's finaliser, and the addon reports their
+// native bytes to V8 so that collections happen when native memory grows.
+import { native } from "./native.js";
+
+/** Anything a scope can free. */
+export interface Disposable {
+  dispose(): void;
+  /** The scope that will free this, if any (managed by this module). */
+  _scope: Scope | null;
+}
+
+type Scope = Set<Disposable>;
+const scopes: Scope[] = [];
+
+/** Called by every newly created tensor: the innermost open scope takes ownership. */
+export function track(t: Disposable): void {
+  const s = scopes[scopes.length - 1];
+  if (s) {
+    s.add(t);
+    t._scope = s;
+  }
+}
+
+/** Removes a tensor from scope management: it lives until disposed or collected. */
+export function keep<T extends Disposable>(t: T): T {
+  if (t._scope) {
+    t._scope.delete(t);
+    t._scope = null;
+  }
+  return t;
+}
+
+/** Called when a tensor is disposed early, so its scope forgets it. */
+export function untrack(t: Disposable): void {
+  if (t._scope) {
+    t._scope.delete(t);
+    t._scope = null;
+  }
+}
+
+function collect(value: unknown, out: Set<Disposable>, depth = 0): void {
+  if (value === null || typeof value !== "object" || depth > 8) return;
+  if ("_scope" in value && typeof (value as Disposable).dispose === "function") {
+    out.add(value as Disposable);
+    return;
+  }
+  if (Array.isArray(value)) for (const v of value) collect(v, out, depth + 1);
+  else if (value instanceof Map) for (const v of value.values()) collect(v, out, depth + 1);
+  else if (Object.getPrototypeOf(value) === Object.prototype)
+    for (const v of Object.values(value)) collect(v, out, depth + 1);
+}
+
+/**
+ * Runs fn in a scope: every tensor created inside is disposed when fn returns, except the
+ * tensors found in its result (a tensor, or arrays, maps and plain objects holding tensors),
+ * which move to the enclosing scope. fn must be synchronous: a scope cannot follow an await.
+ */
+export function tidy<T>(fn: () => T): T {
+  const scope: Scope = new Set();
+  scopes.push(scope);
+  let result: T;
+  try {
+    result = fn();
+  } catch (e) {
+    scopes.pop();
+    for (const t of scope) {
+      t._scope = null;
+      t.dispose();
+    }
+    throw e;
+  }
+  scopes.pop();
+  if (result instanceof Promise) {
+    throw new Error("tidy(fn): fn returned a Promise; scopes only work with synchronous code");
+  }
+  const kept = new Set<Disposable>();
+  collect(result, kept);
+  const parent = scopes[scopes.length - 1] ?? null;
+  for (const t of scope) {
+    if (kept.has(t)) {
+      t._scope = parent;
+      parent?.add(t);
+    } else {
+      t._scope = null;
+      t.dispose();
+    }
+  }
+  return result;
+}
+
+/** Disposes every tensor found in value (a tensor, or arrays, maps and plain objects of them). */
+export function dispose(value: unknown): void {
+  const found = new Set<Disposable>();
+  collect(value, found);
+  for (const t of found) t.dispose();
+}
+
+/** Live tensor handles and the native bytes they keep alive (CPU storages, each counted once). */
+export function memory(): { liveHandles: number; accountedBytes: number; scopeDepth: number } {
+  return { ...native.stats(), scopeDepth: scopes.length };
+}

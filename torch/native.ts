@@ -1,0 +1,92 @@
+// Loads the compiled Node-API addon (native/build/Release/stitchlab.node). The only module
+// that names the addon's raw functions; everything else goes through Tensor and the ops.
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** An opaque handle to one libtorch tensor, owned by a Tensor. */
+export type Handle = { readonly __tensorHandle: unique symbol };
+
+export interface NativeAddon {
+  fromBuffer(bytes: ArrayBufferView | ArrayBuffer, dtype: number, shape: number[]): Handle;
+  toBuffer(h: Handle): ArrayBuffer;
+  free(h: Handle): void;
+  isLive(h: Handle): boolean;
+  shape(h: Handle): number[];
+  dtype(h: Handle): number;
+  device(h: Handle): string;
+  item(h: Handle): number | boolean;
+  stats(): { liveHandles: number; accountedBytes: number };
+  findOp(name: string, overload: string): number;
+  callOp(id: number, args: unknown[]): unknown;
+  opSchema(id: number): string;
+  requiresGrad(h: Handle): boolean;
+  setRequiresGrad(h: Handle, flag: boolean): void;
+  isLeaf(h: Handle): boolean;
+  getGrad(h: Handle): Handle | null;
+  setGrad(h: Handle, g: Handle | null): void;
+  backward(h: Handle, gradient: Handle | null, retainGraph: boolean, createGraph: boolean): void;
+  grad(
+    outputs: Handle[],
+    inputs: Handle[],
+    gradOutputs: (Handle | null)[] | null,
+    retainGraph: boolean | undefined,
+    createGraph: boolean,
+    allowUnused: boolean,
+  ): (Handle | null)[];
+  isGradEnabled(): boolean;
+  setGradEnabled(flag: boolean): void;
+  version(): {
+    torch: string;
+    cxx11abi: boolean;
+    builtWithCuda: boolean;
+    mkldnn: boolean;
+    mkl: boolean;
+    openmp: boolean;
+    lapack: boolean;
+    parallelInfo: string;
+    config: string;
+  };
+  setNumThreads(n: number): void;
+  getNumThreads(): number;
+  manualSeed(seed: number | bigint): void;
+  cudaIsAvailable(): boolean;
+  cudaDeviceCount(): number;
+  cudaSynchronize(): void;
+  pickleLoad(bytes: Uint8Array): unknown;
+  pickleSave(value: unknown): ArrayBuffer;
+}
+
+/** The repository root: two levels above this file in src (torch/) and in dist (dist/torch/). */
+function findRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 4; i++) {
+    if (existsSync(join(dir, "native", "binding.gyp"))) return dir;
+    dir = resolve(dir, "..");
+  }
+  return resolve(dirname(fileURLToPath(import.meta.url)), "..");
+}
+
+export const repoRoot = findRoot();
+export const addonPath = join(repoRoot, "native", "build", "Release", "stitchlab.node");
+
+function load(): NativeAddon {
+  if (!existsSync(addonPath)) {
+    throw new Error(
+      `stitchlab's native addon is not built (${addonPath} is missing). ` +
+        "Run `npm run build:native` (or scripts/setup.sh on a fresh machine).",
+    );
+  }
+  const require = createRequire(import.meta.url);
+  try {
+    return require(addonPath) as NativeAddon;
+  } catch (e) {
+    throw new Error(
+      `stitchlab's native addon at ${addonPath} failed to load: ${(e as Error).message}\n` +
+        "If libtorch moved or changed, rebuild with `npm run build:native`.",
+    );
+  }
+}
+
+export const native: NativeAddon = load();

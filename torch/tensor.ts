@@ -1,0 +1,514 @@
+// The Tensor class: a typed, PyTorch-named surface over one libtorch tensor. Every operator
+// goes through `call`, which resolves the ATen schema once and then calls it boxed.
+import { type DType, dtypeCode, dtypeName, type TypedArray, typedArrayOf } from "./dtype.js";
+import { type Disposable, track, untrack } from "./memory.js";
+import { type Handle, native } from "./native.js";
+
+export type Scalar = number | boolean;
+export type Device = string;
+
+const opIds = new Map<string, number>();
+
+/** The cached dispatcher id of an ATen operator, "name" or "name.overload". */
+function opId(name: string): number {
+  let id = opIds.get(name);
+  if (id === undefined) {
+    const dot = name.indexOf(".");
+    id = native.findOp(`aten::${dot < 0 ? name : name.slice(0, dot)}`, dot < 0 ? "" : name.slice(dot + 1));
+    opIds.set(name, id);
+  }
+  return id;
+}
+
+function toNative(a: unknown): unknown {
+  if (a instanceof Tensor) return a.handle;
+  if (Array.isArray(a) && a.length > 0 && (a[0] instanceof Tensor || a.some((x) => x instanceof Tensor)))
+    return a.map((x) => (x instanceof Tensor ? x.handle : x));
+  return a;
+}
+
+function fromNative(r: unknown): unknown {
+  if (r === null || typeof r !== "object") return r;
+  if (Array.isArray(r)) return r.map(fromNative);
+  return new Tensor(r as Handle);
+}
+
+/**
+ * Calls an ATen operator by schema name with positional arguments (undefined takes the
+ * schema's default). Tensors map to tensors, numbers to int/float/Scalar as the schema asks.
+ * Operators with several outputs return an array.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: results are typed by the wrappers that call this
+export function call(name: string, ...args: unknown[]): any {
+  for (let i = 0; i < args.length; i++) args[i] = toNative(args[i]);
+  return fromNative(native.callOp(opId(name), args));
+}
+
+/** The schema of an ATen operator, e.g. schema("conv2d"). */
+export function schema(name: string): string {
+  return native.opSchema(opId(name));
+}
+
+function dims(d: number | number[] | undefined): number[] | undefined {
+  return d === undefined ? undefined : Array.isArray(d) ? d : [d];
+}
+
+export class Tensor implements Disposable {
+  #h: Handle | null;
+  _scope: Set<Disposable> | null = null;
+
+  /** Wraps a native handle; use the creation functions (tensor, zeros, ...) instead. */
+  constructor(h: Handle) {
+    this.#h = h;
+    track(this);
+  }
+
+  get handle(): Handle {
+    if (this.#h === null) throw new Error("this Tensor has been disposed");
+    return this.#h;
+  }
+
+  /** Frees the native tensor now. Idempotent. */
+  dispose(): void {
+    if (this.#h === null) return;
+    native.free(this.#h);
+    this.#h = null;
+    untrack(this);
+  }
+
+  get isDisposed(): boolean {
+    return this.#h === null;
+  }
+
+  // ---- metadata ----
+  get shape(): number[] {
+    return native.shape(this.handle);
+  }
+  size(dim?: number): number | number[] {
+    const s = this.shape;
+    if (dim === undefined) return s;
+    return s[dim < 0 ? s.length + dim : dim];
+  }
+  get ndim(): number {
+    return this.shape.length;
+  }
+  dim(): number {
+    return this.shape.length;
+  }
+  numel(): number {
+    return this.shape.reduce((a, b) => a * b, 1);
+  }
+  get dtype(): DType {
+    return dtypeName(native.dtype(this.handle));
+  }
+  get device(): Device {
+    return native.device(this.handle);
+  }
+  toString(): string {
+    return `Tensor(shape=[${this.shape.join(", ")}], dtype=${this.dtype}, device=${this.device})`;
+  }
+
+  // ---- data out ----
+  /** The single element as a number (or boolean for bool tensors). */
+  item(): number {
+    return native.item(this.handle) as number;
+  }
+  /** A copy of the elements, row-major, in the typed array of the dtype (half types as float32). */
+  toTypedArray(): TypedArray {
+    const d = this.dtype;
+    if (d === "float16" || d === "bfloat16") {
+      const f = this.to("float32");
+      try {
+        return f.toTypedArray();
+      } finally {
+        f.dispose();
+      }
+    }
+    return typedArrayOf(d, native.toBuffer(this.handle));
+  }
+  /** The elements as nested arrays of numbers (int64 converted to number). */
+  tolist(): unknown {
+    const flat = Array.from(this.toTypedArray() as ArrayLike<number | bigint>, Number);
+    const shape = this.shape;
+    if (shape.length === 0) return flat[0];
+    const build = (d: number, off: number): unknown => {
+      const n = shape[d];
+      const stride = shape.slice(d + 1).reduce((a, b) => a * b, 1);
+      const out: unknown[] = [];
+      for (let i = 0; i < n; i++) out.push(d === shape.length - 1 ? flat[off + i] : build(d + 1, off + i * stride));
+      return out;
+    };
+    return build(0, 0);
+  }
+
+  // ---- autograd ----
+  get requiresGrad(): boolean {
+    return native.requiresGrad(this.handle);
+  }
+  requiresGrad_(flag = true): this {
+    native.setRequiresGrad(this.handle, flag);
+    return this;
+  }
+  get isLeaf(): boolean {
+    return native.isLeaf(this.handle);
+  }
+  /** The accumulated gradient (a new Tensor handle on each read), or null. */
+  get grad(): Tensor | null {
+    const g = native.getGrad(this.handle);
+    return g === null ? null : new Tensor(g);
+  }
+  set grad(g: Tensor | null) {
+    native.setGrad(this.handle, g === null ? null : g.handle);
+  }
+  backward(gradient?: Tensor, opts: { retainGraph?: boolean; createGraph?: boolean } = {}): void {
+    const create = opts.createGraph ?? false;
+    native.backward(this.handle, gradient ? gradient.handle : null, opts.retainGraph ?? create, create);
+  }
+  detach(): Tensor {
+    return call("detach", this);
+  }
+  detach_(): this {
+    call("detach_", this).dispose();
+    return this;
+  }
+
+  // ---- conversion ----
+  /** Converts to a dtype or moves to a device ("cpu", "cuda", "cuda:1"); returns self when nothing changes. */
+  to(target: DType | Device, opts: { copy?: boolean; dtype?: DType } = {}): Tensor {
+    if (/^(cpu|cuda|mps|meta)(:\d+)?$/.test(target)) {
+      return call("to.device", this, target, dtypeCode(opts.dtype ?? this.dtype), false, opts.copy ?? false);
+    }
+    return call("to.dtype", this, dtypeCode(target as DType), false, opts.copy ?? false);
+  }
+  cpu(): Tensor {
+    return this.to("cpu");
+  }
+  cuda(index = 0): Tensor {
+    return this.to(`cuda:${index}`);
+  }
+  float(): Tensor {
+    return this.to("float32");
+  }
+  double(): Tensor {
+    return this.to("float64");
+  }
+  long(): Tensor {
+    return this.to("int64");
+  }
+  clone(): Tensor {
+    return call("clone", this);
+  }
+  contiguous(): Tensor {
+    return call("contiguous", this);
+  }
+  isContiguous(): boolean {
+    return call("is_contiguous", this);
+  }
+
+  // ---- shape ----
+  reshape(...shape: number[] | [number[]]): Tensor {
+    return call("reshape", this, Array.isArray(shape[0]) ? shape[0] : shape);
+  }
+  view(...shape: number[] | [number[]]): Tensor {
+    return call("view", this, Array.isArray(shape[0]) ? shape[0] : shape);
+  }
+  permute(...order: number[] | [number[]]): Tensor {
+    return call("permute", this, Array.isArray(order[0]) ? order[0] : order);
+  }
+  transpose(dim0: number, dim1: number): Tensor {
+    return call("transpose.int", this, dim0, dim1);
+  }
+  /** Matrix transpose of the last two dimensions. */
+  get mT(): Tensor {
+    return this.transpose(-2, -1);
+  }
+  t(): Tensor {
+    return call("t", this);
+  }
+  flatten(startDim = 0, endDim = -1): Tensor {
+    return call("flatten.using_ints", this, startDim, endDim);
+  }
+  squeeze(dim?: number): Tensor {
+    return dim === undefined ? call("squeeze", this) : call("squeeze.dim", this, dim);
+  }
+  unsqueeze(dim: number): Tensor {
+    return call("unsqueeze", this, dim);
+  }
+  expand(...shape: number[] | [number[]]): Tensor {
+    return call("expand", this, Array.isArray(shape[0]) ? shape[0] : shape);
+  }
+  expandAs(other: Tensor): Tensor {
+    return call("expand_as", this, other);
+  }
+  repeat(...times: number[] | [number[]]): Tensor {
+    return call("repeat", this, Array.isArray(times[0]) ? times[0] : times);
+  }
+  narrow(dim: number, start: number, length: number): Tensor {
+    return call("narrow", this, dim, start, length);
+  }
+  /** Python's x[..., start:end:step] along one dimension. */
+  slice(dim: number, start?: number, end?: number, step = 1): Tensor {
+    return call("slice.Tensor", this, dim, start ?? null, end ?? null, step);
+  }
+  select(dim: number, index: number): Tensor {
+    return call("select.int", this, dim, index);
+  }
+  indexSelect(dim: number, index: Tensor): Tensor {
+    return call("index_select", this, dim, index);
+  }
+  /** Advanced indexing, x[i0, i1, ...] with index tensors (null for a full dimension). */
+  index(indices: (Tensor | null)[]): Tensor {
+    return call("index.Tensor", this, indices);
+  }
+  gather(dim: number, index: Tensor): Tensor {
+    return call("gather", this, dim, index);
+  }
+  chunk(chunks: number, dim = 0): Tensor[] {
+    return call("chunk", this, chunks, dim);
+  }
+  split(size: number, dim = 0): Tensor[] {
+    return call("split.Tensor", this, size, dim);
+  }
+  unbind(dim = 0): Tensor[] {
+    return call("unbind.int", this, dim);
+  }
+  /** Pads the last dimensions: [left, right, top, bottom, ...] as torch.nn.functional.pad. */
+  pad(pad: number[], mode: "constant" | "reflect" | "replicate" | "circular" = "constant", value?: number): Tensor {
+    return call("pad", this, pad, mode, value ?? null);
+  }
+  maskedFill(mask: Tensor, value: Scalar): Tensor {
+    return call("masked_fill.Scalar", this, mask, value);
+  }
+
+  // ---- elementwise ----
+  add(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
+    return other instanceof Tensor ? call("add.Tensor", this, other, alpha) : call("add.Scalar", this, other, alpha);
+  }
+  sub(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
+    return other instanceof Tensor ? call("sub.Tensor", this, other, alpha) : call("sub.Scalar", this, other, alpha);
+  }
+  mul(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("mul.Tensor", this, other) : call("mul.Scalar", this, other);
+  }
+  div(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("div.Tensor", this, other) : call("div.Scalar", this, other);
+  }
+  pow(exponent: Tensor | Scalar): Tensor {
+    return exponent instanceof Tensor
+      ? call("pow.Tensor_Tensor", this, exponent)
+      : call("pow.Tensor_Scalar", this, exponent);
+  }
+  neg(): Tensor {
+    return call("neg", this);
+  }
+  abs(): Tensor {
+    return call("abs", this);
+  }
+  exp(): Tensor {
+    return call("exp", this);
+  }
+  log(): Tensor {
+    return call("log", this);
+  }
+  sqrt(): Tensor {
+    return call("sqrt", this);
+  }
+  rsqrt(): Tensor {
+    return call("rsqrt", this);
+  }
+  square(): Tensor {
+    return call("square", this);
+  }
+  reciprocal(): Tensor {
+    return call("reciprocal", this);
+  }
+  sin(): Tensor {
+    return call("sin", this);
+  }
+  cos(): Tensor {
+    return call("cos", this);
+  }
+  tanh(): Tensor {
+    return call("tanh", this);
+  }
+  sigmoid(): Tensor {
+    return call("sigmoid", this);
+  }
+  sign(): Tensor {
+    return call("sign", this);
+  }
+  floor(): Tensor {
+    return call("floor", this);
+  }
+  ceil(): Tensor {
+    return call("ceil", this);
+  }
+  round(): Tensor {
+    return call("round", this);
+  }
+  relu(): Tensor {
+    return call("relu", this);
+  }
+  /** clamp with number or tensor bounds (null for no bound). */
+  clamp(min: Tensor | number | null, max: Tensor | number | null = null): Tensor {
+    if (min instanceof Tensor || max instanceof Tensor) return call("clamp.Tensor", this, min, max);
+    return call("clamp", this, min, max);
+  }
+  maximum(other: Tensor): Tensor {
+    return call("maximum", this, other);
+  }
+  minimum(other: Tensor): Tensor {
+    return call("minimum", this, other);
+  }
+  eq(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("eq.Tensor", this, other) : call("eq.Scalar", this, other);
+  }
+  ne(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("ne.Tensor", this, other) : call("ne.Scalar", this, other);
+  }
+  lt(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("lt.Tensor", this, other) : call("lt.Scalar", this, other);
+  }
+  le(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("le.Tensor", this, other) : call("le.Scalar", this, other);
+  }
+  gt(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("gt.Tensor", this, other) : call("gt.Scalar", this, other);
+  }
+  ge(other: Tensor | Scalar): Tensor {
+    return other instanceof Tensor ? call("ge.Tensor", this, other) : call("ge.Scalar", this, other);
+  }
+  logicalAnd(other: Tensor): Tensor {
+    return call("logical_and", this, other);
+  }
+  logicalOr(other: Tensor): Tensor {
+    return call("logical_or", this, other);
+  }
+  logicalNot(): Tensor {
+    return call("logical_not", this);
+  }
+
+  // ---- in place (for optimisers and buffers; no autograd history on leaves that need grad) ----
+  add_(other: Tensor | Scalar, alpha: Scalar = 1): this {
+    (other instanceof Tensor
+      ? call("add_.Tensor", this, other, alpha)
+      : call("add_.Scalar", this, other, alpha)
+    ).dispose();
+    return this;
+  }
+  sub_(other: Tensor | Scalar, alpha: Scalar = 1): this {
+    (other instanceof Tensor
+      ? call("sub_.Tensor", this, other, alpha)
+      : call("sub_.Scalar", this, other, alpha)
+    ).dispose();
+    return this;
+  }
+  mul_(other: Tensor | Scalar): this {
+    (other instanceof Tensor ? call("mul_.Tensor", this, other) : call("mul_.Scalar", this, other)).dispose();
+    return this;
+  }
+  div_(other: Tensor | Scalar): this {
+    (other instanceof Tensor ? call("div_.Tensor", this, other) : call("div_.Scalar", this, other)).dispose();
+    return this;
+  }
+  /** self += value * t1 * t2 */
+  addcmul_(t1: Tensor, t2: Tensor, value: Scalar = 1): this {
+    call("addcmul_", this, t1, t2, value).dispose();
+    return this;
+  }
+  /** self += value * t1 / t2 */
+  addcdiv_(t1: Tensor, t2: Tensor, value: Scalar = 1): this {
+    call("addcdiv_", this, t1, t2, value).dispose();
+    return this;
+  }
+  clamp_(min: Tensor | number | null, max: Tensor | number | null = null): this {
+    if (min instanceof Tensor || max instanceof Tensor) call("clamp_.Tensor", this, min, max).dispose();
+    else call("clamp_", this, min, max).dispose();
+    return this;
+  }
+  copy_(src: Tensor): this {
+    call("copy_", this, src).dispose();
+    return this;
+  }
+  zero_(): this {
+    call("zero_", this).dispose();
+    return this;
+  }
+  fill_(value: Scalar): this {
+    call("fill_.Scalar", this, value).dispose();
+    return this;
+  }
+  uniform_(from = 0, to = 1): this {
+    call("uniform_", this, from, to).dispose();
+    return this;
+  }
+  normal_(mean = 0, std = 1): this {
+    call("normal_", this, mean, std).dispose();
+    return this;
+  }
+
+  // ---- reductions ----
+  sum(dim?: number | number[], keepdim = false): Tensor {
+    return dim === undefined ? call("sum", this) : call("sum.dim_IntList", this, dims(dim), keepdim);
+  }
+  mean(dim?: number | number[], keepdim = false): Tensor {
+    return dim === undefined ? call("mean", this) : call("mean.dim", this, dims(dim), keepdim);
+  }
+  prod(): Tensor {
+    return call("prod", this);
+  }
+  /** The maximum of all elements, or [values, indices] along dim. */
+  max(): Tensor;
+  max(dim: number, keepdim?: boolean): [Tensor, Tensor];
+  max(dim?: number, keepdim = false): Tensor | [Tensor, Tensor] {
+    return dim === undefined ? call("max", this) : call("max.dim", this, dim, keepdim);
+  }
+  min(): Tensor;
+  min(dim: number, keepdim?: boolean): [Tensor, Tensor];
+  min(dim?: number, keepdim = false): Tensor | [Tensor, Tensor] {
+    return dim === undefined ? call("min", this) : call("min.dim", this, dim, keepdim);
+  }
+  argmax(dim?: number, keepdim = false): Tensor {
+    return call("argmax", this, dim ?? null, keepdim);
+  }
+  argmin(dim?: number, keepdim = false): Tensor {
+    return call("argmin", this, dim ?? null, keepdim);
+  }
+  /** Variance with Bessel's correction by default (unbiased, as torch.var). */
+  var(dim?: number | number[], opts: { unbiased?: boolean; keepdim?: boolean } = {}): Tensor {
+    return call("var.dim", this, dims(dim) ?? null, opts.unbiased ?? true, opts.keepdim ?? false);
+  }
+  std(dim?: number | number[], opts: { unbiased?: boolean; keepdim?: boolean } = {}): Tensor {
+    return call("std.dim", this, dims(dim) ?? null, opts.unbiased ?? true, opts.keepdim ?? false);
+  }
+  /** Vector p-norm over dim (all elements by default): the Frobenius norm for p=2. */
+  norm(p: number = 2, dim?: number | number[], keepdim = false): Tensor {
+    return call("linalg_vector_norm", this, p, dims(dim) ?? null, keepdim);
+  }
+  logsumexp(dim: number | number[], keepdim = false): Tensor {
+    return call("logsumexp", this, dims(dim), keepdim);
+  }
+  all(): Tensor {
+    return call("all", this);
+  }
+  any(): Tensor {
+    return call("any", this);
+  }
+
+  // ---- linear algebra and nn conveniences ----
+  matmul(other: Tensor): Tensor {
+    return call("matmul", this, other);
+  }
+  mm(other: Tensor): Tensor {
+    return call("mm", this, other);
+  }
+  bmm(other: Tensor): Tensor {
+    return call("bmm", this, other);
+  }
+  softmax(dim: number): Tensor {
+    return call("softmax.int", this, dim);
+  }
+  logSoftmax(dim: number): Tensor {
+    return call("log_softmax.int", this, dim);
+  }
+}
