@@ -5,7 +5,7 @@
       "target_name": "stitchlab",
       "sources": ["src/addon.cc", "src/convert.cc", "src/ops.cc", "src/tensor.cc", "src/autograd.cc", "src/runtime.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "<@(libtorch_include_dirs)"],
-      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "_GLIBCXX_USE_CXX11_ABI=<(libtorch_abi)", "STITCHLAB_CUDA=<(libtorch_cuda)"],
+      "defines": ["NAPI_EXPERIMENTAL", "NAPI_CPP_EXCEPTIONS", "_GLIBCXX_USE_CXX11_ABI=<(libtorch_abi)", "STITCHLAB_CUDA=<(libtorch_cuda)"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-std=gnu++14", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-O2", "-Wno-unused-parameter", "-Wno-deprecated-declarations"],

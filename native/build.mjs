@@ -2,7 +2,8 @@
 // (read by `stitchlab doctor`), then runs node-gyp. Prints what it found so a failed build
 // can be traced to the libtorch it used.
 import { spawnSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -33,18 +34,52 @@ const gypi = {
     libtorch_cuda: lt.cuda ? 1 : 0,
   },
 };
+// Skip the (slow) compile when nothing that goes into it changed: the sources, the gyp files,
+// the libtorch found, and the Node version. `--force` rebuilds anyway.
+const hash = createHash("sha256");
+for (const f of [
+  "binding.gyp",
+  ...readdirSync(join(here, "src"))
+    .sort()
+    .map((f) => join("src", f)),
+])
+  hash.update(f).update(readFileSync(join(here, f)));
+hash.update(JSON.stringify(gypi)).update(process.version);
+const stamp = hash.digest("hex");
+const stampFile = join(here, "build", "stamp");
+const output = join(here, "build", "Release", "stitchlab.node");
+if (
+  !process.argv.includes("--force") &&
+  existsSync(output) &&
+  existsSync(stampFile) &&
+  readFileSync(stampFile, "utf8") === stamp
+) {
+  console.log(`stitchlab build: ${output} is up to date`);
+  process.exit(0);
+}
+
 writeFileSync(join(here, "libtorch.gypi"), JSON.stringify(gypi, null, 2));
 mkdirSync(join(here, "build"), { recursive: true });
-writeFileSync(join(here, "build", "libtorch.json"), JSON.stringify(lt, null, 2));
 
 const require = createRequire(import.meta.url);
 const gyp = require.resolve("node-gyp/bin/node-gyp.js");
 const jobs = String(Math.max(1, (await import("node:os")).availableParallelism()));
-const r = spawnSync(process.execPath, [gyp, "rebuild", "--directory", here, "--jobs", jobs], {
+// Build against this Node's own headers when they are installed (as Debian's nodejs and the
+// official tarballs do), so node-gyp never needs the network to fetch them.
+const nodeRoot = join(dirname(process.execPath), "..");
+const nodedir =
+  process.env.npm_config_nodedir ??
+  (existsSync(join(nodeRoot, "include", "node", "node_api.h")) ? nodeRoot : undefined);
+const gypArgs = [gyp, "rebuild", "--directory", here, "--jobs", jobs];
+if (nodedir) gypArgs.push(`--nodedir=${nodedir}`);
+const r = spawnSync(process.execPath, gypArgs, {
   stdio: "inherit",
 });
 if (r.status !== 0) {
   console.error("stitchlab build: node-gyp failed (see above)");
   process.exit(r.status ?? 1);
 }
-console.log(`stitchlab build: wrote ${join(here, "build", "Release", "stitchlab.node")}`);
+// node-gyp rebuild clears build/, so these are written after it.
+writeFileSync(join(here, "build", "libtorch.json"), JSON.stringify(lt, null, 2));
+writeFileSync(stampFile, stamp);
+console.log(`stitchlab build: wrote ${output}`);

@@ -20,7 +20,7 @@ Napi::Value wrapTensor(Napi::Env env, at::Tensor t);
 // Throws a JavaScript TypeError when v is not a live tensor handle.
 at::Tensor& unwrapTensor(Napi::Env env, const Napi::Value& v, const char* what);
 bool isTensorHandle(const Napi::Value& v);
-void releaseTensor(Napi::Env env, TensorBox* box);
+void releaseTensor(Napi::BasicEnv env, TensorBox* box);
 
 // Converts between JavaScript values and libtorch IValues.
 c10::IValue toIValue(Napi::Env env, const Napi::Value& v, const c10::TypePtr& type,

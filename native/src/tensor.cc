@@ -37,7 +37,7 @@ static void account(Napi::Env env, TensorBox* box) {
   box->storage = key;
 }
 
-static void unaccount(Napi::Env env, TensorBox* box) {
+static void unaccount(Napi::BasicEnv env, TensorBox* box) {
   if (!box->storage) return;
   auto it = storageUses.find(box->storage);
   box->storage = nullptr;
@@ -49,7 +49,7 @@ static void unaccount(Napi::Env env, TensorBox* box) {
   }
 }
 
-void releaseTensor(Napi::Env env, TensorBox* box) {
+void releaseTensor(Napi::BasicEnv env, TensorBox* box) {
   if (!box->t.defined()) return;
   unaccount(env, box);
   box->t = at::Tensor();
@@ -59,7 +59,10 @@ void releaseTensor(Napi::Env env, TensorBox* box) {
 Napi::Value wrapTensor(Napi::Env env, at::Tensor t) {
   if (!t.defined()) return env.Null();
   auto* box = new TensorBox{std::move(t)};
-  auto ext = Napi::External<TensorBox>::New(env, box, [](Napi::Env env, TensorBox* b) {
+  // A basic finaliser (it touches no JavaScript) runs during garbage collection itself; an
+  // ordinary one would be deferred to the event loop, so a synchronous training loop that
+  // leaves tensors to the collector would never free them.
+  auto ext = Napi::External<TensorBox>::New(env, box, [](Napi::BasicEnv env, TensorBox* b) {
     releaseTensor(env, b);
     delete b;
   });

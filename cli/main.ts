@@ -1,0 +1,26 @@
+// The stitchlab command line: parses arguments and prints; the work lives in the library.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Command } from "commander";
+import { repoRoot } from "../torch/native.js";
+import { doctor, formatDoctor } from "./doctor.js";
+
+const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8"));
+const program = new Command("stitchlab")
+  .description("Invariance-aware model stitching: is network A functionally similar to network B?")
+  .version(pkg.version);
+
+program
+  .command("doctor")
+  .description("check the install: libtorch version and build, device, threads, BLAS, and a matmul")
+  .option("--json", "print the report as JSON")
+  .action((opts: { json?: boolean }) => {
+    const r = doctor();
+    console.log(opts.json ? JSON.stringify(r, null, 2) : formatDoctor(r));
+    if (!r.matmul.ok) process.exitCode = 1;
+  });
+
+program.parseAsync(process.argv).catch((e: Error) => {
+  console.error(`stitchlab: ${e.message}`);
+  process.exit(1);
+});
