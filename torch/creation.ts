@@ -14,14 +14,18 @@ function finish(t: Tensor, opts: CreateOptions): Tensor {
   return t;
 }
 
-function flattenNested(data: unknown, shape: number[], out: number[], depth = 0): void {
+/** Flattens nested arrays into out, inferring shape; returns whether every leaf is a boolean. */
+function flattenNested(data: unknown, shape: number[], out: number[], depth = 0): boolean {
   if (Array.isArray(data)) {
     if (shape.length === depth) shape.push(data.length);
     else if (shape[depth] !== data.length) throw new RangeError("tensor(): nested arrays are ragged");
-    for (const x of data) flattenNested(x, shape, out, depth + 1);
+    let allBool = data.length > 0;
+    for (const x of data) allBool = flattenNested(x, shape, out, depth + 1) && allBool;
+    return allBool;
   } else if (typeof data === "number" || typeof data === "boolean") {
     if (depth !== shape.length) throw new RangeError("tensor(): nested arrays are ragged");
     out.push(Number(data));
+    return typeof data === "boolean";
   } else {
     throw new TypeError("tensor(): expected numbers, booleans, nested arrays of them, or a typed array");
   }
@@ -51,7 +55,8 @@ function arrayFor(dtype: DType, values: number[]): TypedArray {
 
 /**
  * A tensor holding a copy of data: a typed array (with a shape; 1-D by default), a number,
- * or nested arrays. Plain numbers default to float32 (JavaScript cannot tell 1 from 1.0);
+ * or nested arrays. Plain numbers default to float32 (JavaScript cannot tell 1 from 1.0),
+ * booleans (all leaves booleans) to bool;
  * a typed array keeps its own dtype unless `dtype` asks for another.
  */
 export function tensor(
@@ -68,8 +73,8 @@ export function tensor(
   } else {
     const flat: number[] = [];
     const inferred: number[] = [];
-    flattenNested(data, inferred, flat);
-    dtype = opts.dtype ?? (typeof data === "boolean" ? "bool" : "float32");
+    const allBool = flattenNested(data, inferred, flat);
+    dtype = opts.dtype ?? (allBool ? "bool" : "float32");
     if (dtype === "float16" || dtype === "bfloat16") dtype = "float32";
     arr = arrayFor(dtype, flat);
     shape = opts.shape ?? inferred;

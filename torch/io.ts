@@ -4,10 +4,10 @@
 // a half-written file under the final name.
 import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { isExternal } from "node:util/types";
 import { fromBytes } from "./creation.js";
 import { type DType, ITEM_SIZE } from "./dtype.js";
-import { type Handle, native } from "./native.js";
+import { native } from "./native.js";
+import { loadTorchArchive } from "./pickle.js";
 import { Tensor } from "./tensor.js";
 
 /** Writes chunks to path atomically: a temporary sibling file, fsync, then rename. */
@@ -120,18 +120,10 @@ export function loadSafetensors(path: string): SafetensorsFile {
 }
 
 // ---- torch.save / torch.load ----
-function wrapHandles(v: unknown): unknown {
-  if (v === null || typeof v !== "object") return v;
-  if (isExternal(v)) return new Tensor(v as Handle); // tensor handles are napi Externals
-  if (Array.isArray(v)) return v.map(wrapHandles);
-  const out: Record<string, unknown> = {};
-  for (const [k, x] of Object.entries(v)) out[k] = wrapHandles(x);
-  return out;
-}
-
 /**
  * Loads what Python's torch.save wrote (the zip format, PyTorch 1.6 and later): a tensor, or
- * dicts / lists of tensors and plain values, e.g. a state dict.
+ * dicts / lists of tensors and plain values, e.g. a state dict. Tuples come back as arrays;
+ * objects of other classes as { __class__, args, state } records (nothing is executed).
  */
 export function torchLoad(path: string): unknown {
   const buf = readOrExplain(path, "torch.load");
@@ -142,7 +134,7 @@ export function torchLoad(path: string): unknown {
     );
   }
   try {
-    return wrapHandles(native.pickleLoad(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength)));
+    return loadTorchArchive(buf);
   } catch (e) {
     throw new Error(`torch.load: cannot read ${path}: ${(e as Error).message}`);
   }

@@ -54,7 +54,6 @@ export interface NativeAddon {
   cudaIsAvailable(): boolean;
   cudaDeviceCount(): number;
   cudaSynchronize(): void;
-  pickleLoad(bytes: Uint8Array): unknown;
   pickleSave(value: unknown): ArrayBuffer;
 }
 

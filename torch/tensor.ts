@@ -126,9 +126,10 @@ export class Tensor implements Disposable {
     }
     return typedArrayOf(d, native.toBuffer(this.handle));
   }
-  /** The elements as nested arrays of numbers (int64 converted to number). */
+  /** The elements as nested arrays of numbers (int64 converted to number; booleans for bool). */
   tolist(): unknown {
-    const flat = Array.from(this.toTypedArray() as ArrayLike<number | bigint>, Number);
+    const flat: (number | boolean)[] = Array.from(this.toTypedArray() as ArrayLike<number | bigint>, Number);
+    if (this.dtype === "bool") for (let i = 0; i < flat.length; i++) flat[i] = flat[i] !== 0;
     const shape = this.shape;
     if (shape.length === 0) return flat[0];
     const build = (d: number, off: number): unknown => {
@@ -201,8 +202,17 @@ export class Tensor implements Disposable {
   contiguous(): Tensor {
     return call("contiguous", this);
   }
+  /** Whether the elements are laid out row-major without gaps (aten has no is_contiguous operator: from the strides). */
   isContiguous(): boolean {
-    return call("is_contiguous", this);
+    const shape = this.shape;
+    if (shape.includes(0)) return true;
+    let expected = 1;
+    for (let d = shape.length - 1; d >= 0; d--) {
+      if (shape[d] === 1) continue;
+      if (call("stride.int", this, d) !== expected) return false;
+      expected *= shape[d];
+    }
+    return true;
   }
 
   // ---- shape ----
@@ -266,8 +276,9 @@ export class Tensor implements Disposable {
   chunk(chunks: number, dim = 0): Tensor[] {
     return call("chunk", this, chunks, dim);
   }
-  split(size: number, dim = 0): Tensor[] {
-    return call("split.Tensor", this, size, dim);
+  /** Pieces of `size` along dim (the last may be smaller), or of the given sizes. */
+  split(size: number | number[], dim = 0): Tensor[] {
+    return Array.isArray(size) ? call("split_with_sizes", this, size, dim) : call("split.Tensor", this, size, dim);
   }
   unbind(dim = 0): Tensor[] {
     return call("unbind.int", this, dim);

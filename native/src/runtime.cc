@@ -1,5 +1,5 @@
-// Process-wide settings and facts: versions and build, threads, seed, CUDA, and loading what
-// PyTorch's torch.save wrote (through libtorch's own unpickler).
+// Process-wide settings and facts: versions and build, threads, seed, CUDA, and writing
+// torch.save's format (through libtorch's own pickler; reading is torch/pickle.ts).
 #include <torch/serialize.h>
 #include <cstring>
 #include <torch/version.h>
@@ -60,17 +60,6 @@ static Napi::Value CudaSynchronize(const Napi::CallbackInfo& info) {
   });
 }
 
-// pickleLoad(bytes) -> the object a torch.save file holds: tensors, dicts (OrderedDicts
-// included), lists, tuples, numbers, strings.
-static Napi::Value PickleLoad(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsTypedArray()) throw Napi::TypeError::New(env, "pickleLoad: expected a Uint8Array");
-  auto ta = info[0].As<Napi::TypedArray>();
-  const char* p = static_cast<const char*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-  std::vector<char> data(p, p + ta.ByteLength());
-  return guarded(env, "torch.load", [&]() -> Napi::Value { return fromIValue(env, torch::pickle_load(data)); });
-}
-
 // JavaScript value -> IValue for pickleSave: tensors, numbers, strings, booleans, null, arrays
 // (as lists) and plain objects (as dicts with string keys).
 static c10::IValue anyToIValue(Napi::Env env, const Napi::Value& v, int depth) {
@@ -123,7 +112,6 @@ void initRuntime(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaIsAvailable", Napi::Function::New(env, CudaIsAvailable));
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("cudaSynchronize", Napi::Function::New(env, CudaSynchronize));
-  exports.Set("pickleLoad", Napi::Function::New(env, PickleLoad));
   exports.Set("pickleSave", Napi::Function::New(env, PickleSave));
 }
 

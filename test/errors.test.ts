@@ -1,0 +1,102 @@
+// Bad input gives one clear Error naming what went wrong and where, and the process goes on.
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import * as torch from "../torch/index.js";
+
+test("a shape mismatch names the operator and the shapes, and the process goes on", () => {
+  const a = torch.ones([2, 3]);
+  const b = torch.ones([4, 5]);
+  assert.throws(
+    () => a.matmul(b),
+    (e: Error) =>
+      /aten::matmul/.test(e.message) && /\[2, 3\] Float/.test(e.message) && /\[4, 5\] Float/.test(e.message),
+  );
+  assert.throws(
+    () => torch.conv2d(torch.ones([1, 3, 8, 8]), torch.ones([4, 5, 3, 3])),
+    (e: Error) => /aten::conv2d/.test(e.message) && /weight=\[4, 5, 3, 3\]/.test(e.message),
+  );
+  assert.throws(() => torch.ones([2, 3]).add(torch.ones([4])), /aten::add\.Tensor.*must match/s);
+  assert.deepEqual(a.matmul(torch.ones([3, 1])).tolist(), [[3], [3]], "the library still works");
+});
+
+test("a wrong dtype is a clear error", () => {
+  assert.throws(
+    () => torch.ones([2, 2]).matmul(torch.ones([2, 2], { dtype: "int64" })),
+    (e: Error) => /aten::matmul/.test(e.message) && /Long/.test(e.message),
+  );
+  assert.throws(
+    () => torch.ones([3]).indexSelect(0, torch.tensor([0, 1])),
+    (e: Error) => /aten::index_select/.test(e.message) && /index/.test(e.message),
+  );
+  assert.throws(() => torch.crossEntropy(torch.ones([2, 3]), torch.tensor([0.5, 1])), /aten::cross_entropy_loss/);
+});
+
+test("a JavaScript value of the wrong kind is a TypeError naming the argument", () => {
+  assert.throws(
+    () => torch.call("relu", "not a tensor"),
+    (e: Error) => e instanceof TypeError && /relu argument 'self'/.test(e.message),
+  );
+  assert.throws(
+    () => torch.ones([2]).reshape(1.5),
+    (e: Error) => e instanceof TypeError && /integer/.test(e.message),
+  );
+  assert.throws(() => torch.call("no_such_operator"), /libtorch has no operator aten::no_such_operator/);
+  assert.throws(() => torch.ones([2]).to("float128" as never), /unknown dtype 'float128'/);
+});
+
+test("item() of a tensor with several elements, and a disposed tensor, are clear errors", () => {
+  assert.throws(() => torch.ones([3]).item(), /item: the tensor has 3 elements/);
+  const t = torch.ones([1]);
+  t.dispose();
+  assert.throws(() => t.add(1), /disposed/);
+  t.dispose(); // idempotent
+});
+
+test("fromBuffer checks that the bytes fit the shape", () => {
+  assert.throws(() => torch.tensor(new Float32Array(5), { shape: [2, 3] }), /needs 24 bytes, got 20/);
+});
+
+test("a missing or corrupt file names the path", () => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-err-"));
+  const missing = join(dir, "nope.safetensors");
+  assert.throws(
+    () => torch.loadSafetensors(missing),
+    (e: Error) => e.message.includes(missing) && /not found/.test(e.message),
+  );
+  assert.throws(
+    () => torch.torchLoad(missing),
+    (e: Error) => e.message.includes(missing),
+  );
+
+  const truncated = join(dir, "truncated.safetensors");
+  torch.saveSafetensors(truncated, { w: torch.ones([100]) });
+  const full = readFileSync(truncated);
+  writeFileSync(truncated, full.subarray(0, full.byteLength - 10));
+  assert.throws(
+    () => torch.loadSafetensors(truncated),
+    (e: Error) => e.message.includes(truncated) && /tensor 'w'.*outside the file or of the wrong size/.test(e.message),
+  );
+  const garbage = join(dir, "garbage.safetensors");
+  writeFileSync(garbage, Buffer.from("this is not a safetensors file at all"));
+  assert.throws(
+    () => torch.loadSafetensors(garbage),
+    (e: Error) => e.message.includes(garbage) && /header length/.test(e.message),
+  );
+
+  const notZip = join(dir, "legacy.pt");
+  writeFileSync(notZip, Buffer.from([0x80, 0x02, 0x8a, 0x0a]));
+  assert.throws(() => torch.torchLoad(notZip), /not in torch\.save's zip format/);
+  const badZip = join(dir, "bad.pt");
+  writeFileSync(badZip, Buffer.from("PK\x03\x04 broken"));
+  assert.throws(
+    () => torch.torchLoad(badZip),
+    (e: Error) => /torch\.load: cannot read/.test(e.message) && e.message.includes(badZip),
+  );
+});
+
+test("backward through a tensor that does not require grad is a clear error", () => {
+  assert.throws(() => torch.ones([2]).sum().backward(), /backward.*does not require grad/s);
+});

@@ -1,0 +1,182 @@
+// Tensors to and from files: safetensors round trips for every dtype, atomic writes, and
+// interchange with Python's PyTorch in both directions (torch.save / torch.load, safetensors).
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import * as torch from "../torch/index.js";
+import { PYTHON, pytorchUnavailable } from "./helpers/pytorch.js";
+
+const dir = mkdtempSync(join(tmpdir(), "stitchlab-io-"));
+
+function python(script: string): string {
+  const r = spawnSync(PYTHON, ["-c", script], { encoding: "utf8", timeout: 60_000 });
+  if (r.status !== 0) throw new Error(`python failed: ${r.stderr}`);
+  return r.stdout;
+}
+
+function sample(): Record<string, torch.Tensor> {
+  torch.manualSeed(3);
+  return {
+    "layer1.0.conv1.weight": torch.randn([4, 3, 3, 3]),
+    "fc.bias": torch.randn([10], { dtype: "float64" }),
+    "bn.num_batches_tracked": torch.tensor([7], { dtype: "int64", shape: [] }),
+    idx: torch.tensor(new Int32Array([1, -2, 3])),
+    img: torch.tensor(new Uint8Array([0, 127, 255, 9]), { shape: [2, 2] }),
+    mask: torch.tensor([true, false, true]),
+    small: torch.tensor(new Int8Array([-128, 127])),
+    short: torch.tensor(new Int16Array([-300, 300])),
+    half: torch.tensor([0.5, -2, 1024], { dtype: "float16" }),
+    bf: torch.tensor([0.5, -2, 1024], { dtype: "bfloat16" }),
+    empty: torch.zeros([0, 3]),
+  };
+}
+
+function assertSameTensors(got: Record<string, torch.Tensor>, want: Record<string, torch.Tensor>): void {
+  assert.deepEqual(Object.keys(got).sort(), Object.keys(want).sort());
+  for (const [k, w] of Object.entries(want)) {
+    const g = got[k];
+    assert.equal(g.dtype, w.dtype, `${k} dtype`);
+    assert.deepEqual(g.shape, w.shape, `${k} shape`);
+    assert.deepEqual(g.tolist(), w.tolist(), `${k} values`);
+  }
+}
+
+test("safetensors round-trips every dtype, shape and the metadata", () => {
+  const path = join(dir, "all.safetensors");
+  const t = sample();
+  torch.saveSafetensors(path, t, { arch: "resnet18", seed: "0" });
+  const back = torch.loadSafetensors(path);
+  assertSameTensors(back.tensors, t);
+  assert.deepEqual(back.metadata, { arch: "resnet18", seed: "0" });
+  const n = Number(readFileSync(path).readBigUInt64LE(0));
+  assert.equal(n % 8, 0, "data section starts 8-byte aligned");
+  assert.deepEqual(
+    readdirSync(dir).filter((f) => f.endsWith(".tmp")),
+    [],
+    "no temporary file left behind",
+  );
+});
+
+test("a non-contiguous tensor is saved in logical (row-major) order", () => {
+  const path = join(dir, "transposed.safetensors");
+  const t = torch.arange(6).reshape(2, 3).t();
+  torch.saveSafetensors(path, { t });
+  assert.deepEqual(torch.loadSafetensors(path).tensors.t.tolist(), [
+    [0, 3],
+    [1, 4],
+    [2, 5],
+  ]);
+});
+
+test("torch.save / torch.load between stitchlab and Python's PyTorch, both directions", (t) => {
+  const why = pytorchUnavailable();
+  if (why) return t.skip(why);
+  // Python -> stitchlab: a state dict as torch.save writes it (an OrderedDict of tensors).
+  const fromPy = join(dir, "from_python.pt");
+  python(`
+import torch, collections
+torch.manual_seed(0)
+sd = collections.OrderedDict()
+sd["conv.weight"] = torch.arange(24, dtype=torch.float32).reshape(2, 3, 2, 2) / 7
+sd["conv.bias"] = torch.tensor([1.5, -2.0], dtype=torch.float64)
+sd["bn.num_batches_tracked"] = torch.tensor(5)
+sd["view"] = torch.arange(10.0)[2:8:2]
+torch.save(sd, ${JSON.stringify(fromPy)})
+`);
+  const sd = torch.torchLoad(fromPy) as Record<string, torch.Tensor>;
+  assert.deepEqual(Object.keys(sd), ["conv.weight", "conv.bias", "bn.num_batches_tracked", "view"]);
+  assert.deepEqual(sd["conv.weight"].shape, [2, 3, 2, 2]);
+  assert.ok(Math.abs(sd["conv.weight"].sum().item() - 276 / 7) < 1e-4);
+  assert.equal(sd["conv.bias"].dtype, "float64");
+  assert.deepEqual(sd["conv.bias"].tolist(), [1.5, -2]);
+  assert.equal(sd["bn.num_batches_tracked"].item(), 5);
+  assert.deepEqual(sd.view.tolist(), [2, 4, 6]);
+
+  // stitchlab -> Python: our torch.save is read by torch.load, and a safetensors file by hand.
+  const toPy = join(dir, "to_python.pt");
+  const st = join(dir, "to_python.safetensors");
+  const ours = sample();
+  torch.torchSave(toPy, { state_dict: ours, epoch: 3, name: "resnet18" });
+  torch.saveSafetensors(st, ours);
+  const out = python(`
+import torch, json, struct, numpy as np
+obj = torch.load(${JSON.stringify(toPy)})
+sd = obj["state_dict"]
+buf = open(${JSON.stringify(st)}, "rb").read()
+n = struct.unpack("<Q", buf[:8])[0]
+header = json.loads(buf[8:8 + n])
+res = {"epoch": obj["epoch"], "name": obj["name"], "tensors": {}}
+for k, v in sd.items():
+    e = header[k]
+    a, b = e["data_offsets"]
+    raw = bytes(buf[8 + n + a:8 + n + b])
+    same = raw == v.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() if v.numel() else raw == b""
+    res["tensors"][k] = {"dtype": str(v.dtype), "shape": list(v.shape), "sum": float(v.double().sum()), "st_same_bytes": same, "st_dtype": e["dtype"]}
+print(json.dumps(res))
+`);
+  const res = JSON.parse(out);
+  assert.equal(res.epoch, 3);
+  assert.equal(res.name, "resnet18");
+  const pyDtype: Record<string, string> = {
+    float32: "torch.float32",
+    float64: "torch.float64",
+    float16: "torch.float16",
+    bfloat16: "torch.bfloat16",
+    int64: "torch.int64",
+    int32: "torch.int32",
+    int16: "torch.int16",
+    int8: "torch.int8",
+    uint8: "torch.uint8",
+    bool: "torch.bool",
+  };
+  for (const [k, v] of Object.entries(ours)) {
+    const r = res.tensors[k];
+    assert.ok(r, `${k} reached Python`);
+    assert.equal(r.dtype, pyDtype[v.dtype], `${k} dtype`);
+    assert.deepEqual(r.shape, v.shape, `${k} shape`);
+    assert.ok(Math.abs(r.sum - v.double().sum().item()) < 1e-6 * (1 + Math.abs(r.sum)), `${k} sum`);
+    assert.equal(r.st_same_bytes, true, `${k}: safetensors bytes equal PyTorch's own bytes`);
+  }
+});
+
+test("torch.load reads a real nn.Module checkpoint: nested dicts, tuples, parameters, other classes", (t) => {
+  const why = pytorchUnavailable();
+  if (why) return t.skip(why);
+  const path = join(dir, "checkpoint.pt");
+  python(`
+import torch, argparse
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(2, 2))
+torch.save({"state_dict": m.state_dict(), "epoch": 3, "lr": 0.1, "big": 2**40, "neg": -7, "hist": [1.5, (2, "x")],
+            "param": torch.nn.Parameter(torch.ones(2)), "args": argparse.Namespace(width=8), "flag": None},
+           ${JSON.stringify(path)})
+`);
+  const ck = torch.torchLoad(path) as Record<string, unknown>;
+  const sd = ck.state_dict as Record<string, torch.Tensor>;
+  assert.deepEqual(Object.keys(sd), [
+    "0.weight",
+    "0.bias",
+    "1.weight",
+    "1.bias",
+    "1.running_mean",
+    "1.running_var",
+    "1.num_batches_tracked",
+    "2.weight",
+    "2.bias",
+  ]);
+  assert.deepEqual(sd["0.weight"].shape, [4, 3, 3, 3]);
+  assert.equal(sd["1.num_batches_tracked"].dtype, "int64");
+  assert.equal(ck.epoch, 3);
+  assert.equal(ck.lr, 0.1);
+  assert.equal(ck.big, 2 ** 40);
+  assert.equal(ck.neg, -7);
+  assert.deepEqual(ck.hist, [1.5, [2, "x"]]);
+  assert.equal(ck.flag, null);
+  const param = ck.param as torch.Tensor;
+  assert.deepEqual(param.tolist(), [1, 1]);
+  assert.equal(param.requiresGrad, true);
+  assert.equal((ck.args as { __class__: string }).__class__, "argparse.Namespace");
+});
