@@ -51,8 +51,14 @@ export function readZip(buf: Buffer): Map<string, ZipEntry> {
       const len = buf.readUInt16LE(x + 2);
       if (id === 1) {
         let q = x + 4;
-        if (size === 0xffffffff) (size = Number(buf.readBigUInt64LE(q))), (q += 8);
-        if (compressed === 0xffffffff) (compressed = Number(buf.readBigUInt64LE(q))), (q += 8);
+        if (size === 0xffffffff) {
+          size = Number(buf.readBigUInt64LE(q));
+          q += 8;
+        }
+        if (compressed === 0xffffffff) {
+          compressed = Number(buf.readBigUInt64LE(q));
+          q += 8;
+        }
         if (local === 0xffffffff) local = Number(buf.readBigUInt64LE(q));
       }
       x += 4 + len;
