@@ -53,27 +53,34 @@ function residentGrowth(run: () => void, steps: number, warmup: number): { growt
   return { growthMB: (peak - base) / MB, live: torch.memory().liveHandles };
 }
 
-test("10,000 training steps inside tidy keep resident memory flat and free every handle", () => {
+test("10,000 training steps inside tidy keep resident memory flat and free every handle", (t) => {
   const p = makeParams();
   const before = torch.memory().liveHandles;
   const { growthMB, live } = residentGrowth(() => torch.tidy(() => void step(p, false)), 10_000, 500);
+  t.diagnostic(`resident memory growth after warm-up: ${growthMB.toFixed(1)} MB`);
   assert.ok(growthMB < 50, `resident memory grew by ${growthMB.toFixed(1)} MB`);
   // Handles of earlier garbage may be collected meanwhile, so the count can only fall.
   assert.ok(live <= before, `${live - before} tensors created inside tidy outlived it`);
 });
 
-test("10,000 training steps with explicit dispose keep resident memory flat", () => {
+test("10,000 training steps with explicit dispose keep resident memory flat", (t) => {
   const p = makeParams();
   const before = torch.memory().liveHandles;
   const { growthMB, live } = residentGrowth(() => void step(p, true), 10_000, 500);
+  t.diagnostic(`resident memory growth after warm-up: ${growthMB.toFixed(1)} MB`);
   assert.ok(growthMB < 50, `resident memory grew by ${growthMB.toFixed(1)} MB`);
   assert.ok(live <= before, `${live - before} disposed tensors still hold handles`);
 });
 
-test("10,000 training steps left to the garbage collector keep resident memory flat", () => {
+// Left to the collector, memory follows a sawtooth: V8 starts a full collection once the
+// external bytes reported since the last one pass its limit (64 MB), so the bound here is that
+// limit plus slack, not 50 MB. Before handles were freed during collection (basic finalisers),
+// this loop grew by about 680 MB: finalisers waited for an event-loop turn that never came.
+test("10,000 training steps left to the garbage collector stay bounded by V8's external-memory trigger", (t) => {
   const p = makeParams();
   const { growthMB } = residentGrowth(() => void step(p, false), 10_000, 500);
-  assert.ok(growthMB < 50, `resident memory grew by ${growthMB.toFixed(1)} MB`);
+  t.diagnostic(`resident memory growth after warm-up: ${growthMB.toFixed(1)} MB`);
+  assert.ok(growthMB < 100, `resident memory grew by ${growthMB.toFixed(1)} MB`);
 });
 
 test("the training loop actually trains (the memory tests measure real work)", () => {

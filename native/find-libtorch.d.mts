@@ -1,0 +1,9 @@
+export interface FoundLibtorch {
+  source: string;
+  includeDirs: string[];
+  libDir: string;
+  abi: number;
+  cuda: boolean;
+  version: string;
+}
+export function findLibtorch(): FoundLibtorch;

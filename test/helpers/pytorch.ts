@@ -1,0 +1,78 @@
+// Runs Python's PyTorch on the same inputs as our operators, in one Python process for all
+// cases (torch's start-up costs seconds): inputs go over in a safetensors file, results come
+// back in another (see torch_reference.py).
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import * as torch from "../../torch/index.js";
+
+/** The Python with PyTorch: Debian's /usr/bin/python3 (not the one on PATH), or STITCHLAB_PYTHON. */
+export const PYTHON = process.env.STITCHLAB_PYTHON || "/usr/bin/python3";
+const SCRIPT = join(dirname(fileURLToPath(import.meta.url)), "torch_reference.py");
+
+let availability: string | null | undefined;
+/**
+ * null when PYTHON imports torch, else why not: a reason to skip the comparisons, or to fail
+ * them when STITCHLAB_REQUIRE_PYTORCH is set (see skipUnlessPytorch).
+ */
+export function pytorchUnavailable(): string | null {
+  if (availability === undefined) {
+    // Not from the repository root, where `import torch` would find our torch/ folder.
+    const r = spawnSync(PYTHON, ["-c", "import torch, numpy; print(torch.__version__)"], {
+      encoding: "utf8",
+      cwd: tmpdir(),
+    });
+    availability =
+      r.status === 0
+        ? null
+        : `${PYTHON} cannot import torch and numpy (${(r.error?.message ?? r.stderr).trim().split("\n").pop()}); ` +
+          "set STITCHLAB_PYTHON to a Python with PyTorch";
+  }
+  return availability;
+}
+
+export interface ReferenceCase {
+  name: string;
+  /** A Python expression over the inputs, torch, F (torch.nn.functional) and math. */
+  expr: string;
+  /** Input names: the tensor for input k of case c is inputs[`${c}/${k}`]. */
+  inputs: string[];
+}
+
+export interface ReferenceResults {
+  /** Results by case name: "<case>" for a tensor, "<case>#0", "<case>#1", ... for tuples. */
+  outputs: Record<string, torch.Tensor>;
+  /** Python's traceback for each case whose expression raised. */
+  errors: Record<string, string>;
+  torchVersion: string;
+}
+
+/** Evaluates every case in one Python process. `inputs` are the tensors of all cases, named "<case>/<input>". */
+export function runReference(cases: ReferenceCase[], inputs: Record<string, torch.Tensor>): ReferenceResults {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-ref-"));
+  try {
+    torch.saveSafetensors(join(dir, "inputs.safetensors"), inputs);
+    writeFileSync(join(dir, "cases.json"), JSON.stringify({ threads: torch.getNumThreads(), cases }));
+    const r = spawnSync(PYTHON, [SCRIPT, dir], { encoding: "utf8", timeout: 120_000, cwd: dir });
+    if (r.status !== 0)
+      throw new Error(`${PYTHON} ${SCRIPT} failed (status ${r.status}): ${r.error?.message ?? ""}\n${r.stderr}`);
+    const out = torch.loadSafetensors(join(dir, "outputs.safetensors"));
+    return {
+      outputs: out.tensors,
+      errors: JSON.parse(out.metadata.errors ?? "{}"),
+      torchVersion: out.metadata.torch ?? "?",
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The `skip` option for a test that needs Python's PyTorch: false, or the reason it is missing. */
+export function skipUnlessPytorch(): string | false {
+  const why = pytorchUnavailable();
+  if (why === null) return false;
+  if (process.env.STITCHLAB_REQUIRE_PYTORCH) throw new Error(`STITCHLAB_REQUIRE_PYTORCH is set, but ${why}`);
+  return why;
+}
