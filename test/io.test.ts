@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import * as torch from "../torch/index.js";
-import { PYTHON, pytorchUnavailable } from "./helpers/pytorch.js";
+import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-io-"));
 
@@ -71,9 +71,9 @@ test("a non-contiguous tensor is saved in logical (row-major) order", () => {
   ]);
 });
 
-test("torch.save / torch.load between stitchlab and Python's PyTorch, both directions", (t) => {
-  const why = pytorchUnavailable();
-  if (why) return t.skip(why);
+const skip = skipUnlessPytorch();
+
+test("torch.save / torch.load between stitchlab and Python's PyTorch, both directions", { skip }, () => {
   // Python -> stitchlab: a state dict as torch.save writes it (an OrderedDict of tensors).
   const fromPy = join(dir, "from_python.pt");
   python(`
@@ -142,9 +142,7 @@ print(json.dumps(res))
   }
 });
 
-test("torch.load reads a real nn.Module checkpoint: nested dicts, tuples, parameters, other classes", (t) => {
-  const why = pytorchUnavailable();
-  if (why) return t.skip(why);
+test("torch.load reads a real nn.Module checkpoint: nested dicts, tuples, parameters, other classes", { skip }, () => {
   const path = join(dir, "checkpoint.pt");
   python(`
 import torch, argparse

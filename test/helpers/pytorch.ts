@@ -69,10 +69,15 @@ export function runReference(cases: ReferenceCase[], inputs: Record<string, torc
   }
 }
 
-/** The `skip` option for a test that needs Python's PyTorch: false, or the reason it is missing. */
+/**
+ * The `skip` option for a test that needs Python's PyTorch: false, or the reason it is missing.
+ * In CI (CI set, as .ci/run's environment has it) or with STITCHLAB_REQUIRE_PYTORCH, a missing
+ * PyTorch is an error instead: the set-up installs it, so a skip there would hide a broken set-up.
+ */
 export function skipUnlessPytorch(): string | false {
   const why = pytorchUnavailable();
   if (why === null) return false;
-  if (process.env.STITCHLAB_REQUIRE_PYTORCH) throw new Error(`STITCHLAB_REQUIRE_PYTORCH is set, but ${why}`);
+  if (process.env.STITCHLAB_REQUIRE_PYTORCH || process.env.CI)
+    throw new Error(`Python's PyTorch is required here (CI or STITCHLAB_REQUIRE_PYTORCH), but ${why}`);
   return why;
 }
