@@ -202,17 +202,13 @@ export class Tensor implements Disposable {
   contiguous(): Tensor {
     return call("contiguous", this);
   }
-  /** Whether the elements are laid out row-major without gaps (aten has no is_contiguous operator: from the strides). */
+  /** Whether the elements are laid out row-major without gaps. */
   isContiguous(): boolean {
-    const shape = this.shape;
-    if (shape.includes(0)) return true;
-    let expected = 1;
-    for (let d = shape.length - 1; d >= 0; d--) {
-      if (shape[d] === 1) continue;
-      if (call("stride.int", this, d) !== expected) return false;
-      expected *= shape[d];
-    }
-    return true;
+    return native.isContiguous(this.handle);
+  }
+  /** Element strides per dimension (tensor.stride()). */
+  stride(): number[] {
+    return native.strides(this.handle);
   }
 
   // ---- shape ----

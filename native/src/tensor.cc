@@ -171,6 +171,18 @@ static Napi::Value Shape(const Napi::CallbackInfo& info) {
   return a;
 }
 
+static Napi::Value Strides(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  at::Tensor& t = unwrapTensor(env, info[0], "stride");
+  auto a = Napi::Array::New(env, t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) a.Set(static_cast<uint32_t>(i), Napi::Number::New(env, static_cast<double>(t.stride(i))));
+  return a;
+}
+
+static Napi::Value IsContiguous(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), unwrapTensor(info.Env(), info[0], "isContiguous").is_contiguous());
+}
+
 static Napi::Value Dtype(const Napi::CallbackInfo& info) {
   at::Tensor& t = unwrapTensor(info.Env(), info[0], "dtype");
   return Napi::Number::New(info.Env(), static_cast<int>(t.scalar_type()));
@@ -209,6 +221,8 @@ void initTensor(Napi::Env env, Napi::Object exports) {
   exports.Set("free", Napi::Function::New(env, Free));
   exports.Set("isLive", Napi::Function::New(env, IsLive));
   exports.Set("shape", Napi::Function::New(env, Shape));
+  exports.Set("strides", Napi::Function::New(env, Strides));
+  exports.Set("isContiguous", Napi::Function::New(env, IsContiguous));
   exports.Set("dtype", Napi::Function::New(env, Dtype));
   exports.Set("device", Napi::Function::New(env, Device));
   exports.Set("item", Napi::Function::New(env, Item));
