@@ -1,5 +1,5 @@
 // Tensor creation, with PyTorch's names and defaults (float32 unless a dtype is given).
-import { type DType, dtypeCode, dtypeOfArray, type TypedArray } from "./dtype.js";
+import { type DType, dtypeCode, dtypeOfArray, type TypedArray, typedArrayFrom } from "./dtype.js";
 import { native } from "./native.js";
 import { call, type Device, Tensor } from "./tensor.js";
 
@@ -31,28 +31,6 @@ function flattenNested(data: unknown, shape: number[], out: number[], depth = 0)
   }
 }
 
-function arrayFor(dtype: DType, values: number[]): TypedArray {
-  switch (dtype) {
-    case "float32":
-      return Float32Array.from(values);
-    case "float64":
-      return Float64Array.from(values);
-    case "int32":
-      return Int32Array.from(values);
-    case "int16":
-      return Int16Array.from(values);
-    case "int8":
-      return Int8Array.from(values);
-    case "uint8":
-    case "bool":
-      return Uint8Array.from(values, (v) => (dtype === "bool" ? (v ? 1 : 0) : v));
-    case "int64":
-      return BigInt64Array.from(values, (v) => BigInt(Math.trunc(v)));
-    default:
-      return Float32Array.from(values);
-  }
-}
-
 /**
  * A tensor holding a copy of data: a typed array (with a shape; 1-D by default), a number,
  * or nested arrays. Plain numbers default to float32 (JavaScript cannot tell 1 from 1.0),
@@ -76,7 +54,7 @@ export function tensor(
     const allBool = flattenNested(data, inferred, flat);
     dtype = opts.dtype ?? (allBool ? "bool" : "float32");
     if (dtype === "float16" || dtype === "bfloat16") dtype = "float32";
-    arr = arrayFor(dtype, flat);
+    arr = typedArrayFrom(dtype, flat);
     shape = opts.shape ?? inferred;
   }
   let t = new Tensor(native.fromBuffer(arr, dtypeCode(dtype), shape));

@@ -91,3 +91,28 @@ export function typedArrayOf(d: DType, buf: ArrayBuffer): TypedArray {
       throw new TypeError(`no typed array holds ${d}; convert with .to('float32') first`);
   }
 }
+
+/**
+ * Numbers packed into the typed array that holds a dtype (half types go as float32, booleans
+ * as 0/1 bytes, int64 truncated toward zero).
+ */
+export function typedArrayFrom(dtype: DType, values: number[]): TypedArray {
+  switch (dtype) {
+    case "float64":
+      return Float64Array.from(values);
+    case "int32":
+      return Int32Array.from(values);
+    case "int16":
+      return Int16Array.from(values);
+    case "int8":
+      return Int8Array.from(values);
+    case "uint8":
+      return Uint8Array.from(values);
+    case "bool":
+      return Uint8Array.from(values, (v) => (v ? 1 : 0));
+    case "int64":
+      return BigInt64Array.from(values, (v) => BigInt(Math.trunc(v)));
+    default:
+      return Float32Array.from(values);
+  }
+}

@@ -49,6 +49,11 @@ export function schema(name: string): string {
   return native.opSchema(opId(name));
 }
 
+/** Calls `name.Tensor` or `name.Scalar` by the kind of `other`, as PyTorch's Python binding does. */
+function binary(name: string, self: Tensor, other: Tensor | Scalar, ...rest: unknown[]): Tensor {
+  return call(other instanceof Tensor ? `${name}.Tensor` : `${name}.Scalar`, self, other, ...rest);
+}
+
 function dims(d: number | number[] | undefined): number[] | undefined {
   return d === undefined ? undefined : Array.isArray(d) ? d : [d];
 }
@@ -289,16 +294,16 @@ export class Tensor implements Disposable {
 
   // ---- elementwise ----
   add(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
-    return other instanceof Tensor ? call("add.Tensor", this, other, alpha) : call("add.Scalar", this, other, alpha);
+    return binary("add", this, other, alpha);
   }
   sub(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
-    return other instanceof Tensor ? call("sub.Tensor", this, other, alpha) : call("sub.Scalar", this, other, alpha);
+    return binary("sub", this, other, alpha);
   }
   mul(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("mul.Tensor", this, other) : call("mul.Scalar", this, other);
+    return binary("mul", this, other);
   }
   div(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("div.Tensor", this, other) : call("div.Scalar", this, other);
+    return binary("div", this, other);
   }
   pow(exponent: Tensor | Scalar): Tensor {
     return exponent instanceof Tensor
@@ -368,22 +373,22 @@ export class Tensor implements Disposable {
     return call("minimum", this, other);
   }
   eq(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("eq.Tensor", this, other) : call("eq.Scalar", this, other);
+    return binary("eq", this, other);
   }
   ne(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("ne.Tensor", this, other) : call("ne.Scalar", this, other);
+    return binary("ne", this, other);
   }
   lt(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("lt.Tensor", this, other) : call("lt.Scalar", this, other);
+    return binary("lt", this, other);
   }
   le(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("le.Tensor", this, other) : call("le.Scalar", this, other);
+    return binary("le", this, other);
   }
   gt(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("gt.Tensor", this, other) : call("gt.Scalar", this, other);
+    return binary("gt", this, other);
   }
   ge(other: Tensor | Scalar): Tensor {
-    return other instanceof Tensor ? call("ge.Tensor", this, other) : call("ge.Scalar", this, other);
+    return binary("ge", this, other);
   }
   logicalAnd(other: Tensor): Tensor {
     return call("logical_and", this, other);
@@ -397,25 +402,19 @@ export class Tensor implements Disposable {
 
   // ---- in place (for optimisers and buffers; no autograd history on leaves that need grad) ----
   add_(other: Tensor | Scalar, alpha: Scalar = 1): this {
-    (other instanceof Tensor
-      ? call("add_.Tensor", this, other, alpha)
-      : call("add_.Scalar", this, other, alpha)
-    ).dispose();
+    binary("add_", this, other, alpha).dispose();
     return this;
   }
   sub_(other: Tensor | Scalar, alpha: Scalar = 1): this {
-    (other instanceof Tensor
-      ? call("sub_.Tensor", this, other, alpha)
-      : call("sub_.Scalar", this, other, alpha)
-    ).dispose();
+    binary("sub_", this, other, alpha).dispose();
     return this;
   }
   mul_(other: Tensor | Scalar): this {
-    (other instanceof Tensor ? call("mul_.Tensor", this, other) : call("mul_.Scalar", this, other)).dispose();
+    binary("mul_", this, other).dispose();
     return this;
   }
   div_(other: Tensor | Scalar): this {
-    (other instanceof Tensor ? call("div_.Tensor", this, other) : call("div_.Scalar", this, other)).dispose();
+    binary("div_", this, other).dispose();
     return this;
   }
   /** self += value * t1 * t2 */

@@ -1,7 +1,7 @@
 // Test helpers: seeded input generation (independent of libtorch's generator, so inputs do not
 // change when an operator under test draws random numbers) and tensor comparison.
 import assert from "node:assert/strict";
-import type { TypedArray } from "../../torch/dtype.js";
+import { type TypedArray, typedArrayFrom } from "../../torch/dtype.js";
 import * as torch from "../../torch/index.js";
 
 /** A small deterministic PRNG (mulberry32): uniform numbers in [0, 1). */
@@ -110,25 +110,7 @@ export function generate(spec: InputSpec, seed: number): TypedArray {
       v = g.values;
       break;
   }
-  switch (spec.dtype) {
-    case "float32":
-    case "float16":
-    case "bfloat16":
-      return Float32Array.from(v);
-    case "float64":
-      return Float64Array.from(v);
-    case "int64":
-      return BigInt64Array.from(v, (x) => BigInt(x));
-    case "int32":
-      return Int32Array.from(v);
-    case "int16":
-      return Int16Array.from(v);
-    case "int8":
-      return Int8Array.from(v);
-    case "uint8":
-    case "bool":
-      return Uint8Array.from(v);
-  }
+  return typedArrayFrom(spec.dtype, v);
 }
 
 /** A tensor of the spec's dtype and shape holding `data` (from generate). */
