@@ -1,0 +1,37 @@
+// The engine benchmark stays runnable: a quick run (batch 8, one timed iteration) of every
+// workload on both sides. Real-scale timing is `npm run bench -- engine`, never a test.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { skipUnlessPytorch } from "./helpers/pytorch.js";
+
+const root = join(import.meta.dirname, "..");
+const bench = (args: string[]) =>
+  spawnSync(process.execPath, ["--import", "tsx", join(root, "bench", "run.ts"), ...args], {
+    encoding: "utf8",
+    cwd: root,
+  });
+
+test("npm run bench -- engine --quick runs all four workloads against PyTorch", { skip: skipUnlessPytorch() }, () => {
+  const r = bench(["engine", "--quick"]);
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(readFileSync(join(root, "bench", "results", "engine-quick.json"), "utf8"));
+  assert.deepEqual(
+    out.workloads.map((w: { name: string }) => w.name),
+    ["forward", "backward_input", "train_step", "vit_backward_input"],
+  );
+  for (const w of out.workloads) {
+    assert.ok(w.ms > 0 && w.ms_pytorch > 0, `${w.name} timed on both sides`);
+    assert.ok(Math.abs(w.ratio - w.ms / w.ms_pytorch) < 1e-3, `${w.name} ratio is ms / ms_pytorch`);
+  }
+  assert.ok(out.threads >= 1);
+  assert.equal(typeof out.libtorch, "string");
+});
+
+test("an unknown benchmark name is one clear error listing the known ones", () => {
+  const r = bench(["nope"]);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /unknown benchmark 'nope'; known benchmarks: engine/);
+});
