@@ -1,0 +1,86 @@
+// What every zoo model shares: an ordered list of stages, some of which end at a named stitch
+// point, then a head. forwardTo / forwardFrom / forwardFeatures follow from that list, so a
+// stitched model is back.forwardFrom(T(front.forwardTo(x, p)), p) for any pair of models.
+import { Module } from "../nn/module.js";
+import * as torch from "../torch/index.js";
+
+type Tensor = torch.Tensor;
+
+/** A named place in a network. CNNs: channels x height x width; ViTs: dimension x tokens x 1. */
+export interface StitchPoint {
+  name: string;
+  channels: number;
+  height: number;
+  width: number;
+  /** "cnn" points hold [N, C, H, W] maps, "vit" points [N, tokens, dim] token sequences. */
+  kind: "cnn" | "vit";
+}
+
+export interface Stage {
+  name: string;
+  /** Whether the stage's output is a stitch point. */
+  point: StitchPoint | null;
+  run(h: Tensor): Tensor;
+}
+
+export abstract class StitchableModel extends Module {
+  /** The registry name and options this model was built from (recorded in checkpoints). */
+  abstract readonly arch: string;
+  abstract readonly config: Record<string, unknown>;
+  /** Stages in order; built once by the subclass. */
+  protected abstract readonly stageList: Stage[];
+  /** From the last stage's output to the logits. */
+  protected abstract head(h: Tensor): Tensor;
+
+  get stitchPoints(): StitchPoint[] {
+    return this.stageList.flatMap((s) => (s.point ? [s.point] : []));
+  }
+
+  /** The stage index of a stitch point; a clear error lists the valid names. */
+  protected pointIndex(point: string): number {
+    const i = this.stageList.findIndex((s) => s.point?.name === point);
+    if (i < 0)
+      throw new Error(
+        `${this.arch} has no stitch point '${point}'; its points are: ${this.stitchPoints.map((p) => p.name).join(", ")}`,
+      );
+    return i;
+  }
+
+  /** Runs stages [from, to) on h, each in its own scope; h itself is left to the caller. */
+  private runStages(h: Tensor, from: number, to: number, keep?: Map<string, Tensor>): Tensor {
+    let cur = h;
+    for (let i = from; i < to; i++) {
+      const s = this.stageList[i];
+      const next = torch.tidy(() => s.run(cur));
+      if (cur !== h && next !== cur && !(keep && [...keep.values()].includes(cur))) cur.dispose();
+      cur = next;
+      if (keep && s.point && keep.has(s.point.name)) keep.set(s.point.name, cur);
+    }
+    return cur === h ? h.clone() : cur;
+  }
+
+  forward(x: Tensor): Tensor {
+    return torch.tidy(() => this.head(this.runStages(x, 0, this.stageList.length)));
+  }
+
+  /** A_{<=p}(x): the features at stitch point p. */
+  forwardTo(x: Tensor, point: string): Tensor {
+    return this.runStages(x, 0, this.pointIndex(point) + 1);
+  }
+
+  /** B_{>p}(h): the logits from features h at stitch point p. */
+  forwardFrom(h: Tensor, point: string): Tensor {
+    const i = this.pointIndex(point);
+    return torch.tidy(() => this.head(this.runStages(h, i + 1, this.stageList.length)));
+  }
+
+  /** Features at several stitch points and the logits, from one pass. */
+  forwardFeatures(x: Tensor, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
+    for (const p of points) this.pointIndex(p);
+    const keep = new Map<string, Tensor>(points.map((p) => [p, x]));
+    const last = this.runStages(x, 0, this.stageList.length, keep);
+    const logits = torch.tidy(() => this.head(last));
+    if (![...keep.values()].includes(last)) last.dispose();
+    return { features: Object.fromEntries(keep), logits };
+  }
+}
