@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { Command } from "commander";
 import { repoRoot } from "../torch/native.js";
 import { doctor, formatDoctor } from "./doctor.js";
+import { registerLayersCommand } from "./layers.js";
 
 const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8"));
 const program = new Command("stitchlab")
@@ -19,6 +20,8 @@ program
     console.log(opts.json ? JSON.stringify(r, null, 2) : formatDoctor(r));
     if (!r.matmul.ok) process.exitCode = 1;
   });
+
+registerLayersCommand(program);
 
 program.parseAsync(process.argv).catch((e: Error) => {
   console.error(`stitchlab: ${e.message}`);

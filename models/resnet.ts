@@ -89,12 +89,18 @@ export class ResNet18 extends StitchableModel {
     this.layers = [];
     let inPlanes = widths[0];
     widths.forEach((planes, li) => {
-      const blocks = [0, 1].map((bi) => new BasicBlock(bi === 0 ? inPlanes : planes, planes, bi === 0 && li > 0 ? 2 : 1));
+      const blocks = [0, 1].map(
+        (bi) => new BasicBlock(bi === 0 ? inPlanes : planes, planes, bi === 0 && li > 0 ? 2 : 1),
+      );
       inPlanes = planes;
       this.layers.push(this.child(`layer${li + 1}`, new Sequential(...blocks)));
       blocks.forEach((b, bi) => {
         if (bi === 0 && li > 0) size = Math.floor((size - 1) / 2) + 1;
-        this.stageList.push({ name: `layer${li + 1}.${bi}`, point: point(`layer${li + 1}.${bi}`, planes), run: (h) => b.forward(h) });
+        this.stageList.push({
+          name: `layer${li + 1}.${bi}`,
+          point: point(`layer${li + 1}.${bi}`, planes),
+          run: (h) => b.forward(h),
+        });
       });
     });
     this.fc = this.child("fc", new Linear(widths[3], c.numClasses));

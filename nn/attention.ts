@@ -27,7 +27,10 @@ export class Attention extends Module {
       const [B, N, C] = x.shape;
       const qkv = this.qkv.forward(x).reshape(B, N, 3, this.numHeads, this.headDim).permute(2, 0, 3, 1, 4);
       const [q, k, v] = qkv.unbind(0);
-      const attn = q.matmul(k.transpose(-2, -1)).mul(1 / Math.sqrt(this.headDim)).softmax(-1);
+      const attn = q
+        .matmul(k.transpose(-2, -1))
+        .mul(1 / Math.sqrt(this.headDim))
+        .softmax(-1);
       const out = attn.matmul(v).transpose(1, 2).reshape(B, N, C);
       return this.proj.forward(out);
     });

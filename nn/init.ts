@@ -6,14 +6,20 @@ type Tensor = torch.Tensor;
 
 /** U(-bound, bound) of the given shape. */
 export function uniform(shape: number[], bound: number): Tensor {
-  return torch.rand(shape).mul_(2 * bound).sub_(bound);
+  return torch
+    .rand(shape)
+    .mul_(2 * bound)
+    .sub_(bound);
 }
 
 /**
  * nn.Conv2d / nn.Linear default: kaiming_uniform_(a=sqrt(5)) for the weight, which is
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
  */
-export function defaultWeightAndBias(weightShape: number[], withBias: boolean): { weight: Tensor; bias: Tensor | null } {
+export function defaultWeightAndBias(
+  weightShape: number[],
+  withBias: boolean,
+): { weight: Tensor; bias: Tensor | null } {
   const fanIn = weightShape.slice(1).reduce((a, b) => a * b, 1);
   const bound = 1 / Math.sqrt(fanIn);
   return { weight: uniform(weightShape, bound), bias: withBias ? uniform([weightShape[0]], bound) : null };

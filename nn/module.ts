@@ -89,7 +89,10 @@ export abstract class Module {
    * Copies tensors into the module's parameters and buffers by name. Strict by default: every
    * missing key, unexpected key and shape mismatch is listed in one error and nothing is copied.
    */
-  loadStateDict(sd: Record<string, Tensor>, opts: { strict?: boolean } = {}): { missing: string[]; unexpected: string[] } {
+  loadStateDict(
+    sd: Record<string, Tensor>,
+    opts: { strict?: boolean } = {},
+  ): { missing: string[]; unexpected: string[] } {
     const own = this.stateDict();
     const missing = Object.keys(own).filter((k) => !(k in sd));
     const unexpected = Object.keys(sd).filter((k) => !(k in own));
