@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Command } from "commander";
 import { repoRoot } from "../torch/native.js";
+import { registerDataCommands } from "./data.js";
 import { doctor, formatDoctor } from "./doctor.js";
 import { registerLayersCommand } from "./layers.js";
 
@@ -22,6 +23,7 @@ program
   });
 
 registerLayersCommand(program);
+registerDataCommands(program);
 
 program.parseAsync(process.argv).catch((e: Error) => {
   console.error(`stitchlab: ${e.message}`);

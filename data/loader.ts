@@ -1,0 +1,73 @@
+// Seeded shuffling and batching, as torch.utils.data.DataLoader over an in-memory dataset.
+//
+// Ownership: every batch is made of NEW tensors that the consumer owns. Either dispose them
+// after use (`torch.dispose(batch)`), or draw and use each batch inside a `torch.tidy` that
+// does not return it. Intermediate tensors made while building a batch are freed here.
+// The dataset itself is only read.
+import * as torch from "../torch/index.js";
+import { type Dataset, datasetSize } from "./dataset.js";
+import { Rng } from "./rng.js";
+import { type Normalization, normalize, randomCropFlip } from "./transforms.js";
+
+export interface Batch {
+  /** float32 [B, C, H, W] normalised (or uint8 when `normalization` is null). */
+  x: torch.Tensor;
+  /** int64 [B]. */
+  y: torch.Tensor;
+  /** Positions of these images in the dataset (for per-image records such as IRI residuals). */
+  indices: Int32Array;
+}
+
+export interface LoaderOptions {
+  batchSize: number;
+  /** Shuffle each epoch with a permutation drawn from (seed, epoch); default false. */
+  shuffle?: boolean;
+  seed?: number;
+  /** The epoch number: with the same seed, each epoch has its own order and augmentation draws. */
+  epoch?: number;
+  /** Drop the last incomplete batch (default false). */
+  dropLast?: boolean;
+  /** Random crop with this zero padding and horizontal flip (training augmentation); default none. */
+  augment?: { padding?: number; flip?: boolean } | null;
+  /** Normalise to float32 with these statistics; null keeps uint8 (default null). */
+  normalization?: Normalization | null;
+  /** Device of the batches ("cpu", "cuda"); the uint8 batch is moved before conversion. */
+  device?: string;
+}
+
+/** The order in which images are visited in an epoch: identity, or a seeded permutation. */
+export function epochOrder(n: number, opts: { shuffle?: boolean; seed?: number; epoch?: number }): Int32Array {
+  if (!opts.shuffle) return Int32Array.from({ length: n }, (_, i) => i);
+  return new Rng(opts.seed ?? 0, opts.epoch ?? 0, 0x5f1e).permutation(n);
+}
+
+/** Number of batches one epoch yields. */
+export function numBatches(ds: Dataset, opts: Pick<LoaderOptions, "batchSize" | "dropLast">): number {
+  const n = datasetSize(ds);
+  return opts.dropLast ? Math.floor(n / opts.batchSize) : Math.ceil(n / opts.batchSize);
+}
+
+/** Yields the batches of one epoch (see the ownership note at the top of this file). */
+export function* batches(ds: Dataset, opts: LoaderOptions): Generator<Batch> {
+  const { batchSize } = opts;
+  if (!(Number.isInteger(batchSize) && batchSize > 0))
+    throw new RangeError(`batchSize must be a positive integer, got ${batchSize}`);
+  const n = datasetSize(ds);
+  const order = epochOrder(n, opts);
+  // A separate stream for augmentation, so turning shuffling on or off does not change the crops.
+  const augRng = new Rng(opts.seed ?? 0, opts.epoch ?? 0, 0xa06);
+  const count = numBatches(ds, opts);
+  for (let b = 0; b < count; b++) {
+    const indices = order.subarray(b * batchSize, Math.min(n, (b + 1) * batchSize));
+    const batch = torch.tidy(() => {
+      const idx = torch.tensor(BigInt64Array.from(indices, (i) => BigInt(i)));
+      let x = ds.images.indexSelect(0, idx);
+      const y = ds.labels.indexSelect(0, idx);
+      if (opts.device && opts.device !== x.device) x = x.to(opts.device);
+      if (opts.augment) x = randomCropFlip(x, augRng, opts.augment);
+      if (opts.normalization) x = normalize(x, opts.normalization);
+      return { x, y: opts.device ? y.to(opts.device) : y };
+    });
+    yield { ...batch, indices: Int32Array.from(indices) };
+  }
+}

@@ -1,0 +1,86 @@
+// loadDataset(name, options): one entry point for every dataset stitchlab reads.
+//
+// Names and options:
+//   "fashion-mnist"  IDX files; root defaults to Debian's /usr/share/datasets/fashion-mnist
+//                    (apt-get install dataset-fashion-mnist). 28 px padded to 32, 3 channels.
+//   "mnist"          IDX files; root required (no Debian package). Same padding as above.
+//   "cifar10"        official binary format; root required: cifar-10-binary.tar.gz, the
+//                    cifar-10-batches-bin/ folder, or a folder holding either.
+//   "imagefolder"    ImageNet layout (root/train/<wnid>/..., root/val/<wnid>/...); root required.
+// Options:
+//   root       where the files are (see above)
+//   split      "train" or "test" (imagefolder: test reads val/, or test/ when there is no val/)
+//   limit      read only the first `limit` images of the split, in file order (for quick runs)
+//   pad32      IDX only: pad 28 px to 32 px with zeros (default true)
+//   rgb        IDX only: replicate grey to 3 channels (default true)
+//   size       imagefolder only: output side in px (default 32: LS-ImageNet-10; 224 for ImageNet-100)
+//   resize     imagefolder only: shorter side before the centre crop (default = size; 256 with size 224)
+//   classList  imagefolder only: class-list file, one wnid per line in label order
+//              (default root/classes.txt when present, else every class folder sorted)
+// The caller owns the returned tensors (dispose them, or call inside torch.tidy and return them).
+// It is async because image folders decode on sharp's thread pool; the CIFAR-10 and IDX
+// readers (readCifar10, readIdxDataset) are synchronous and exported for direct use.
+import { CIFAR10_HOW_TO_GET, readCifar10 } from "./cifar10.js";
+import { checkSplit, type Dataset, type Split } from "./dataset.js";
+import {
+  FASHION_MNIST_CLASSES,
+  FASHION_MNIST_HOW_TO_GET,
+  FASHION_MNIST_ROOT,
+  MNIST_CLASSES,
+  MNIST_HOW_TO_GET,
+  readIdxDataset,
+} from "./idx.js";
+import { readImageFolder } from "./imagefolder.js";
+
+export const DATASET_NAMES = ["fashion-mnist", "mnist", "cifar10", "imagefolder"] as const;
+export type DatasetName = (typeof DATASET_NAMES)[number];
+
+export interface LoadOptions {
+  root?: string;
+  split: Split;
+  limit?: number;
+  pad32?: boolean;
+  rgb?: boolean;
+  size?: number;
+  resize?: number;
+  classList?: string;
+}
+
+function requireRoot(name: string, root: string | undefined, howToGet: string): string {
+  if (!root) throw new Error(`dataset '${name}' needs a root (--root). ${howToGet}`);
+  return root;
+}
+
+export async function loadDataset(name: string, opts: LoadOptions): Promise<Dataset> {
+  const split = checkSplit(opts.split);
+  if (opts.limit !== undefined && !(Number.isInteger(opts.limit) && opts.limit > 0))
+    throw new RangeError(`limit must be a positive integer, got ${opts.limit}`);
+  const idx = { pad32: opts.pad32, rgb: opts.rgb, limit: opts.limit };
+  switch (name) {
+    case "fashion-mnist":
+      return readIdxDataset(
+        opts.root ?? FASHION_MNIST_ROOT,
+        split,
+        { name, classes: FASHION_MNIST_CLASSES, howToGet: FASHION_MNIST_HOW_TO_GET },
+        idx,
+      );
+    case "mnist":
+      return readIdxDataset(
+        requireRoot(name, opts.root, MNIST_HOW_TO_GET),
+        split,
+        { name, classes: MNIST_CLASSES, howToGet: MNIST_HOW_TO_GET },
+        idx,
+      );
+    case "cifar10":
+      return readCifar10(requireRoot(name, opts.root, CIFAR10_HOW_TO_GET), split, opts.limit);
+    case "imagefolder":
+      return readImageFolder(requireRoot(name, opts.root, "Point it at an ImageNet-layout folder"), split, {
+        size: opts.size,
+        resize: opts.resize,
+        classList: opts.classList,
+        limit: opts.limit,
+      });
+    default:
+      throw new Error(`unknown dataset '${name}' (known: ${DATASET_NAMES.join(", ")})`);
+  }
+}

@@ -1,0 +1,177 @@
+// Pixel shortcut markers (PROTOCOL.md, "Datasets and shortcuts"): a solid square of 4x4 cells,
+// cell size min(H, W) // 32 (1 px at 32 px, 7 px at 224 px), so a square of side 4 * cell, in
+// one colour per class. Variants:
+//   pixel      class colour, random location per image (seeded)
+//   pixel-loc  class colour at a fixed class-specific location
+//   rand       a random colour per image, random location: the control (no class information)
+// The rolled test set for excess agreement gives class k the colour of class (k + 1) mod K and
+// keeps the locations rule (pixel-loc: the location of the image's own class; pixel: the same
+// seeded locations), so only the colour-class link is broken.
+//
+// Class colours: farthest-point sampling on the RGB grid {0, 51, 102, 153, 204, 255}^3 (216
+// colours, enough for ImageNet-100), then permuted across classes with a fixed seed. Black counts
+// as already taken and is never a class colour: zero padding (IDX padding, crop padding) and
+// Fashion-MNIST's background are black, and a black marker there would be invisible. So the
+// first colour is white, the farthest from black; ties go to the lowest grid index (r, then g,
+// then b ascending), which makes the sequence deterministic.
+import * as torch from "../torch/index.js";
+import type { Dataset } from "./dataset.js";
+import { Rng } from "./rng.js";
+
+export type ShortcutKind = "pixel" | "pixel-loc" | "rand";
+export const SHORTCUT_KINDS: readonly ShortcutKind[] = ["pixel", "pixel-loc", "rand"];
+
+export const GRID_LEVELS = [0, 51, 102, 153, 204, 255];
+/** The fixed seed of the permutation of colours over classes. */
+export const COLOR_PERMUTATION_SEED = 0;
+
+export type RGB = [number, number, number];
+
+/** The first k colours of farthest-point sampling on the grid (black pre-occupied), in pick order. */
+export function farthestPointColors(k: number): RGB[] {
+  const grid: RGB[] = [];
+  for (const r of GRID_LEVELS) for (const g of GRID_LEVELS) for (const b of GRID_LEVELS) grid.push([r, g, b]);
+  if (!(Number.isInteger(k) && k >= 1 && k < grid.length))
+    throw new RangeError(`marker colours: need 1..${grid.length - 1} classes, got ${k}`);
+  // minD2[j]: squared distance from grid point j to the nearest taken colour (black to start).
+  const minD2 = grid.map(([r, g, b]) => r * r + g * g + b * b);
+  const picked: RGB[] = [];
+  for (let n = 0; n < k; n++) {
+    let best = -1;
+    for (let j = 0; j < grid.length; j++) if (best < 0 || minD2[j] > minD2[best]) best = j;
+    const c = grid[best];
+    picked.push(c);
+    for (let j = 0; j < grid.length; j++) {
+      const d2 = (grid[j][0] - c[0]) ** 2 + (grid[j][1] - c[1]) ** 2 + (grid[j][2] - c[2]) ** 2;
+      if (d2 < minD2[j]) minD2[j] = d2;
+    }
+  }
+  return picked;
+}
+
+/** The colour of each class 0..k-1: the farthest-point colours permuted with a fixed seed. */
+export function markerColors(k: number, seed = COLOR_PERMUTATION_SEED): RGB[] {
+  const fps = farthestPointColors(k);
+  const perm = new Rng(seed, 0xc0102).permutation(k);
+  return Array.from(perm, (j) => fps[j]);
+}
+
+/** Cell size min(H, W) // 32, at least 1 so that images under 32 px still get a marker. */
+export function markerCell(h: number, w: number): number {
+  return Math.max(1, Math.floor(Math.min(h, w) / 32));
+}
+
+/** Side of the marker square: 4 cells. */
+export function markerSide(h: number, w: number): number {
+  return 4 * markerCell(h, w);
+}
+
+/**
+ * Pixel+Loc's fixed location of class k: the classes fill a grid of ceil(sqrt(K)) columns and
+ * as many rows as needed, spread evenly from one border to the other, so markers of different
+ * classes never overlap at 32 px with 10 classes (top-left corners 0, 9, 19, 28 across and
+ * 0, 14, 28 down). Returns the top-left corner [y, x].
+ */
+export function classLocation(k: number, numClasses: number, h: number, w: number): [number, number] {
+  const side = markerSide(h, w);
+  const cols = Math.ceil(Math.sqrt(numClasses));
+  const rows = Math.ceil(numClasses / cols);
+  const at = (i: number, n: number, span: number) => (n > 1 ? Math.round((i * span) / (n - 1)) : 0);
+  return [at(Math.floor(k / cols), rows, h - side), at(k % cols, cols, w - side)];
+}
+
+export interface ShortcutOptions {
+  kind: ShortcutKind;
+  /** Seed of the random locations (pixel, rand) and colours (rand); default 0. */
+  seed?: number;
+  /** Give class k the colour of class (k + 1) mod K (the rolled test set); not for rand. */
+  rolled?: boolean;
+  /** Seed of the colour permutation over classes; default COLOR_PERMUTATION_SEED. */
+  colorSeed?: number;
+}
+
+/** Where each image's marker goes and its colour. */
+export interface MarkerPlan {
+  side: number;
+  /** Top-left corners per image. */
+  ys: Int32Array;
+  xs: Int32Array;
+  /** RGB per image, [N * 3]. */
+  colors: Uint8Array;
+}
+
+/** Plans the markers of images with these labels (numbers 0..K-1) and size H x W. */
+export function planMarkers(
+  labels: ArrayLike<number>,
+  numClasses: number,
+  h: number,
+  w: number,
+  opts: ShortcutOptions,
+): MarkerPlan {
+  if (!SHORTCUT_KINDS.includes(opts.kind))
+    throw new Error(`unknown shortcut '${opts.kind}' (known: ${SHORTCUT_KINDS.join(", ")})`);
+  if (opts.rolled && opts.kind === "rand")
+    throw new Error("a rolled set shifts class colours (pixel, pixel-loc); rand markers have none to roll");
+  const n = labels.length;
+  const side = markerSide(h, w);
+  if (side > h || side > w) throw new RangeError(`a ${side}px marker does not fit in ${h}x${w} images`);
+  const seed = opts.seed ?? 0;
+  // Separate streams: locations are the same for pixel and rand with the same seed, so the
+  // control differs from the shortcut in colour only.
+  const locRng = new Rng(seed, 0x10c);
+  const colRng = new Rng(seed, 0xc01);
+  const classColors = markerColors(numClasses, opts.colorSeed);
+  const ys = new Int32Array(n);
+  const xs = new Int32Array(n);
+  const colors = new Uint8Array(3 * n);
+  for (let i = 0; i < n; i++) {
+    const k = labels[i];
+    if (opts.kind === "pixel-loc") [ys[i], xs[i]] = classLocation(k, numClasses, h, w);
+    else {
+      ys[i] = locRng.int(h - side + 1);
+      xs[i] = locRng.int(w - side + 1);
+    }
+    const c: RGB =
+      opts.kind === "rand"
+        ? [colRng.int(256), colRng.int(256), colRng.int(256)]
+        : classColors[opts.rolled ? (k + 1) % numClasses : k];
+    colors.set(c, 3 * i);
+  }
+  return { side, ys, xs, colors };
+}
+
+/** A new dataset with the planned markers painted in (the input is not changed). */
+export function paintMarkers(ds: Dataset, plan: MarkerPlan, name: string): Dataset {
+  const [n, c, h, w] = ds.images.shape;
+  if (c !== 3) throw new Error(`${ds.name}: markers need 3-channel images, got ${c} (load IDX data with rgb)`);
+  // One pass over a copy of the bytes: a marker touches 3 * side^2 bytes per image, so this
+  // is dominated by the two copies, not by JS work.
+  const src = ds.images.contiguous();
+  const px = src.toTypedArray() as Uint8Array;
+  src.dispose();
+  const plane = h * w;
+  for (let i = 0; i < n; i++) {
+    for (let ch = 0; ch < 3; ch++) {
+      const v = plan.colors[3 * i + ch];
+      const base = (i * 3 + ch) * plane;
+      for (let r = 0; r < plan.side; r++) {
+        const row = base + (plan.ys[i] + r) * w + plan.xs[i];
+        px.fill(v, row, row + plan.side);
+      }
+    }
+  }
+  return {
+    images: torch.fromBytes(px, "uint8", [n, c, h, w]),
+    labels: ds.labels.clone(),
+    classes: ds.classes,
+    name,
+  };
+}
+
+/** The dataset with shortcut markers (a new dataset; the caller owns its tensors). */
+export function applyShortcut(ds: Dataset, opts: ShortcutOptions): Dataset {
+  const [, , h, w] = ds.images.shape;
+  const labels = Array.from(ds.labels.toTypedArray() as BigInt64Array, Number);
+  const plan = planMarkers(labels, ds.classes.length, h, w, opts);
+  return paintMarkers(ds, plan, `${ds.name}+${opts.kind}${opts.rolled ? "-rolled" : ""}`);
+}

@@ -1,0 +1,122 @@
+// Per-batch transforms, as torchvision's RandomCrop(32, padding=4), RandomHorizontalFlip() and
+// Normalize(mean, std), but on whole uint8 batches [N, C, H, W] at once: crop and flip are one
+// gather (advanced indexing) whose row and column indices encode each image's offset and
+// flip, so the cost is one pass over the batch in libtorch, on whatever device it lives.
+// The random draws come from our seeded Rng, not libtorch's generator (data/rng.ts says why).
+import * as torch from "../torch/index.js";
+import type { Rng } from "./rng.js";
+
+/** Per-channel mean and std of pixel values in [0, 1]. */
+export interface Normalization {
+  mean: number[];
+  std: number[];
+}
+
+/** The usual CIFAR-10 statistics (training set, per channel; the std is the true one, not the 0.2023 variant). */
+export const CIFAR10_NORMALIZATION: Normalization = { mean: [0.4914, 0.4822, 0.4465], std: [0.247, 0.2435, 0.2616] };
+/** Fashion-MNIST training-set statistics of the 28 px images, replicated over the 3 channels. */
+export const FASHION_MNIST_NORMALIZATION: Normalization = { mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353] };
+export const MNIST_NORMALIZATION: Normalization = { mean: [0.1307, 0.1307, 0.1307], std: [0.3081, 0.3081, 0.3081] };
+/** ImageNet statistics, for LS-ImageNet-10 and ImageNet-100. */
+export const IMAGENET_NORMALIZATION: Normalization = { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
+
+/** The preset for a dataset name of loadDataset. */
+export function normalizationFor(dataset: string): Normalization {
+  const presets: Record<string, Normalization> = {
+    cifar10: CIFAR10_NORMALIZATION,
+    "fashion-mnist": FASHION_MNIST_NORMALIZATION,
+    mnist: MNIST_NORMALIZATION,
+    imagefolder: IMAGENET_NORMALIZATION,
+  };
+  const p = presets[dataset.split("/")[0]];
+  if (!p) throw new Error(`no normalisation preset for '${dataset}' (known: ${Object.keys(presets).join(", ")})`);
+  return p;
+}
+
+function channelTensor(values: number[], like: torch.Tensor): torch.Tensor {
+  return torch.tensor(values, { device: like.device }).reshape(1, values.length, 1, 1);
+}
+
+/** (x / 255 - mean) / std per channel: uint8 [N, C, H, W] (or float in 0..255) to float32. */
+export function normalize(x: torch.Tensor, norm: Normalization): torch.Tensor {
+  if (x.shape[1] !== norm.mean.length)
+    throw new Error(`normalize: ${x.shape[1]} channels but ${norm.mean.length} means in the preset`);
+  return torch.tidy(() => x.float().div(255).sub(channelTensor(norm.mean, x)).div(channelTensor(norm.std, x)));
+}
+
+/** Inverse of normalize, to float pixel values in [0, 1] (e.g. to save IRIs as uint8). */
+export function denormalize(x: torch.Tensor, norm: Normalization): torch.Tensor {
+  return torch.tidy(() => x.mul(channelTensor(norm.std, x)).add(channelTensor(norm.mean, x)));
+}
+
+/**
+ * The valid input range per channel in normalised space, [(0 - mean)/std, (1 - mean)/std]:
+ * what IRI generation clamps to (PROTOCOL.md). Tensors [1, C, 1, 1] on the given device.
+ */
+export function validRange(norm: Normalization, device = "cpu"): { min: torch.Tensor; max: torch.Tensor } {
+  const c = norm.mean.length;
+  const lo = norm.mean.map((m, i) => -m / norm.std[i]);
+  const hi = norm.mean.map((m, i) => (1 - m) / norm.std[i]);
+  return {
+    min: torch.tensor(lo, { device }).reshape(1, c, 1, 1),
+    max: torch.tensor(hi, { device }).reshape(1, c, 1, 1),
+  };
+}
+
+export interface CropFlipParams {
+  /** Zero padding on each side before cropping back to H x W. */
+  padding: number;
+  /** Per image, the top-left corner of the crop in the padded image: [dy0, dx0, dy1, dx1, ...], each in 0..2*padding. */
+  offsets: Int32Array;
+  /** Per image, 1 to flip horizontally (after the crop, as torchvision's usual order). */
+  flips: Uint8Array;
+}
+
+/** Crops each padded image at its offset and flips those marked: one gather over the batch. */
+export function cropFlip(x: torch.Tensor, p: CropFlipParams): torch.Tensor {
+  const [n, c, h, w] = x.shape;
+  if (p.offsets.length !== 2 * n || p.flips.length !== n)
+    throw new Error(`cropFlip: need ${2 * n} offsets and ${n} flips for a batch of ${n}`);
+  const rows = new BigInt64Array(n * h);
+  const cols = new BigInt64Array(n * w);
+  for (let i = 0; i < n; i++) {
+    const dy = p.offsets[2 * i];
+    const dx = p.offsets[2 * i + 1];
+    if (dy < 0 || dx < 0 || dy > 2 * p.padding || dx > 2 * p.padding)
+      throw new RangeError(`cropFlip: offset (${dy}, ${dx}) of image ${i} outside 0..${2 * p.padding}`);
+    for (let r = 0; r < h; r++) rows[i * h + r] = BigInt(dy + r);
+    const flip = p.flips[i] !== 0;
+    for (let q = 0; q < w; q++) cols[i * w + q] = BigInt(dx + (flip ? w - 1 - q : q));
+  }
+  return torch.tidy(() => {
+    const dev = { device: x.device };
+    const padded = p.padding > 0 ? x.pad([p.padding, p.padding, p.padding, p.padding]) : x;
+    const ni = torch.arange(0, n, 1, dev).reshape(n, 1, 1, 1);
+    const ci = torch.arange(0, c, 1, dev).reshape(1, c, 1, 1);
+    const ri = torch.tensor(rows, { shape: [n, 1, h, 1], ...dev });
+    const qi = torch.tensor(cols, { shape: [n, 1, 1, w], ...dev });
+    return padded.index([ni, ci, ri, qi]);
+  });
+}
+
+/** Draws crop offsets (uniform in 0..2*padding) and flips (probability 1/2) for n images. */
+export function drawCropFlip(n: number, rng: Rng, opts: { padding?: number; flip?: boolean } = {}): CropFlipParams {
+  const padding = opts.padding ?? 4;
+  const offsets = new Int32Array(2 * n);
+  const flips = new Uint8Array(n);
+  for (let i = 0; i < n; i++) {
+    offsets[2 * i] = rng.int(2 * padding + 1);
+    offsets[2 * i + 1] = rng.int(2 * padding + 1);
+    flips[i] = (opts.flip ?? true) && rng.random() < 0.5 ? 1 : 0;
+  }
+  return { padding, offsets, flips };
+}
+
+/** RandomCrop(H, padding) + RandomHorizontalFlip on a uint8 batch, with draws from rng. */
+export function randomCropFlip(
+  x: torch.Tensor,
+  rng: Rng,
+  opts: { padding?: number; flip?: boolean } = {},
+): torch.Tensor {
+  return cropFlip(x, drawCropFlip(x.shape[0], rng, opts));
+}
