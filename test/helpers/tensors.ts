@@ -1,19 +1,14 @@
 // Test helpers: seeded input generation (independent of libtorch's generator, so inputs do not
 // change when an operator under test draws random numbers) and tensor comparison.
 import assert from "node:assert/strict";
+import { Rng } from "../../data/rng.js";
 import { type TypedArray, typedArrayFrom } from "../../torch/dtype.js";
 import * as torch from "../../torch/index.js";
 
-/** A small deterministic PRNG (mulberry32): uniform numbers in [0, 1). */
+/** Uniform numbers in [0, 1) from the project's seeded generator (data/rng.ts). */
 export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const r = new Rng(seed);
+  return () => r.random();
 }
 
 /** A 32-bit FNV-1a hash of a string: a per-name seed, so adding a case does not change the others. */
