@@ -6,6 +6,7 @@ import { repoRoot } from "../torch/native.js";
 import { registerDataCommands } from "./data.js";
 import { doctor, formatDoctor } from "./doctor.js";
 import { registerLayersCommand } from "./layers.js";
+import { registerTrainCommand } from "./train.js";
 
 const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8"));
 const program = new Command("stitchlab")
@@ -23,6 +24,7 @@ program
   });
 
 registerLayersCommand(program);
+registerTrainCommand(program);
 registerDataCommands(program);
 
 program.parseAsync(process.argv).catch((e: Error) => {

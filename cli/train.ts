@@ -1,0 +1,85 @@
+// `stitchlab train`: trains a base model (clean, with a pixel shortcut, or adversarially).
+import type { Command } from "commander";
+import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
+import { TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
+import { progressSink } from "./progress.js";
+
+const num = (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new Error(`expected a number, got '${v}'`);
+  return n;
+};
+const int = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`expected a non-negative integer, got '${v}'`);
+  return n;
+};
+/** Accepts "8/255" as well as 0.0314. */
+const fraction = (v: string) => {
+  const m = v.match(/^\s*([\d.]+)\s*\/\s*([\d.]+)\s*$/);
+  return m ? Number(m[1]) / Number(m[2]) : num(v);
+};
+
+export function registerTrainCommand(program: Command): void {
+  const d = TRAIN_DEFAULTS;
+  program
+    .command("train")
+    .description("train a base model (defaults from PROTOCOL.md: SGD Nesterov, lr 0.1, wd 1e-4, crop+flip)")
+    .requiredOption("--model <name>", "zoo model (see `stitchlab layers`)")
+    .requiredOption("--dataset <name>", "fashion-mnist, mnist, cifar10 or imagefolder")
+    .requiredOption("--out <dir>", "run folder: model.safetensors + model.json, config.json, metrics.jsonl")
+    .option("--root <path>", "dataset location (Fashion-MNIST defaults to Debian's)")
+    .option("--limit <n>", "train on the first n images only", int)
+    .option("--test-limit <n>", "evaluate on the first n test images only", int)
+    .option("--shortcut <kind>", `pixel shortcut in the training images: ${SHORTCUT_KINDS.join(", ")}`)
+    .option("--adversarial", "Madry adversarial training (PGD, L-inf)")
+    .option("--eps <e>", "PGD radius in pixel units", fraction, 8 / 255)
+    .option("--pgd-step <s>", "PGD step in pixel units", fraction, 2 / 255)
+    .option("--pgd-steps <n>", "PGD iterations in training", int, 10)
+    .option("--adv-fraction <f>", "share of each batch made adversarial", num, 0.5)
+    .option("--robust-eval-steps <n>", "PGD iterations of the robust evaluation (0: none for clean models)", int)
+    .option("--seed <n>", "seed of initialisation, order and augmentation", int, d.seed)
+    .option("--epochs <n>", "epochs", int, d.epochs)
+    .option("--batch-size <n>", "batch size", int, d.batchSize)
+    .option("--lr <lr>", "learning rate", num, d.lr)
+    .option("--width <w>", "width multiplier (CNNs)", num)
+    .option("--device <d>", "cpu or cuda", d.device)
+    .action(async (o) => {
+      if (o.shortcut && !SHORTCUT_KINDS.includes(o.shortcut))
+        throw new Error(`--shortcut must be one of ${SHORTCUT_KINDS.join(", ")}, not '${o.shortcut}'`);
+      const cfg: TrainConfig = {
+        ...d,
+        model: o.model,
+        dataset: o.dataset,
+        root: o.root,
+        limit: o.limit,
+        testLimit: o.testLimit,
+        modelOptions: o.width !== undefined ? { width: o.width } : {},
+        shortcut: (o.shortcut as ShortcutKind) ?? null,
+        adversarial: o.adversarial ? { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction } : null,
+        robustEvalSteps: o.robustEvalSteps ?? (o.adversarial ? d.robustEvalSteps : 0),
+        seed: o.seed,
+        epochs: o.epochs,
+        batchSize: o.batchSize,
+        lr: o.lr,
+        device: o.device,
+      };
+      const sink = progressSink(
+        "train",
+        (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss} acc ${f.accuracy} ${f.imagesPerSecond} img/s`,
+      );
+      const result = await trainModel(cfg, o.out, (p) =>
+        sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
+          epoch: p.epoch,
+          epochs: p.epochs,
+          loss: Number(p.loss.toFixed(4)),
+          accuracy: Number(p.accuracy.toFixed(4)),
+          imagesPerSecond: Math.round(p.imagesPerSecond),
+          etaSeconds: Math.round(p.etaSeconds),
+          lr: p.lr,
+        }),
+      );
+      sink.stop();
+      console.log(JSON.stringify({ event: "done", ...result }));
+    });
+}

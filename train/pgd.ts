@@ -1,0 +1,75 @@
+// Madry et al.'s projected gradient descent under an L-inf budget, on normalised inputs: the
+// budget and step are given in pixel units ([0, 1] images) and scaled per channel by 1/std, and
+// every iterate is clamped to the valid pixel range. The attacked model runs in eval mode, so
+// generating attacks never updates batch-norm statistics.
+import { batches, type Dataset, type Normalization, validRange } from "../data/index.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import * as torch from "../torch/index.js";
+
+type Tensor = torch.Tensor;
+
+export interface PgdOptions {
+  /** L-inf radius in pixel units, e.g. 8/255. */
+  eps: number;
+  /** Step size in pixel units, e.g. 2/255. */
+  step: number;
+  steps: number;
+  /** Start from a uniform point in the ball (Madry) rather than from x. Default true. */
+  randomStart?: boolean;
+  normalization: Normalization;
+}
+
+/** Adversarial examples for (x, y) that raise the cross-entropy of `model`. x is normalised. */
+export function pgdAttack(model: StitchableModel, x: Tensor, y: Tensor, opts: PgdOptions): Tensor {
+  const wasTraining = model.training;
+  model.eval();
+  try {
+    return torch.tidy(() => {
+      const c = opts.normalization.std.length;
+      const perChannel = (v: number) =>
+        torch
+          .tensor(
+            opts.normalization.std.map((s) => v / s),
+            { device: x.device },
+          )
+          .reshape(1, c, 1, 1);
+      const eps = perChannel(opts.eps);
+      const step = perChannel(opts.step);
+      const { min, max } = validRange(opts.normalization, x.device);
+      const lo = x.sub(eps).maximum(min);
+      const hi = x.add(eps).minimum(max);
+      let adv = opts.randomStart === false ? x.detach() : x.add(torch.randLike(x).mul(2).sub(1).mul(eps)).clamp(lo, hi);
+      for (let i = 0; i < opts.steps; i++) {
+        const next = torch.tidy(() => {
+          const a = adv.detach().requiresGrad_(true);
+          const loss = torch.crossEntropy(model.forward(a), y);
+          const [g] = torch.grad(loss, a);
+          return torch.noGrad(() => a.add(g!.sign().mul(step)).clamp(lo, hi));
+        });
+        adv.dispose(); // keeps memory flat over many steps
+        adv = next;
+      }
+      return adv.detach();
+    });
+  } finally {
+    model.train(wasTraining);
+  }
+}
+
+/** Accuracy on PGD adversarial examples of every image of `ds`. */
+export function robustAccuracy(model: StitchableModel, ds: Dataset, opts: PgdOptions & { batchSize?: number }): number {
+  let correct = 0;
+  let n = 0;
+  for (const b of batches(ds, { batchSize: opts.batchSize ?? 256, normalization: opts.normalization })) {
+    torch.tidy(() => {
+      const adv = pgdAttack(model, b.x, b.y, opts);
+      const wasTraining = model.training;
+      model.eval();
+      correct += torch.noGrad(() => model.forward(adv).argmax(1).eq(b.y).sum().item());
+      model.train(wasTraining);
+      n += b.indices.length;
+    });
+    torch.dispose(b);
+  }
+  return correct / n;
+}
