@@ -4,6 +4,7 @@ type Benchmark = { main(args: string[]): void | Promise<void> };
 
 const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   engine: () => import("./engine.js"),
+  train: () => import("./train.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);

@@ -23,7 +23,7 @@ export interface CheckpointMeta {
   [key: string]: unknown;
 }
 
-export const sidecarPath = (path: string): string => path.replace(/\.safetensors$/, "") + ".json";
+export const sidecarPath = (path: string): string => `${path.replace(/\.safetensors$/, "")}.json`;
 
 /** Writes model weights to `path` (.safetensors) and `meta` beside it (.json). */
 export function saveCheckpoint(

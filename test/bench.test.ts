@@ -1,5 +1,6 @@
-// The engine benchmark stays runnable: a quick run (batch 8, one timed iteration) of every
-// workload on both sides. Real-scale timing is `npm run bench -- engine`, never a test.
+// The benchmarks stay runnable: a quick run of each on both sides (engine: batch 8, one timed
+// iteration of every workload; train: batch 16, two timed steps). Real-scale timing is
+// `npm run bench -- engine` and `npm run bench -- train`, never a test.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -30,8 +31,24 @@ test("npm run bench -- engine --quick runs all four workloads against PyTorch", 
   assert.equal(typeof out.libtorch, "string");
 });
 
+test("npm run bench -- train --quick trains ResNet-18 with the data pipeline against PyTorch", {
+  skip: skipUnlessPytorch(),
+}, () => {
+  const r = bench(["train", "--quick"]);
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(readFileSync(join(root, "bench", "results", "train-quick.json"), "utf8"));
+  assert.ok(out.ms > 0 && out.ms_pytorch > 0, "timed on both sides");
+  assert.ok(Math.abs(out.ratio - out.ms / out.ms_pytorch) < 1e-3, "ratio is ms / ms_pytorch");
+  assert.ok(Math.abs(out.images_per_second - (out.batch * 1000) / out.ms) < 0.1, "images/s from ms");
+  assert.ok(Math.abs(out.images_per_second_pytorch - (out.batch * 1000) / out.ms_pytorch) < 0.1);
+  assert.equal(out.batch, 16);
+  assert.equal(out.steps, 2);
+  assert.ok(out.threads >= 1);
+  assert.equal(typeof out.libtorch, "string");
+});
+
 test("an unknown benchmark name is one clear error listing the known ones", () => {
   const r = bench(["nope"]);
   assert.notEqual(r.status, 0);
-  assert.match(r.stderr, /unknown benchmark 'nope'; known benchmarks: engine/);
+  assert.match(r.stderr, /unknown benchmark 'nope'; known benchmarks: engine, train/);
 });

@@ -7,7 +7,6 @@ import { join } from "node:path";
 import {
   applyShortcut,
   batches,
-  type Dataset,
   disposeDataset,
   loadDataset,
   normalizationFor,

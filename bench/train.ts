@@ -1,0 +1,197 @@
+// The training benchmark: real training steps of the zoo's ResNet-18 (CIFAR stem, full width)
+// WITH the data pipeline, as train/trainer.ts runs them, timed here and, with the same protocol
+// and thread count, in Python PyTorch (bench/train_torch.py): torch.nn, torch.optim.SGD and the
+// augmentation done with torch ops. The ratio shows what stitchlab's whole training stack
+// (loader, transforms, nn modules, optimiser, the layer over libtorch) costs against plain
+// PyTorch, where the engine benchmark times the bare engine only.
+//
+//   npm run bench -- train [--quick]
+//
+// Each step draws its batch through data/loader.ts's batches() (shuffle, random crop with
+// padding 4 + horizontal flip, CIFAR-10 normalisation) from synthetic CIFAR-sized uint8 images
+// held in memory, then runs a train-mode forward, cross-entropy, backward, SGD (lr 0.1, momentum
+// 0.9, Nesterov, weight decay 1e-4) step and zeroGrad, reading the loss and the number correct
+// back as the trainer does. The batch draw is inside the timed step on both sides.
+//
+// 3 warm-up + 20 timed steps of batch 128, the two sides alternating step by step; --quick (or
+// STITCHLAB_BENCH_QUICK=1) runs batch 16, 1 warm-up + 2 timed steps, as a smoke test, and writes
+// bench/results/train-quick.json so that it never overwrites the real figures.
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Dataset } from "../data/dataset.js";
+import { type Batch, batches } from "../data/loader.js";
+import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
+import { createModel } from "../models/registry.js";
+import { SGD } from "../nn/optim.js";
+import * as torch from "../torch/index.js";
+import { PyTorchPeer } from "./pytorch_peer.js";
+import { median, type Protocol, timeOnce } from "./timing.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The training hyper-parameters of PROTOCOL.md (train/trainer.ts's TRAIN_DEFAULTS). */
+export const HYPER = { lr: 0.1, momentum: 0.9, nesterov: true, weightDecay: 1e-4 } as const;
+
+interface Options {
+  quick: boolean;
+  batch: number;
+  protocol: Protocol;
+}
+
+function parseOptions(args: string[]): Options {
+  let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
+  for (const a of args) {
+    if (a === "--quick") quick = true;
+    else throw new Error(`train: unknown option '${a}'; options: --quick`);
+  }
+  return quick
+    ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 } }
+    : { quick, batch: 128, protocol: { warmup: 3, iters: 20 } };
+}
+
+/** The model, optimiser and in-memory data, and one training step that draws its own batch. */
+function buildTrainer(batch: number, steps: number): { step(): void; dispose(): void } {
+  torch.manualSeed(0);
+  // Exactly one epoch's worth of full batches, so every step has a batch of the same size.
+  const n = batch * steps;
+  const data: Dataset = {
+    images: torch.randint(0, 256, [n, 3, 32, 32], { dtype: "uint8" }),
+    labels: torch.randint(0, 10, [n]),
+    classes: Array.from({ length: 10 }, (_, i) => `class${i}`),
+    name: "synthetic-cifar",
+  };
+  const model = createModel("resnet18");
+  model.train();
+  const opt = new SGD(model.parameters(), { ...HYPER });
+  let epoch = 0;
+  const epochBatches = (): Iterator<Batch> =>
+    batches(data, {
+      batchSize: batch,
+      shuffle: true,
+      seed: 0,
+      epoch: epoch++,
+      augment: { padding: 4, flip: true },
+      normalization: CIFAR10_NORMALIZATION,
+    });
+  let it = epochBatches();
+  const next = (): Batch => {
+    let r = it.next();
+    if (r.done) {
+      it = epochBatches();
+      r = it.next();
+    }
+    return r.value as Batch;
+  };
+
+  const step = () => {
+    const b = next();
+    // As train/trainer.ts's inner loop (without its adversarial branch and progress report).
+    torch.tidy(() => {
+      const logits = model.forward(b.x);
+      const loss = torch.crossEntropy(logits, b.y);
+      const value = loss.item();
+      if (!Number.isFinite(value)) throw new Error(`train: loss is ${value}`);
+      loss.backward();
+      opt.step();
+      opt.zeroGrad();
+      torch.noGrad(() => logits.argmax(1).eq(b.y).sum().item());
+    });
+    torch.dispose(b);
+  };
+  return {
+    step,
+    dispose: () => {
+      it.return?.();
+      opt.dispose();
+      model.dispose();
+      torch.dispose([data.images, data.labels]);
+    },
+  };
+}
+
+export interface TrainResult {
+  ms: number;
+  ms_pytorch: number;
+  ratio: number;
+  images_per_second: number;
+  images_per_second_pytorch: number;
+  threads: number;
+  libtorch: string;
+  steps: number;
+  batch: number;
+}
+
+function printTable(r: TrainResult, pytorch: string): void {
+  const cols = ["", "ms/step", "images/s"];
+  const rows = [
+    ["stitchlab", r.ms.toFixed(1), r.images_per_second.toFixed(1)],
+    ["PyTorch", r.ms_pytorch.toFixed(1), r.images_per_second_pytorch.toFixed(1)],
+    ["ratio", r.ratio.toFixed(3), ""],
+  ];
+  const width = cols.map((c, i) => Math.max(c.length, ...rows.map((row) => row[i].length)));
+  const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
+  const policy = process.env.OMP_WAIT_POLICY || "default";
+  console.log(
+    `\nResNet-18 training with the data pipeline, batch ${r.batch}, median of ${r.steps} steps; ` +
+      `libtorch ${r.libtorch} (PyTorch ${pytorch}), ${r.threads} threads, OMP_WAIT_POLICY ${policy}`,
+  );
+  console.log(line(cols));
+  for (const row of rows) console.log(line(row));
+}
+
+export async function main(args: string[]): Promise<void> {
+  const o = parseOptions(args);
+  const { warmup, iters } = o.protocol;
+  const threads = torch.getNumThreads();
+  const libtorch = torch.buildInfo().torch;
+  console.error(`train: batch ${o.batch}, ${warmup} warm-up + ${iters} timed steps, ${threads} threads`);
+
+  const trainer = buildTrainer(o.batch, warmup + iters);
+  const { peer, hello } = await PyTorchPeer.start(join(here, "train_torch.py"), [
+    `--batch=${o.batch}`,
+    `--steps=${warmup + iters}`,
+    `--threads=${threads}`,
+  ]);
+  const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
+  const ours: number[] = [];
+  const theirs: number[] = [];
+  try {
+    if (pyThreads !== threads) throw new Error(`train: PyTorch runs ${pyThreads} threads, not ${threads}`);
+    // Alternate the two sides step by step, as the engine benchmark does: a change of load on
+    // a shared machine then falls on both columns alike.
+    for (let i = 0; i < warmup + iters; i++) {
+      const ms = timeOnce(trainer.step);
+      const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
+      if (i >= warmup) {
+        ours.push(ms);
+        theirs.push(py);
+      }
+    }
+  } finally {
+    await peer.close();
+    trainer.dispose();
+  }
+  const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(" ");
+  console.error(`train: ${list(ours)} ms here; ${list(theirs)} ms in PyTorch`);
+
+  const round = (v: number, digits: number) => Number(v.toFixed(digits));
+  const ms = median(ours);
+  const msPy = median(theirs);
+  const result: TrainResult = {
+    ms: round(ms, 2),
+    ms_pytorch: round(msPy, 2),
+    ratio: round(ms / msPy, 4),
+    images_per_second: round((o.batch * 1000) / ms, 2),
+    images_per_second_pytorch: round((o.batch * 1000) / msPy, 2),
+    threads,
+    libtorch,
+    steps: iters,
+    batch: o.batch,
+  };
+  printTable(result, pytorch);
+  const path = join(here, "results", o.quick ? "train-quick.json" : "train.json");
+  mkdirSync(dirname(path), { recursive: true });
+  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
+  console.error(`train: wrote ${path}`);
+}
