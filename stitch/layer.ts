@@ -1,0 +1,114 @@
+// The stitching layer T (PROTOCOL.md, "Stitching layer T"): between CNN points a 1x1
+// convolution with bias from A's channels to B's, after a bilinear resize of A's map when the
+// spatial sizes differ; between ViT points a linear map over the embedding dimension, applied
+// to every token. Its weight is [out, in] either way (a 1x1 conv weight viewed as a matrix).
+
+import type { StitchPoint } from "../models/stitchable.js";
+import { Module } from "../nn/module.js";
+import * as torch from "../torch/index.js";
+
+type Tensor = torch.Tensor;
+
+export type StitchInit = "lstsq" | "random" | "identity";
+
+/** Why two points cannot be stitched, or null when they can. */
+export function stitchMismatch(a: StitchPoint, b: StitchPoint): string | null {
+  if (a.kind !== b.kind) return `a ${a.kind} point (${a.name}) cannot be stitched to a ${b.kind} point (${b.name})`;
+  if (a.kind === "vit" && a.height !== b.height)
+    return `ViT points with different token counts (${a.name}: ${a.height}, ${b.name}: ${b.height}) cannot be stitched token by token`;
+  return null;
+}
+
+export class StitchingLayer extends Module {
+  constructor(
+    readonly source: StitchPoint,
+    readonly target: StitchPoint,
+  ) {
+    super();
+    const why = stitchMismatch(source, target);
+    if (why) throw new Error(`stitching layer: ${why}`);
+    // PyTorch's default initialisation of a Linear / 1x1 Conv2d; lstsq or identity replace it.
+    const bound = 1 / Math.sqrt(source.channels);
+    this.param(
+      "weight",
+      torch
+        .rand([target.channels, source.channels])
+        .mul_(2 * bound)
+        .sub_(bound),
+    );
+    this.param(
+      "bias",
+      torch
+        .rand([target.channels])
+        .mul_(2 * bound)
+        .sub_(bound),
+    );
+  }
+
+  get weight(): Tensor {
+    return this.tensor("weight");
+  }
+  get bias(): Tensor {
+    return this.tensor("bias");
+  }
+
+  /** A's features at `source` as B expects them at `target`, before the linear map (resized if needed). */
+  align(h: Tensor): Tensor {
+    if (
+      this.source.kind === "cnn" &&
+      (this.source.height !== this.target.height || this.source.width !== this.target.width)
+    )
+      return torch.interpolateBilinear(h, [this.target.height, this.target.width]);
+    return h;
+  }
+
+  forward(h: Tensor): Tensor {
+    return torch.tidy(() => {
+      const x = this.align(h);
+      if (this.source.kind === "vit") return torch.linear(x, this.weight, this.bias);
+      const w = this.weight.reshape(this.target.channels, this.source.channels, 1, 1);
+      return torch.conv2d(x, w, this.bias);
+    });
+  }
+
+  /** Sets T to the identity map (same channel counts only) with zero bias. */
+  setIdentity(): void {
+    if (this.source.channels !== this.target.channels)
+      throw new Error(
+        `identity initialisation needs equal widths (${this.source.channels} vs ${this.target.channels})`,
+      );
+    torch.noGrad(() => {
+      torch.tidy(() => this.weight.copy_(torch.eye(this.source.channels)));
+      this.bias.zero_();
+    });
+  }
+}
+
+/** Features [N, C, H, W] or [N, T, D] as samples [N*H*W or N*T, C]: every position or token is one sample. */
+export function asSamples(h: Tensor, kind: "cnn" | "vit"): Tensor {
+  return kind === "cnn" ? h.permute(0, 2, 3, 1).reshape(-1, h.shape[1]) : h.reshape(-1, h.shape[2]);
+}
+
+/**
+ * Least-squares initialisation with bias (PROTOCOL: from K real training images, every position
+ * or token a sample, target B's own features): solves [X 1] W = Y with torch.linalg.lstsq in
+ * float64 (a QR-based solver, stabler than the normal equations), and sets weight = W[:in]^T,
+ * bias = W[in]. xs are A's features at `source`, ys B's at `target`, for the same images.
+ */
+export function leastSquaresInit(layer: StitchingLayer, xs: Tensor, ys: Tensor): { residual: number } {
+  return torch.noGrad(() =>
+    torch.tidy(() => {
+      const X = asSamples(layer.align(xs), layer.source.kind).double();
+      const Y = asSamples(ys, layer.target.kind).double();
+      if (X.shape[0] !== Y.shape[0])
+        throw new Error(`least squares: ${X.shape[0]} samples of A but ${Y.shape[0]} of B (same images needed)`);
+      const X1 = torch.cat([X, torch.ones([X.shape[0], 1], { dtype: "float64" })], 1);
+      const W = torch.lstsq(X1, Y);
+      const c = layer.source.channels;
+      layer.weight.copy_(W.narrow(0, 0, c).t().float());
+      layer.bias.copy_(W.select(0, c).float());
+      const residual = X1.matmul(W).sub(Y).norm().item() / Y.norm().item();
+      return { residual };
+    }),
+  );
+}

@@ -1,0 +1,110 @@
+// The stitching layer and its least-squares initialisation (stitch/).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { createModel } from "../models/registry.js";
+import { leastSquaresInit, StitchingLayer } from "../stitch/layer.js";
+import { StitchedModel } from "../stitch/stitched.js";
+import * as torch from "../torch/index.js";
+import { runReference, skipUnlessPytorch } from "./helpers/pytorch.js";
+
+test("the least-squares initialisation equals torch.linalg.lstsq on the same features", {
+  skip: skipUnlessPytorch(),
+}, () => {
+  torch.manualSeed(0);
+  const xs = torch.randn([6, 5, 4, 4]);
+  const ys = torch.tidy(() => torch.randn([6, 3, 4, 4]).add(torch.conv2d(xs, torch.randn([3, 5, 1, 1]))));
+  const layer = new StitchingLayer(
+    { name: "a", channels: 5, height: 4, width: 4, kind: "cnn" },
+    { name: "b", channels: 3, height: 4, width: 4, kind: "cnn" },
+  );
+  leastSquaresInit(layer, xs, ys);
+  const ref = runReference(
+    [
+      {
+        name: "lstsq",
+        expr:
+          "(lambda X, Y: torch.linalg.lstsq(torch.cat([X, torch.ones(X.shape[0], 1, dtype=X.dtype)], 1), Y).solution)(" +
+          "x.permute(0, 2, 3, 1).reshape(-1, 5).double(), y.permute(0, 2, 3, 1).reshape(-1, 3).double())",
+        inputs: ["x", "y"],
+      },
+    ],
+    { "lstsq/x": xs, "lstsq/y": ys },
+  );
+  assert.deepEqual(ref.errors, {});
+  const W = ref.outputs.lstsq; // [6, 3]: weight rows then the bias row
+  const wantWeight = W.narrow(0, 0, 5).t().float();
+  const wantBias = W.select(0, 5).float();
+  assert.ok(layer.weight.sub(wantWeight).abs().max().item() < 1e-5, "weight");
+  assert.ok(layer.bias.sub(wantBias).abs().max().item() < 1e-5, "bias");
+  layer.dispose();
+});
+
+for (const [name, opts, point, size] of [
+  ["resnet18", { width: 0.125 }, "layer2.0", 32],
+  ["vit_tiny_patch4_32", { embedDim: 24, depth: 4 }, "blocks.1", 32],
+] as const) {
+  test(`${name}: stitched with itself at ${point}, least squares recovers the identity and the stitched model equals B`, () => {
+    torch.manualSeed(3);
+    const m = createModel(name, opts).eval();
+    const s = new StitchedModel(m, m, point);
+    torch.tidy(() => {
+      const { residual } = s.init("lstsq", torch.randn([8, 3, size, size]));
+      assert.ok(residual! < 1e-4, `least-squares residual ${residual}`);
+      const c = s.layer.source.channels;
+      assert.ok(s.layer.weight.sub(torch.eye(c)).abs().max().item() < 1e-3, "weight = I");
+      assert.ok(s.layer.bias.abs().max().item() < 1e-3, "bias = 0");
+      const x = torch.randn([4, 3, size, size]);
+      const want = torch.noGrad(() => m.forward(x));
+      const got = torch.noGrad(() => s.forward(x));
+      assert.ok(got.sub(want).abs().max().item() < 1e-3 * (1 + want.abs().max().item()), "stitched = B");
+    });
+    s.layer.dispose();
+    m.dispose();
+  });
+}
+
+test("identity initialisation makes the self-stitched model equal B exactly", () => {
+  const m = createModel("resnet18", { width: 0.125 }).eval();
+  const s = new StitchedModel(m, m, "stem");
+  s.init("identity");
+  torch.tidy(() => {
+    const x = torch.randn([2, 3, 32, 32]);
+    assert.ok(torch.noGrad(() => s.forward(x).sub(m.forward(x)).abs().max().item()) < 1e-5);
+  });
+  m.dispose();
+});
+
+test("points of different spatial size are resized bilinearly; gradients reach T only", () => {
+  const a = createModel("resnet18", { width: 0.125 }).eval(); // not frozen: the front pass itself records no graph
+  const b = createModel("resnet18", { width: 0.25 }).eval().requiresGrad_(false);
+  const s = new StitchedModel(a, b, "layer2.0", "layer1.1"); // 16 channels at 16x16 -> 16 channels at 32x32
+  torch.tidy(() => {
+    const logits = s.forward(torch.randn([2, 3, 32, 32]));
+    assert.deepEqual(logits.shape, [2, 10]);
+    logits.sum().backward();
+    assert.ok(s.layer.weight.grad !== null, "T gets a gradient");
+    assert.ok(
+      a.parameters().every((p) => p.grad === null),
+      "no gradient reaches the front",
+    );
+  });
+  a.dispose();
+  b.dispose();
+});
+
+test("bad pairs and points are clear errors", () => {
+  const cnn = createModel("resnet18", { width: 0.125 });
+  const vit = createModel("vit_tiny_patch4_32", { embedDim: 24, depth: 2 });
+  const vit64 = createModel("vit_tiny_patch4_32", { embedDim: 24, depth: 2, imageSize: 64 });
+  assert.throws(
+    () => new StitchedModel(cnn, cnn, "layer9"),
+    /front model resnet18 has no stitch point 'layer9'; its points: stem/,
+  );
+  assert.throws(
+    () => new StitchedModel(cnn, vit, "stem", "blocks.0"),
+    /a cnn point \(stem\) cannot be stitched to a vit point/,
+  );
+  assert.throws(() => new StitchedModel(vit, vit64, "blocks.0"), /different token counts/);
+  assert.throws(() => new StitchedModel(cnn, cnn, "stem", "layer2.0").init("identity"), /equal widths/);
+  for (const m of [cnn, vit, vit64]) m.dispose();
+});
