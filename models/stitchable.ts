@@ -76,9 +76,27 @@ export abstract class StitchableModel extends Module {
 
   /** Features at several stitch points and the logits, from one pass. */
   forwardFeatures(x: Tensor, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
+    return this.collect(x, 0, points);
+  }
+
+  /**
+   * From features h at stitch point `from`, the features at later points and the logits: what
+   * FuLA compares along B's remaining layers. A point equal to `from` is given h itself.
+   */
+  forwardFeaturesFrom(h: Tensor, from: string, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
+    const i = this.pointIndex(from);
+    const later = points.filter((p) => p !== from);
+    for (const p of later)
+      if (this.pointIndex(p) <= i) throw new Error(`${this.arch}: point '${p}' does not come after '${from}'`);
+    const out = this.collect(h, i + 1, later);
+    if (points.includes(from)) out.features[from] = h;
+    return out;
+  }
+
+  private collect(x: Tensor, from: number, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
     for (const p of points) this.pointIndex(p);
     const keep = new Map<string, Tensor>(points.map((p) => [p, x]));
-    const last = this.runStages(x, 0, this.stageList.length, keep);
+    const last = this.runStages(x, from, this.stageList.length, keep);
     const logits = torch.tidy(() => this.head(last));
     if (![...keep.values()].includes(last)) last.dispose();
     return { features: Object.fromEntries(keep), logits };

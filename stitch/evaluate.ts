@@ -1,0 +1,31 @@
+// Scores of a stitched model against B on a test set (PROTOCOL.md, "Scores"), streamed batch by
+// batch. Both frozen networks run in eval mode here, whatever mode T was trained in.
+import { batches, type Dataset, type Normalization } from "../data/index.js";
+import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
+import * as torch from "../torch/index.js";
+import type { StitchedModel } from "./stitched.js";
+
+export function evaluateStitch(
+  s: StitchedModel,
+  test: Dataset,
+  opts: { normalization: Normalization; batchSize?: number },
+): AgreementResult {
+  const modes = [s.front.training, s.back.training];
+  s.front.eval();
+  s.back.eval();
+  const meter = new AgreementMeter();
+  try {
+    for (const b of batches(test, { batchSize: opts.batchSize ?? 256, normalization: opts.normalization })) {
+      torch.tidy(() =>
+        torch.noGrad(() => {
+          meter.update(s.forward(b.x), s.back.forward(b.x), b.y);
+        }),
+      );
+      torch.dispose(b);
+    }
+  } finally {
+    s.front.train(modes[0]);
+    s.back.train(modes[1]);
+  }
+  return meter.result();
+}

@@ -1,0 +1,70 @@
+// The objectives T is trained with (PROTOCOL.md, "Objectives"). Each compares the stitched model
+// with B on the same input x (a real image in standard mode, an IRI in invariance-aware mode;
+// which one is the caller's choice of data, so the mode rule lives in the data, not here):
+//   HLM  cross-entropy of the stitched logits with the ground-truth labels;
+//   SLM  cross-entropy between the stitched softmax and B's softmax on x (soft labels);
+//   DM   relative Frobenius distance between T(A_{<=i}(x)) and B_{<=i}(x);
+//   FuLA the mean, over the stitch point and every later stitch point of B (up to the head
+//        input), of the relative Frobenius distance between the stitched model's features
+//        and B's own.
+// Weighted sums of them are an option: { hlm: 1, fula: 0.5 }.
+import * as torch from "../torch/index.js";
+import type { StitchedModel } from "./stitched.js";
+
+type Tensor = torch.Tensor;
+
+export const OBJECTIVES = ["hlm", "slm", "dm", "fula"] as const;
+export type Objective = (typeof OBJECTIVES)[number];
+export type ObjectiveWeights = Partial<Record<Objective, number>>;
+
+/** ||a - b||_F / ||b||_F over the whole batch (PROTOCOL: Frobenius norms over the batch). */
+export function relativeDistance(a: Tensor, b: Tensor): Tensor {
+  return a.sub(b).norm().div(b.norm().add(1e-12));
+}
+
+/** Parses "fula", "hlm+slm" or "hlm:1,fula:0.5" into weights. */
+export function parseObjective(spec: string): ObjectiveWeights {
+  const w: ObjectiveWeights = {};
+  for (const part of spec.split(/[+,]/)) {
+    const [name, weight] = part.trim().split(":");
+    if (!(OBJECTIVES as readonly string[]).includes(name))
+      throw new Error(`unknown objective '${name}'; objectives: ${OBJECTIVES.join(", ")} (weighted: hlm:1,fula:0.5)`);
+    const v = weight === undefined ? 1 : Number(weight);
+    if (!Number.isFinite(v) || v < 0) throw new Error(`objective weight '${weight}' is not a non-negative number`);
+    w[name as Objective] = v;
+  }
+  return w;
+}
+
+/** B's points from the stitch point to its last point: the features FuLA aligns. */
+export function fulaPoints(s: StitchedModel): string[] {
+  const names = s.back.stitchPoints.map((p) => p.name);
+  return names.slice(names.indexOf(s.backPoint));
+}
+
+/**
+ * The training loss of T on a batch: x is what both the stitched model and B see, labels are
+ * HLM's targets. B runs without gradients; the gradient reaches T only.
+ */
+export function stitchLoss(s: StitchedModel, x: Tensor, labels: Tensor, weights: ObjectiveWeights): Tensor {
+  return torch.tidy(() => {
+    const needFeatures = (weights.dm ?? 0) > 0 || (weights.fula ?? 0) > 0;
+    const points = (weights.fula ?? 0) > 0 ? fulaPoints(s) : [s.backPoint];
+    const target = torch.noGrad(() => s.back.forwardFeatures(x, needFeatures ? points : []));
+    const h = s.layer.forward(s.frontFeatures(x));
+    const mine = s.back.forwardFeaturesFrom(h, s.backPoint, needFeatures ? points : []);
+    const terms: Tensor[] = [];
+    const add = (w: number | undefined, f: () => Tensor) => {
+      if (w) terms.push(f().mul(w));
+    };
+    add(weights.hlm, () => torch.crossEntropy(mine.logits, labels));
+    add(weights.slm, () => torch.crossEntropy(mine.logits, target.logits.softmax(1)));
+    add(weights.dm, () => relativeDistance(h, target.features[s.backPoint]));
+    add(weights.fula, () => {
+      const ds = points.map((p) => relativeDistance(mine.features[p], target.features[p]));
+      return torch.stack(ds).mean();
+    });
+    if (terms.length === 0) throw new Error("stitchLoss: no objective has a positive weight");
+    return terms.length === 1 ? terms[0] : torch.stack(terms).sum();
+  });
+}
