@@ -19,14 +19,12 @@ import type { StitchedModel } from "./stitched.js";
  */
 export type BnMode = "batch" | "eval";
 
+/** Freezes the model's weights and sets its batch norm as `mode` says (both modes are reversible: "eval" restores statistics updates for later training). */
 export function setFrozenBnMode(model: StitchableModel, mode: BnMode): void {
   model.requiresGrad_(false);
-  if (mode === "eval") {
-    model.eval();
-    return;
-  }
-  model.train();
-  for (const [, m] of model.namedModules()) if (m instanceof BatchNorm2d) m.updateStats = false;
+  for (const [, m] of model.namedModules()) if (m instanceof BatchNorm2d) m.updateStats = mode === "eval";
+  if (mode === "eval") model.eval();
+  else model.train();
 }
 
 export interface StitchTrainOptions {
