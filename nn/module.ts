@@ -5,6 +5,20 @@ import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
 
+/**
+ * Runs fn with the modules in eval mode, then gives each back the mode it had (also when fn
+ * throws). The same module may appear twice (a model stitched with itself).
+ */
+export function inEvalMode<T>(modules: Module[], fn: () => T): T {
+  const modes = modules.map((m) => m.training);
+  for (const m of modules) m.eval();
+  try {
+    return fn();
+  } finally {
+    for (const [i, m] of modules.entries()) m.train(modes[i]);
+  }
+}
+
 export abstract class Module {
   training = true;
   readonly #params = new Map<string, Tensor>();

@@ -2,6 +2,7 @@
 // batch. Both frozen networks run in eval mode here, whatever mode T was trained in.
 import { batches, type Dataset, type Normalization } from "../data/index.js";
 import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
+import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import type { StitchedModel } from "./stitched.js";
 
@@ -10,11 +11,8 @@ export function evaluateStitch(
   test: Dataset,
   opts: { normalization: Normalization; batchSize?: number },
 ): AgreementResult {
-  const modes = [s.front.training, s.back.training];
-  s.front.eval();
-  s.back.eval();
   const meter = new AgreementMeter();
-  try {
+  inEvalMode([s.front, s.back], () => {
     for (const b of batches(test, { batchSize: opts.batchSize ?? 256, normalization: opts.normalization })) {
       torch.tidy(() =>
         torch.noGrad(() => {
@@ -23,9 +21,6 @@ export function evaluateStitch(
       );
       torch.dispose(b);
     }
-  } finally {
-    s.front.train(modes[0]);
-    s.back.train(modes[1]);
-  }
+  });
   return meter.result();
 }

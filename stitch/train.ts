@@ -2,9 +2,10 @@
 // batch 128, lr x0.1 at 1/3 and 2/3 of training; T initialised by least squares on real images.
 // Standard mode trains on real images, invariance-aware mode on an IRI set: the same loop, fed
 // different data (x' with the labels of x), which is exactly the mode rule of the paper.
-import { batches, type Dataset, datasetSize, type Normalization, subset } from "../data/index.js";
+import { batches, type Dataset, datasetSize, disposeDataset, type Normalization, subset } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
+import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
 import { MultiStepLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
@@ -72,16 +73,13 @@ export function trainStitch(
       Array.from({ length: k }, (_, i) => i),
     );
     // Initialisation features are B's own, so batch norm there uses running statistics.
-    const modes = [s.front.training, s.back.training];
-    s.front.eval();
-    s.back.eval();
-    for (const b of batches(part, { batchSize: k, normalization: opts.normalization })) {
-      initResidual = s.init("lstsq", b.x).residual ?? null;
-      torch.dispose(b);
-    }
-    s.front.train(modes[0]);
-    s.back.train(modes[1]);
-    torch.dispose([part.images, part.labels]);
+    inEvalMode([s.front, s.back], () => {
+      for (const b of batches(part, { batchSize: k, normalization: opts.normalization })) {
+        initResidual = s.init("lstsq", b.x).residual ?? null;
+        torch.dispose(b);
+      }
+    });
+    disposeDataset(part);
   } else {
     s.init(init);
   }

@@ -1,6 +1,7 @@
 // Evaluation: accuracy and mean loss of a model on a dataset, in eval mode without gradients.
 import { batches, type Dataset, type Normalization } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
+import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 
 export interface EvalOptions {
@@ -17,12 +18,10 @@ export interface EvalResult {
 
 /** Clean accuracy (share of correct top-1 predictions) and mean cross-entropy. */
 export function evaluate(model: StitchableModel, ds: Dataset, opts: EvalOptions): EvalResult {
-  const wasTraining = model.training;
-  model.eval();
   let correct = 0;
   let lossSum = 0;
   let n = 0;
-  try {
+  inEvalMode([model], () => {
     for (const b of batches(ds, {
       batchSize: opts.batchSize ?? 256,
       normalization: opts.normalization,
@@ -38,8 +37,6 @@ export function evaluate(model: StitchableModel, ds: Dataset, opts: EvalOptions)
       );
       torch.dispose(b);
     }
-  } finally {
-    model.train(wasTraining);
-  }
+  });
   return { accuracy: correct / n, loss: lossSum / n, n };
 }

@@ -4,6 +4,7 @@
 // generating attacks never updates batch-norm statistics.
 import { batches, type Dataset, type Normalization, validRange } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
+import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
@@ -21,10 +22,8 @@ export interface PgdOptions {
 
 /** Adversarial examples for (x, y) that raise the cross-entropy of `model`. x is normalised. */
 export function pgdAttack(model: StitchableModel, x: Tensor, y: Tensor, opts: PgdOptions): Tensor {
-  const wasTraining = model.training;
-  model.eval();
-  try {
-    return torch.tidy(() => {
+  return inEvalMode([model], () =>
+    torch.tidy(() => {
       const c = opts.normalization.std.length;
       const perChannel = (v: number) =>
         torch
@@ -50,26 +49,23 @@ export function pgdAttack(model: StitchableModel, x: Tensor, y: Tensor, opts: Pg
         adv = next;
       }
       return adv.detach();
-    });
-  } finally {
-    model.train(wasTraining);
-  }
+    }),
+  );
 }
 
 /** Accuracy on PGD adversarial examples of every image of `ds`. */
 export function robustAccuracy(model: StitchableModel, ds: Dataset, opts: PgdOptions & { batchSize?: number }): number {
   let correct = 0;
   let n = 0;
-  for (const b of batches(ds, { batchSize: opts.batchSize ?? 256, normalization: opts.normalization })) {
-    torch.tidy(() => {
-      const adv = pgdAttack(model, b.x, b.y, opts);
-      const wasTraining = model.training;
-      model.eval();
-      correct += torch.noGrad(() => model.forward(adv).argmax(1).eq(b.y).sum().item());
-      model.train(wasTraining);
-      n += b.indices.length;
-    });
-    torch.dispose(b);
-  }
+  inEvalMode([model], () => {
+    for (const b of batches(ds, { batchSize: opts.batchSize ?? 256, normalization: opts.normalization })) {
+      torch.tidy(() => {
+        const adv = pgdAttack(model, b.x, b.y, opts);
+        correct += torch.noGrad(() => model.forward(adv).argmax(1).eq(b.y).sum().item());
+        n += b.indices.length;
+      });
+      torch.dispose(b);
+    }
+  });
   return correct / n;
 }

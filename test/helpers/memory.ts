@@ -4,10 +4,8 @@
 import * as torch from "../../torch/index.js";
 
 export function settledMemory(): { liveHandles: number; accountedBytes: number } {
-  const gc = (globalThis as { gc?: () => void }).gc;
-  // Twice: V8 runs the finalisers of one collection's dead handles (second-pass weak callbacks)
-  // at the latest during the next one.
-  gc?.();
-  gc?.();
+  // Best effort: a forced collection frees most dead handles, but V8 may still run some
+  // finalisers later, so tests built on this compare with a tolerance or check tensors directly.
+  (globalThis as { gc?: () => void }).gc?.();
   return torch.memory();
 }
