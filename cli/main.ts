@@ -5,7 +5,9 @@ import { Command } from "commander";
 import { repoRoot } from "../torch/native.js";
 import { registerDataCommands } from "./data.js";
 import { doctor, formatDoctor } from "./doctor.js";
+import { registerIrisCommand } from "./iris.js";
 import { registerLayersCommand } from "./layers.js";
+import { registerStitchCommand } from "./stitch.js";
 import { registerTrainCommand } from "./train.js";
 
 const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8"));
@@ -26,6 +28,8 @@ program
 registerLayersCommand(program);
 registerTrainCommand(program);
 registerDataCommands(program);
+registerIrisCommand(program);
+registerStitchCommand(program);
 
 program.parseAsync(process.argv).catch((e: Error) => {
   console.error(`stitchlab: ${e.message}`);

@@ -1,24 +1,9 @@
 // `stitchlab train`: trains a base model (clean, with a pixel shortcut, or adversarially).
 import type { Command } from "commander";
-import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
+import { SHORTCUT_KINDS } from "../data/index.js";
 import { TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
+import { fraction, int, num, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
-
-const num = (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new Error(`expected a number, got '${v}'`);
-  return n;
-};
-const int = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`expected a non-negative integer, got '${v}'`);
-  return n;
-};
-/** Accepts "8/255" as well as 0.0314. */
-const fraction = (v: string) => {
-  const m = v.match(/^\s*([\d.]+)\s*\/\s*([\d.]+)\s*$/);
-  return m ? Number(m[1]) / Number(m[2]) : num(v);
-};
 
 export function registerTrainCommand(program: Command): void {
   const d = TRAIN_DEFAULTS;
@@ -45,8 +30,6 @@ export function registerTrainCommand(program: Command): void {
     .option("--width <w>", "width multiplier (CNNs)", num)
     .option("--device <d>", "cpu or cuda", d.device)
     .action(async (o) => {
-      if (o.shortcut && !SHORTCUT_KINDS.includes(o.shortcut))
-        throw new Error(`--shortcut must be one of ${SHORTCUT_KINDS.join(", ")}, not '${o.shortcut}'`);
       const cfg: TrainConfig = {
         ...d,
         model: o.model,
@@ -55,7 +38,7 @@ export function registerTrainCommand(program: Command): void {
         limit: o.limit,
         testLimit: o.testLimit,
         modelOptions: o.width !== undefined ? { width: o.width } : {},
-        shortcut: (o.shortcut as ShortcutKind) ?? null,
+        shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
         adversarial: o.adversarial ? { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction } : null,
         robustEvalSteps: o.robustEvalSteps ?? (o.adversarial ? d.robustEvalSteps : 0),
         seed: o.seed,

@@ -1,6 +1,7 @@
 // Checkpoints: the state dict as safetensors with PyTorch parameter names, and a JSON sidecar
 // that says how to rebuild the model and where it came from. Both written atomically; the
 // sidecar last, so a checkpoint with a sidecar is complete.
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createModel, type ModelOptions } from "../models/registry.js";
@@ -78,4 +79,22 @@ export function loadCheckpoint(
     torch.dispose(sd);
   }
   return { model, meta };
+}
+
+/**
+ * A SHA-256 over a model's architecture and state dict (names, dtypes, shapes, bytes): what an
+ * IRI set records to prove which front model made it, whatever file the model came from.
+ */
+export function modelFingerprint(model: StitchableModel): string {
+  const h = createHash("sha256");
+  h.update(`${model.arch}\n`);
+  for (const [name, t] of Object.entries(model.stateDict())) {
+    h.update(`${name}:${t.dtype}:[${t.shape}]\n`);
+    const bytes = torch.tidy(() => {
+      const a = t.detach().cpu().contiguous().toTypedArray();
+      return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    });
+    h.update(bytes);
+  }
+  return h.digest("hex");
 }

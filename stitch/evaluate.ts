@@ -9,11 +9,15 @@ import type { StitchedModel } from "./stitched.js";
 export function evaluateStitch(
   s: StitchedModel,
   test: Dataset,
-  opts: { normalization: Normalization; batchSize?: number },
+  opts: { normalization: Normalization; batchSize?: number; device?: string },
 ): AgreementResult {
   const meter = new AgreementMeter();
   inEvalMode([s.front, s.back], () => {
-    for (const b of batches(test, { batchSize: opts.batchSize ?? 256, normalization: opts.normalization })) {
+    for (const b of batches(test, {
+      batchSize: opts.batchSize ?? 256,
+      normalization: opts.normalization,
+      device: opts.device,
+    })) {
       torch.tidy(() =>
         torch.noGrad(() => {
           meter.update(s.forward(b.x), s.back.forward(b.x), b.y);

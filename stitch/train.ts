@@ -40,6 +40,8 @@ export interface StitchTrainOptions {
   init?: StitchInit;
   /** Real training images for the least-squares initialisation (PROTOCOL: 500). */
   initImages?: number;
+  /** Where the batches go (the models must already be there); default "cpu". */
+  device?: string;
 }
 
 export interface StitchTrainProgress {
@@ -74,7 +76,7 @@ export function trainStitch(
     );
     // Initialisation features are B's own, so batch norm there uses running statistics.
     inEvalMode([s.front, s.back], () => {
-      for (const b of batches(part, { batchSize: k, normalization: opts.normalization })) {
+      for (const b of batches(part, { batchSize: k, normalization: opts.normalization, device: opts.device })) {
         initResidual = s.init("lstsq", b.x).residual ?? null;
         torch.dispose(b);
       }
@@ -100,6 +102,7 @@ export function trainStitch(
         seed: opts.seed ?? 0,
         epoch,
         normalization: opts.normalization,
+        device: opts.device,
       })) {
         const value = torch.tidy(() => {
           const loss = stitchLoss(s, b.x, b.y, opts.objective);

@@ -1,0 +1,84 @@
+// `stitchlab iris`: an IRI set for a front model at a stitch point (stitch/iriset.ts).
+import type { Command } from "commander";
+import { SHORTCUT_KINDS } from "../data/index.js";
+import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { IRIS_CONFIG_DEFAULTS, runIris } from "../stitch/jobs.js";
+import { fraction, int, num, oneOf } from "./parse.js";
+import { progressSink } from "./progress.js";
+
+export function registerIrisCommand(program: Command): void {
+  const d = IRI_DEFAULTS;
+  program
+    .command("iris")
+    .description(
+      "identically represented inputs: for each training image x, an x' the front model represents as x at the point " +
+        "(PROTOCOL.md: 200 signed steps of 1/255 from uniform noise). Resumes an interrupted run in the same --out.",
+    )
+    .requiredOption("--front <ckpt>", "front model checkpoint (.safetensors with its .json sidecar)")
+    .requiredOption("--point <name>", "stitch point (see `stitchlab layers MODEL`)")
+    .requiredOption("--out <dir>", "IRI set folder: iris.safetensors, iris.json, preview.png")
+    .option("--dataset <name>", "source images (default: the dataset the front model was trained on)")
+    .option("--root <path>", "dataset location")
+    .option("--limit <n>", "only the first n training images", int)
+    .option("--shortcut <kind>", `mark the source images with a shortcut: ${SHORTCUT_KINDS.join(", ")}`)
+    .option("--steps <n>", "descent steps", int, d.steps)
+    .option("--step-size <s>", "signed step in pixel units", fraction, d.stepSize)
+    .option("--optimizer <o>", `${IRI_OPTIMIZERS.join(" or ")} (adam: cosine-decayed lr)`, d.optimizer)
+    .option("--lr <lr>", "Adam's learning rate in pixel units", num, d.lr)
+    .option("--start <s>", `starting point: ${IRI_STARTS.join(", ")}`, d.start)
+    .option("--ball <eps>", "L-inf radius around the start, in pixel units (e.g. 16/255)", fraction)
+    .option("--keep-best", "keep each image's best iterate instead of the last")
+    .option("--batch-size <n>", "images per batch", int, d.batchSize)
+    .option("--seed <n>", "seed of the starting noise", int, d.seed)
+    .option("--device <d>", "cpu or cuda", IRIS_CONFIG_DEFAULTS.device)
+    .action(async (o) => {
+      const sink = progressSink(
+        "iris",
+        (f) => `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual} mean ${f.meanResidual}`,
+      );
+      const info = await runIris(
+        {
+          front: o.front,
+          point: o.point,
+          dataset: o.dataset,
+          root: o.root,
+          limit: o.limit ?? null,
+          shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
+          device: o.device,
+          options: {
+            steps: o.steps,
+            stepSize: o.stepSize,
+            optimizer: oneOf("--optimizer", IRI_OPTIMIZERS, o.optimizer) ?? d.optimizer,
+            lr: o.lr,
+            start: oneOf("--start", IRI_STARTS, o.start) ?? d.start,
+            ball: o.ball ?? null,
+            keepBest: Boolean(o.keepBest),
+            batchSize: o.batchSize,
+            seed: o.seed,
+          },
+        },
+        o.out,
+        (p) =>
+          sink.update((p.batch - 1) * p.steps + p.step, p.batches * p.steps, {
+            batch: p.batch,
+            batches: p.batches,
+            step: p.step,
+            steps: p.steps,
+            images: p.images,
+            resumed: p.resumed,
+            residual: Number(p.residual.toFixed(4)),
+            meanResidual: Number(p.meanResidual.toFixed(4)),
+          }),
+      );
+      sink.stop();
+      console.log(
+        JSON.stringify({
+          event: "done",
+          out: o.out,
+          count: info.count,
+          residuals: info.residuals,
+          seconds: info.seconds,
+        }),
+      );
+    });
+}

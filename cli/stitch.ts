@@ -1,0 +1,101 @@
+// `stitchlab stitch`: train a stitching layer between two checkpoints and score it (stitch/jobs.ts).
+import type { Command } from "commander";
+import { SHORTCUT_KINDS } from "../data/index.js";
+import { runStitch, STITCH_CONFIG_DEFAULTS, STITCH_MODES } from "../stitch/jobs.js";
+import { int, num, oneOf } from "./parse.js";
+import { progressSink } from "./progress.js";
+
+export function registerStitchCommand(program: Command): void {
+  const d = STITCH_CONFIG_DEFAULTS;
+  program
+    .command("stitch")
+    .description(
+      "train the stitching layer T between front and back at a point (PROTOCOL.md defaults: least-squares start, " +
+        "Adam 1e-3, wd 1e-4, 30 epochs, lr x0.1 at 1/3 and 2/3) and score the stitched model on the clean test set",
+    )
+    .requiredOption("--front <ckpt>", "front model A (checkpoint)")
+    .requiredOption("--back <ckpt>", "back model B (checkpoint)")
+    .requiredOption("--point <name>", "stitch point of A (and of B unless --back-point)")
+    .requiredOption("--objective <o>", "hlm, slm, dm, fula, or a weighted sum such as hlm:1,fula:0.5")
+    .requiredOption("--mode <m>", "standard (real images) or iris (invariance-aware, on an IRI set)")
+    .requiredOption("--out <dir>", "run folder: scores.json and layer.safetensors")
+    .option("--iris <dir>", "IRI set of the front model at the point (iris mode)")
+    .option("--back-point <name>", "stitch point of B (cross-depth stitching)")
+    .option("--dataset <name>", "dataset (default: the back model's)")
+    .option("--root <path>", "dataset location")
+    .option("--limit <n>", "only the first n training images (standard mode's training set, init pool)", int)
+    .option("--test-limit <n>", "only the first n test images", int)
+    .option("--shortcut <kind>", `mark the real training images: ${SHORTCUT_KINDS.join(", ")}`)
+    .option(
+      "--excess <kind>",
+      `also score on marked and rolled test sets (excess agreement): ${SHORTCUT_KINDS.join(", ")}`,
+    )
+    .option("--epochs <n>", "epochs (default 30; 12 for image folders)", int)
+    .option("--batch-size <n>", "batch size", int, d.batchSize)
+    .option("--lr <lr>", "Adam learning rate", num, d.lr)
+    .option("--weight-decay <wd>", "Adam weight decay", num, d.weightDecay)
+    .option("--init <how>", "lstsq, random or identity", d.init)
+    .option("--init-images <k>", "real images for the least-squares start", int, d.initImages)
+    .option(
+      "--bn-mode <m>",
+      "frozen networks' batch norm while T trains: batch or eval (default: batch standard, eval iris)",
+    )
+    .option("--cka-images <n>", "test images for linear CKA at the point (0: skip)", int, d.ckaImages)
+    .option("--seed <n>", "seed of the batch order", int, d.seed)
+    .option("--device <d>", "cpu or cuda", d.device)
+    .action(async (o) => {
+      const sink = progressSink("stitch", (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss}`);
+      const r = await runStitch(
+        {
+          ...d,
+          front: o.front,
+          back: o.back,
+          frontPoint: o.point,
+          backPoint: o.backPoint,
+          objective: o.objective,
+          mode: oneOf("--mode", STITCH_MODES, o.mode) as (typeof STITCH_MODES)[number],
+          iris: o.iris,
+          dataset: o.dataset,
+          root: o.root,
+          limit: o.limit ?? null,
+          testLimit: o.testLimit ?? null,
+          shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
+          excess: oneOf("--excess", SHORTCUT_KINDS, o.excess) ?? null,
+          epochs: o.epochs,
+          batchSize: o.batchSize,
+          lr: o.lr,
+          weightDecay: o.weightDecay,
+          init: oneOf("--init", ["lstsq", "random", "identity"] as const, o.init) ?? d.init,
+          initImages: o.initImages,
+          bnMode: oneOf("--bn-mode", ["batch", "eval"] as const, o.bnMode),
+          ckaImages: o.ckaImages,
+          seed: o.seed,
+          device: o.device,
+        },
+        o.out,
+        (p) =>
+          sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
+            epoch: p.epoch,
+            epochs: p.epochs,
+            loss: Number(p.loss.toFixed(4)),
+          }),
+      );
+      sink.stop();
+      const s = r.scores;
+      console.log(
+        JSON.stringify({
+          event: "done",
+          out: o.out,
+          accuracy: s.accuracy,
+          backAccuracy: s.backAccuracy,
+          agreementProbability: s.agreementProbability,
+          hardAgreement: s.hardAgreement,
+          softErrorConsistency: s.softErrorConsistency,
+          cka: r.cka,
+          excessAgreement: r.excess?.excessAgreement ?? null,
+          bnMode: r.config.bnMode,
+          seconds: Number(r.training.seconds.toFixed(1)),
+        }),
+      );
+    });
+}

@@ -1,0 +1,189 @@
+// IRI generation (PROTOCOL.md, "IRI generation"): for a batch of images x and a frozen front
+// model A in eval mode, find x' with A_{<=i}(x') close to A_{<=i}(x) by descending the relative
+// distance ||A_{<=i}(x') - A_{<=i}(x)||_F / ||A_{<=i}(x)||_F (Frobenius norms over the batch).
+//
+// The iterate lives in pixel space p in [0, 1] and the model sees (p - mean) / std. That is the
+// PROTOCOL's "clamp in normalised space per channel" exactly (clamping p to [0, 1] is clamping
+// x' to [(0 - mean)/std, (1 - mean)/std] per channel), and it makes the step size a pixel unit:
+// a signed step of 1/255 moves every pixel by one grey level whatever the channel's std, as
+// the PGD attack's budget does (train/pgd.ts). Sign steps are the same in either space.
+import type { Normalization } from "../data/index.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import { inEvalMode } from "../nn/module.js";
+import { Adam } from "../nn/optim.js";
+import { CosineAnnealingLR } from "../nn/schedule.js";
+import * as torch from "../torch/index.js";
+
+type Tensor = torch.Tensor;
+
+/** "sign": signed-gradient descent with a fixed step (the default); "adam": Adam with cosine decay. */
+export const IRI_OPTIMIZERS = ["sign", "adam"] as const;
+export type IriOptimizer = (typeof IRI_OPTIMIZERS)[number];
+/** "uniform": uniform noise over the valid range (default); "gaussian": N(mean, std) per channel, clamped; "image": another image of the batch. */
+export const IRI_STARTS = ["uniform", "gaussian", "image"] as const;
+export type IriStart = (typeof IRI_STARTS)[number];
+
+export interface IriOptions {
+  /** Descent steps (no early stop). */
+  steps: number;
+  /** Signed step in pixel units ("sign"). */
+  stepSize: number;
+  optimizer: IriOptimizer;
+  /** Adam's learning rate in pixel units, decayed to 0 by a cosine over the steps ("adam"). */
+  lr: number;
+  start: IriStart;
+  /** L-inf radius around the start, in pixel units; null: only the valid range bounds x'. */
+  ball: number | null;
+  /** Return each image's best iterate (lowest own residual) rather than the last. */
+  keepBest: boolean;
+  batchSize: number;
+  /** Seeds the starts; batch b uses a seed derived from (seed, b), so a resumed run draws the same. */
+  seed: number;
+}
+
+/** PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate. */
+export const IRI_DEFAULTS: IriOptions = {
+  steps: 200,
+  stepSize: 1 / 255,
+  optimizer: "sign",
+  lr: 0.1,
+  start: "uniform",
+  ball: null,
+  keepBest: false,
+  batchSize: 128,
+  seed: 0,
+};
+
+export interface IriBatch {
+  /** uint8 [B, C, H, W]: the IRIs quantised to 8 bits, as they are stored and used. */
+  images: Tensor;
+  /** Per image, ||A(x'_j) - A(x_j)|| / ||A(x_j)|| of the quantised x'. */
+  residuals: Float32Array;
+  /** ||A(x') - A(x)||_F / ||A(x)||_F over the batch (the minimised loss), quantised x'. */
+  batchResidual: number;
+}
+
+/** Per-image relative distance of features a to b (any shape with the batch first). */
+export function perImageResidual(a: Tensor, b: Tensor): Tensor {
+  return torch.tidy(() => a.sub(b).flatten(1).norm(2, 1).div(b.flatten(1).norm(2, 1).add(1e-12)));
+}
+
+function channelTensor(values: number[], device: string): Tensor {
+  return torch.tensor(values, { device }).reshape(1, values.length, 1, 1);
+}
+
+function startingPoint(x01: Tensor, start: IriStart, norm: Normalization): Tensor {
+  if (start === "uniform") return torch.randLike(x01);
+  if (start === "gaussian")
+    return torch
+      .randnLike(x01)
+      .mul(channelTensor(norm.std, x01.device))
+      .add(channelTensor(norm.mean, x01.device))
+      .clamp(0, 1);
+  // Another image of the batch (the next one, cyclically): an IRI that starts from a real
+  // image of (usually) another class.
+  return torch.cat([x01.slice(0, 1), x01.slice(0, 0, 1)], 0);
+}
+
+/**
+ * IRIs for one batch. x is uint8 [B, C, H, W]; the front model is used frozen, in eval mode
+ * (its weights stop requiring gradients; only x' does). `batchSeed` seeds the start.
+ * `onStep(t, residual)` sees the batch residual of the iterate before step t.
+ */
+export function generateIriBatch(
+  front: StitchableModel,
+  point: string,
+  x: Tensor,
+  norm: Normalization,
+  opts: IriOptions,
+  batchSeed: number,
+  onStep: (step: number, residual: number) => void = () => {},
+): IriBatch {
+  if (!front.stitchPoints.some((p) => p.name === point))
+    throw new Error(
+      `model ${front.arch} has no stitch point '${point}'; its points: ${front.stitchPoints.map((p) => p.name).join(", ")}`,
+    );
+  if (x.dtype !== "uint8") throw new Error(`generateIriBatch: expected uint8 images, got ${x.dtype}`);
+  front.requiresGrad_(false);
+  return inEvalMode([front], () =>
+    torch.tidy(() => {
+      const mean = channelTensor(norm.mean, x.device);
+      const std = channelTensor(norm.std, x.device);
+      const features = (p01: Tensor) => front.forwardTo(p01.sub(mean).div(std), point);
+      const x01 = x.float().div(255);
+      const target = torch.noGrad(() => features(x01));
+      const targetNorm = target.norm().item();
+      if (!(targetNorm > 0))
+        throw new Error(`A's features at ${point} are ${targetNorm} for this batch: nothing to match`);
+
+      torch.manualSeed(batchSeed);
+      const start = startingPoint(x01, opts.start, norm);
+      const lo = opts.ball === null ? 0 : start.sub(opts.ball).clamp(0, 1);
+      const hi = opts.ball === null ? 1 : start.add(opts.ball).clamp(0, 1);
+      const p = torch.keep(start.clone()).requiresGrad_(true);
+      const adam = opts.optimizer === "adam" ? new Adam([p], { lr: opts.lr }) : null;
+      const schedule = adam ? new CosineAnnealingLR(adam, opts.steps) : null;
+      let best: Tensor | null = null;
+      let bestResidual: Tensor | null = null;
+      const track = (current: Tensor, residual: Tensor) => {
+        if (!opts.keepBest) return;
+        const next = torch.noGrad(() => {
+          if (!best || !bestResidual) return { b: current.clone(), r: residual.clone() };
+          const better = residual.lt(bestResidual);
+          return {
+            b: torch.where(better.reshape(-1, 1, 1, 1), current, best),
+            r: torch.where(better, residual, bestResidual),
+          };
+        });
+        torch.dispose([best, bestResidual]);
+        best = torch.keep(next.b);
+        bestResidual = torch.keep(next.r);
+      };
+      try {
+        for (let t = 0; t < opts.steps; t++) {
+          torch.tidy(() => {
+            const f = features(p);
+            const loss = f.sub(target).norm().div(targetNorm);
+            const value = loss.item();
+            if (!Number.isFinite(value)) throw new Error(`IRI generation diverged at step ${t + 1}: residual ${value}`);
+            onStep(t, value);
+            track(
+              p.detach(),
+              torch.noGrad(() => perImageResidual(f.detach(), target)),
+            );
+            loss.backward();
+            torch.noGrad(() => {
+              if (adam) {
+                adam.step();
+                schedule?.step();
+              } else {
+                const g = p.grad as Tensor;
+                p.sub_(g.sign().mul(opts.stepSize));
+              }
+              p.clamp_(lo, hi);
+            });
+            p.grad = null;
+          });
+        }
+        const last = p.detach();
+        if (opts.keepBest)
+          track(
+            last,
+            torch.noGrad(() => perImageResidual(features(last), target)),
+          );
+        const chosen: Tensor = opts.keepBest && best ? best : last;
+        // Quantise as stored, then measure what is stored.
+        const images = chosen.mul(255).round().clamp(0, 255).to("uint8");
+        const stored = torch.noGrad(() => features(images.float().div(255)));
+        return {
+          images,
+          residuals: perImageResidual(stored, target).toTypedArray() as Float32Array,
+          batchResidual: stored.sub(target).norm().item() / targetNorm,
+        };
+      } finally {
+        adam?.dispose();
+        torch.dispose([p, best, bestResidual]);
+      }
+    }),
+  );
+}

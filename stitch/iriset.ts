@@ -1,0 +1,281 @@
+// An IRI set on disk: one folder per (front model, stitch point, images, settings).
+//
+//   settings.json       what the set is (written first; a rerun with other settings is refused)
+//   parts/00012.safetensors
+//                       batch 12, written atomically as soon as it is done: an interrupted run
+//                       resumes by skipping the batches whose part exists
+//   iris.safetensors    images (uint8 [N, C, H, W]), labels (int64, from x), indices (int64,
+//                       positions in the source split), residuals (float32, per image)
+//   preview.png         x, x' and |x - x'| for the first images, one row each
+//   iris.json           settings + residual summary; written LAST, so it marks a finished set
+//
+// The front model is identified by a fingerprint of its weights (nn/checkpoint.ts), not by a
+// path, so a stitch run can check that an IRI set was made by its front model at its point.
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { batches, type Dataset, datasetSize, gridPng, type Normalization, type ShortcutKind } from "../data/index.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import * as torch from "../torch/index.js";
+import { generateIriBatch, type IriOptions } from "./iris.js";
+
+/** Everything that decides an IRI set's content (compared on resume and by stitch runs). */
+export interface IriSetSettings {
+  front: { arch: string; options: Record<string, unknown>; fingerprint: string; checkpoint?: string };
+  point: string;
+  /** Source images: the training split of this dataset, with this shortcut, first `limit` images. */
+  dataset: string;
+  shortcut: ShortcutKind | null;
+  limit: number | null;
+  count: number;
+  classes: string[];
+  imageShape: number[];
+  normalization: Normalization;
+  options: IriOptions;
+}
+
+export interface ResidualSummary {
+  mean: number;
+  median: number;
+  p90: number;
+  min: number;
+  max: number;
+  /** Share of images with a residual of at most 0.1 (PROTOCOL: a good IRI). */
+  below01: number;
+}
+
+export interface IriSetInfo extends IriSetSettings {
+  residuals: ResidualSummary;
+  seconds: number;
+  stitchlabFormat: 1;
+}
+
+export interface IriProgress {
+  batch: number;
+  batches: number;
+  step: number;
+  steps: number;
+  /** Images finished so far (resumed ones included) and their mean residual. */
+  images: number;
+  meanResidual: number;
+  /** Batch residual of the current iterate. */
+  residual: number;
+  resumed: number;
+}
+
+const PREVIEW_IMAGES = 8;
+
+export function residualSummary(r: Float32Array): ResidualSummary {
+  if (r.length === 0) throw new RangeError("residualSummary: no residuals");
+  const s = Float64Array.from(r).sort();
+  const q = (f: number) => s[Math.min(s.length - 1, Math.floor(f * (s.length - 1) + 0.5))];
+  return {
+    mean: s.reduce((a, b) => a + b, 0) / s.length,
+    median: q(0.5),
+    p90: q(0.9),
+    min: s[0],
+    max: s[s.length - 1],
+    below01: s.filter((v) => v <= 0.1).length / s.length,
+  };
+}
+
+/** The fields two settings must share to describe the same IRI set (the checkpoint path may move). */
+function identity(s: IriSetSettings): string {
+  const { checkpoint: _, ...front } = s.front;
+  return JSON.stringify({ ...s, front });
+}
+
+function differences(a: IriSetSettings, b: IriSetSettings): string {
+  const flat = (s: IriSetSettings) => {
+    const { checkpoint: _, ...front } = s.front;
+    return { ...s, front: JSON.stringify(front), normalization: JSON.stringify(s.normalization), ...s.options };
+  };
+  const fa = flat(a) as Record<string, unknown>;
+  const fb = flat(b) as Record<string, unknown>;
+  return Object.keys({ ...fa, ...fb })
+    .filter((k) => k !== "options" && JSON.stringify(fa[k]) !== JSON.stringify(fb[k]))
+    .map((k) => `${k}: ${JSON.stringify(fa[k])} there, ${JSON.stringify(fb[k])} here`)
+    .join("; ");
+}
+
+const partName = (b: number) => `${String(b).padStart(5, "0")}.safetensors`;
+
+/**
+ * Makes (or finishes) the IRI set of `images` under `dir`. `images` are the source images,
+ * already marked and limited as `settings` says. Batches already in dir/parts are kept, so an
+ * interrupted run loses at most the batch in progress. Returns the finished set's info.
+ */
+export async function generateIriSet(
+  front: StitchableModel,
+  images: Dataset,
+  dir: string,
+  settings: IriSetSettings,
+  run: { device?: string; onProgress?: (p: IriProgress) => void } = {},
+): Promise<IriSetInfo> {
+  const onProgress = run.onProgress ?? (() => {});
+  const n = datasetSize(images);
+  if (n !== settings.count) throw new Error(`generateIriSet: ${n} images but settings.count is ${settings.count}`);
+  mkdirSync(join(dir, "parts"), { recursive: true });
+  const settingsPath = join(dir, "settings.json");
+  if (existsSync(settingsPath)) {
+    const old = JSON.parse(readFileSync(settingsPath, "utf8")) as IriSetSettings;
+    if (identity(old) !== identity(settings))
+      throw new Error(
+        `${dir} holds an IRI set with other settings (${differences(old, settings)}); use another --out or delete it`,
+      );
+  } else torch.writeFileAtomic(settingsPath, [`${JSON.stringify(settings, null, 2)}\n`]);
+  const done = join(dir, "iris.json");
+  if (existsSync(done)) return readIriSetInfo(dir);
+
+  const { options: opts } = settings;
+  const count = Math.ceil(n / opts.batchSize);
+  const residuals = new Float32Array(n);
+  let finished = 0;
+  let sum = 0;
+  let resumed = 0;
+  const started = Date.now();
+  for (const b of batches(images, { batchSize: opts.batchSize, device: run.device })) {
+    const index = Math.floor(b.indices[0] / opts.batchSize);
+    const part = join(dir, "parts", partName(index));
+    let r: Float32Array | null = null;
+    if (existsSync(part)) {
+      const saved = torch.loadSafetensors(part).tensors;
+      const ok = saved.residuals?.shape[0] === b.indices.length;
+      if (ok) r = Float32Array.from(saved.residuals.toTypedArray() as Float32Array);
+      torch.dispose(Object.values(saved));
+      if (r) resumed += b.indices.length;
+    }
+    if (!r) {
+      const seed = opts.seed * 1_000_003 + index;
+      const out = generateIriBatch(front, settings.point, b.x, settings.normalization, opts, seed, (step, residual) =>
+        onProgress({
+          batch: index + 1,
+          batches: count,
+          step: step + 1,
+          steps: opts.steps,
+          images: finished,
+          meanResidual: finished ? sum / finished : Number.NaN,
+          residual,
+          resumed,
+        }),
+      );
+      torch.tidy(() => {
+        torch.saveSafetensors(part, {
+          images: out.images,
+          labels: b.y,
+          indices: torch.tensor(BigInt64Array.from(b.indices, (i) => BigInt(i))),
+          residuals: torch.tensor(out.residuals),
+        });
+      });
+      out.images.dispose();
+      r = out.residuals;
+    }
+    residuals.set(r, b.indices[0]);
+    for (const v of r) sum += v;
+    finished += r.length;
+    torch.dispose(b);
+    // Lets a progress bar redraw and a signal handler run between batches.
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  onProgress({
+    batch: count,
+    batches: count,
+    step: opts.steps,
+    steps: opts.steps,
+    images: finished,
+    meanResidual: sum / finished,
+    residual: Number.NaN,
+    resumed,
+  });
+  const elapsed = (Date.now() - started) / 1000;
+  await assemble(dir, images, count);
+  const info: IriSetInfo = { ...settings, residuals: residualSummary(residuals), seconds: elapsed, stitchlabFormat: 1 };
+  torch.writeFileAtomic(done, [`${JSON.stringify(info, null, 2)}\n`]);
+  rmSync(join(dir, "parts"), { recursive: true, force: true });
+  return info;
+}
+
+/** Joins the parts into iris.safetensors and draws preview.png (x, x', |x - x'|). */
+async function assemble(dir: string, source: Dataset, count: number): Promise<void> {
+  const parts = readdirSync(join(dir, "parts")).filter((f) => f.endsWith(".safetensors"));
+  if (parts.length !== count) throw new Error(`${dir}/parts has ${parts.length} batches, expected ${count}`);
+  const loaded = Array.from(
+    { length: count },
+    (_, b) => torch.loadSafetensors(join(dir, "parts", partName(b))).tensors,
+  );
+  try {
+    const joined = torch.tidy(() => {
+      const cat = (k: string) => torch.cat(loaded.map((t) => t[k]));
+      return { images: cat("images"), labels: cat("labels"), indices: cat("indices"), residuals: cat("residuals") };
+    });
+    torch.saveSafetensors(join(dir, "iris.safetensors"), joined);
+    const grid = torch.tidy(() => {
+      const k = Math.min(PREVIEW_IMAGES, joined.images.shape[0]);
+      const x = source.images.slice(0, 0, k);
+      const xp = joined.images.slice(0, 0, k);
+      const diff = x.to("int16").sub(xp.to("int16")).abs().to("uint8");
+      return torch.cat([x, xp, diff]);
+    });
+    const png = await gridPng(grid, { nrow: grid.shape[0] / 3 });
+    grid.dispose();
+    torch.writeFileAtomic(join(dir, "preview.png"), [png]);
+    torch.dispose(joined);
+  } finally {
+    for (const t of loaded) torch.dispose(Object.values(t));
+  }
+}
+
+export function readIriSetInfo(dir: string): IriSetInfo {
+  const path = join(dir, "iris.json");
+  if (!existsSync(path)) {
+    const partial = existsSync(join(dir, "settings.json"));
+    throw new Error(
+      partial
+        ? `${dir} is an unfinished IRI set (no iris.json yet); rerun the same \`stitchlab iris\` command to finish it`
+        : `${dir} is not an IRI set: ${path} not found (make one with \`stitchlab iris\`)`,
+    );
+  }
+  return JSON.parse(readFileSync(path, "utf8")) as IriSetInfo;
+}
+
+export interface IriSet {
+  info: IriSetInfo;
+  /** x' with the labels of x: train T on this in invariance-aware mode. */
+  dataset: Dataset;
+  indices: torch.Tensor;
+  residuals: Float32Array;
+}
+
+/** Loads a finished IRI set; the caller owns its tensors (disposeDataset + indices.dispose()). */
+export function loadIriSet(dir: string): IriSet {
+  const info = readIriSetInfo(dir);
+  const { tensors } = torch.loadSafetensors(join(dir, "iris.safetensors"));
+  const { images, labels, indices, residuals } = tensors;
+  if (!images || !labels || !indices || !residuals || images.shape[0] !== info.count) {
+    torch.dispose(Object.values(tensors));
+    throw new Error(`${dir}/iris.safetensors does not hold the ${info.count} IRIs iris.json describes`);
+  }
+  const r = Float32Array.from(residuals.toTypedArray() as Float32Array);
+  residuals.dispose();
+  return {
+    info,
+    dataset: { images, labels, classes: info.classes, name: `iris(${info.front.arch}@${info.point})` },
+    indices,
+    residuals: r,
+  };
+}
+
+/** Throws unless the IRI set was made by this front model (same weights) at this point, from this dataset. */
+export function checkIriSetFor(
+  info: IriSetInfo,
+  want: { fingerprint: string; point: string; dataset: string },
+  dir: string,
+): void {
+  const problems: string[] = [];
+  if (info.front.fingerprint !== want.fingerprint)
+    problems.push(
+      `it was made by another front model (${info.front.arch}${info.front.checkpoint ? ` from ${info.front.checkpoint}` : ""}, weights ${info.front.fingerprint.slice(0, 12)}; this front's are ${want.fingerprint.slice(0, 12)})`,
+    );
+  if (info.point !== want.point) problems.push(`it was made at point '${info.point}', not '${want.point}'`);
+  if (info.dataset !== want.dataset) problems.push(`it was made from ${info.dataset}, not ${want.dataset}`);
+  if (problems.length) throw new Error(`IRI set ${dir} does not fit this stitch: ${problems.join("; ")}`);
+}

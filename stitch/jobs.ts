@@ -1,0 +1,338 @@
+// The two jobs of the method, from checkpoints on disk to results on disk, as the command line
+// (and later the experiment planner) runs them:
+//   runIris    an IRI set for (front checkpoint, point) over a training split (stitch/iriset.ts)
+//   runStitch  train T between front and back at a point, standard or invariance-aware, score it
+//              on the clean test set; writes layer.safetensors, then scores.json (last: a run
+//              folder with scores.json is complete; a failed run writes neither).
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import {
+  applyShortcut,
+  type Dataset,
+  datasetSize,
+  disposeDataset,
+  loadDataset,
+  normalizationFor,
+  normalize,
+  type ShortcutKind,
+  subset,
+} from "../data/index.js";
+import {
+  type AgreementResult,
+  excessAgreement,
+  linearCka,
+  type WeightSpectrum,
+  weightSpectrum,
+} from "../metrics/index.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import { type CheckpointMeta, loadCheckpoint, modelFingerprint } from "../nn/checkpoint.js";
+import { inEvalMode } from "../nn/module.js";
+import * as torch from "../torch/index.js";
+import { evaluateStitch } from "./evaluate.js";
+import { IRI_DEFAULTS, type IriOptions } from "./iris.js";
+import {
+  checkIriSetFor,
+  generateIriSet,
+  type IriProgress,
+  type IriSetInfo,
+  loadIriSet,
+  type ResidualSummary,
+} from "./iriset.js";
+import type { StitchInit } from "./layer.js";
+import { type ObjectiveWeights, parseObjective } from "./objectives.js";
+import { StitchedModel } from "./stitched.js";
+import { type BnMode, type StitchTrainProgress, trainStitch } from "./train.js";
+
+/** Where the images come from: a dataset's split, optionally marked with a shortcut, optionally only the first `limit`. */
+interface Source {
+  dataset: string;
+  root?: string;
+  shortcut: ShortcutKind | null;
+  limit: number | null;
+}
+
+async function loadSource(src: Source, split: "train" | "test", limit = src.limit): Promise<Dataset> {
+  const clean = await loadDataset(src.dataset, { root: src.root, split, limit: limit ?? undefined });
+  if (!src.shortcut) return clean;
+  const marked = applyShortcut(clean, { kind: src.shortcut, seed: split === "train" ? 0 : 1 });
+  disposeDataset(clean);
+  return marked;
+}
+
+/** The dataset a checkpoint was trained on, unless the caller names one. */
+function datasetOf(meta: CheckpointMeta, given: string | undefined, what: string): string {
+  const d = given ?? meta.dataset;
+  if (!d) throw new Error(`${what} checkpoint does not say which dataset it was trained on; pass --dataset`);
+  return d;
+}
+
+function loadModel(path: string, device: string): { model: StitchableModel; meta: CheckpointMeta } {
+  const loaded = loadCheckpoint(path);
+  if (device !== "cpu") loaded.model.to(device);
+  return loaded;
+}
+
+export interface IrisConfig {
+  front: string;
+  point: string;
+  dataset?: string;
+  root?: string;
+  shortcut: ShortcutKind | null;
+  limit: number | null;
+  options: IriOptions;
+  device: string;
+}
+
+export const IRIS_CONFIG_DEFAULTS: Omit<IrisConfig, "front" | "point"> = {
+  shortcut: null,
+  limit: null,
+  options: IRI_DEFAULTS,
+  device: "cpu",
+};
+
+/** Makes (or finishes, or finds finished) the IRI set of cfg in outDir. */
+export async function runIris(
+  cfg: IrisConfig,
+  outDir: string,
+  onProgress?: (p: IriProgress) => void,
+): Promise<IriSetInfo> {
+  const { model, meta } = loadModel(cfg.front, cfg.device);
+  try {
+    const dataset = datasetOf(meta, cfg.dataset, "the front");
+    const images = await loadSource({ ...cfg, dataset }, "train");
+    try {
+      return await generateIriSet(
+        model,
+        images,
+        outDir,
+        {
+          front: {
+            arch: meta.arch,
+            options: meta.options as Record<string, unknown>,
+            fingerprint: modelFingerprint(model),
+            checkpoint: cfg.front,
+          },
+          point: cfg.point,
+          dataset,
+          shortcut: cfg.shortcut,
+          limit: cfg.limit,
+          count: datasetSize(images),
+          classes: images.classes,
+          imageShape: images.images.shape.slice(1),
+          normalization: normalizationFor(dataset),
+          options: cfg.options,
+        },
+        { device: cfg.device, onProgress },
+      );
+    } finally {
+      disposeDataset(images);
+    }
+  } finally {
+    model.dispose();
+  }
+}
+
+export type StitchMode = "standard" | "iris";
+export const STITCH_MODES: readonly StitchMode[] = ["standard", "iris"];
+
+export interface StitchConfig {
+  front: string;
+  back: string;
+  frontPoint: string;
+  /** Default: the front point (same-depth stitching). */
+  backPoint?: string;
+  /** "fula", "slm", or a weighted sum "hlm:1,fula:0.5". */
+  objective: string;
+  mode: StitchMode;
+  /** The IRI set (iris mode). */
+  iris?: string;
+  /** Default: the back checkpoint's dataset. */
+  dataset?: string;
+  root?: string;
+  /** Shortcut markers on the real training (and init) images; also excess agreement's kind when `excess` is set. */
+  shortcut: ShortcutKind | null;
+  /** Real training images: the first `limit` (standard mode's training set and the init pool). */
+  limit: number | null;
+  testLimit: number | null;
+  /** Default: 30 (PROTOCOL, CIFAR), 12 for image folders (ImageNet-100). */
+  epochs?: number;
+  batchSize: number;
+  lr: number;
+  weightDecay: number;
+  init: StitchInit;
+  initImages: number;
+  /** Default: "batch" in standard mode, "eval" in iris mode (the reference's choices). */
+  bnMode?: BnMode;
+  seed: number;
+  /** Also score on the test set with class-consistent markers of this kind and with rolled ones. */
+  excess: ShortcutKind | null;
+  /** Test images for linear CKA between A and B at the point (0: skip). */
+  ckaImages: number;
+  device: string;
+}
+
+export const STITCH_CONFIG_DEFAULTS: Omit<StitchConfig, "front" | "back" | "frontPoint" | "objective" | "mode"> = {
+  shortcut: null,
+  limit: null,
+  testLimit: null,
+  batchSize: 128,
+  lr: 1e-3,
+  weightDecay: 1e-4,
+  init: "lstsq",
+  initImages: 500,
+  seed: 0,
+  excess: null,
+  ckaImages: 500,
+  device: "cpu",
+};
+
+export interface StitchResult {
+  config: StitchConfig & { backPoint: string; epochs: number; bnMode: BnMode; objectiveWeights: ObjectiveWeights };
+  /** Scores on the clean test set (metrics/agreement.ts documents each and its direction). */
+  scores: AgreementResult;
+  /** Linear CKA between A and B at the point (larger = more similar), or null when skipped. */
+  cka: number | null;
+  /** T's weight: rank, relative rank (larger = T keeps more directions), condition number (smaller = better conditioned). */
+  spectrum: Omit<WeightSpectrum, "singularValues"> & { singularValues: number[] };
+  excess: { kind: ShortcutKind; marked: AgreementResult; rolled: AgreementResult; excessAgreement: number } | null;
+  training: { epochLosses: number[]; initResidual: number | null; trainImages: number; seconds: number };
+  iris: { dir: string; residuals: ResidualSummary } | null;
+  front: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
+  back: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
+}
+
+function defaultEpochs(dataset: string): number {
+  return dataset === "imagefolder" ? 12 : 30;
+}
+
+/** Linear CKA of A's and B's features at the points over the first n test images (each image a sample). */
+function ckaAt(s: StitchedModel, test: Dataset, n: number, cfg: StitchConfig, dataset: string): number {
+  const part = subset(
+    test,
+    Array.from({ length: Math.min(n, datasetSize(test)) }, (_, i) => i),
+  );
+  try {
+    return inEvalMode([s.front, s.back], () =>
+      torch.tidy(() =>
+        torch.noGrad(() => {
+          const x = normalize(part.images.to(cfg.device), normalizationFor(dataset));
+          return linearCka(s.front.forwardTo(x, s.frontPoint), s.back.forwardTo(x, s.backPoint));
+        }),
+      ),
+    );
+  } finally {
+    disposeDataset(part);
+  }
+}
+
+/** Trains and scores one stitch; writes outDir/layer.safetensors and then outDir/scores.json. */
+export async function runStitch(
+  cfg: StitchConfig,
+  outDir: string,
+  onProgress: (p: StitchTrainProgress) => void = () => {},
+): Promise<StitchResult> {
+  const weights = parseObjective(cfg.objective);
+  if (cfg.mode === "iris" && !cfg.iris)
+    throw new Error("iris mode needs an IRI set (--iris DIR, made by `stitchlab iris`)");
+  if (cfg.mode === "standard" && cfg.iris)
+    throw new Error("--iris is for iris mode; standard mode trains on real images");
+  const started = performance.now();
+  const owned: Dataset[] = [];
+  const front = loadModel(cfg.front, cfg.device);
+  const back = cfg.back === cfg.front ? front : loadModel(cfg.back, cfg.device);
+  try {
+    const dataset = datasetOf(back.meta, cfg.dataset, "the back");
+    const norm = normalizationFor(dataset);
+    const backPoint = cfg.backPoint ?? cfg.frontPoint;
+    const s = new StitchedModel(front.model, back.model, cfg.frontPoint, backPoint);
+    if (cfg.device !== "cpu") s.layer.to(cfg.device);
+    const bnMode: BnMode = cfg.bnMode ?? (cfg.mode === "iris" ? "eval" : "batch");
+    const epochs = cfg.epochs ?? defaultEpochs(dataset);
+    const source = { dataset, root: cfg.root, shortcut: cfg.shortcut, limit: cfg.limit };
+
+    // Check the IRI set before any work: made by this front, at this point, from these images.
+    let irisInfo: StitchResult["iris"] = null;
+    let train: Dataset;
+    const real = await loadSource(source, "train");
+    owned.push(real);
+    if (cfg.mode === "iris") {
+      const dir = cfg.iris as string;
+      const set = loadIriSet(dir);
+      set.indices.dispose();
+      owned.push(set.dataset);
+      checkIriSetFor(set.info, { fingerprint: modelFingerprint(front.model), point: cfg.frontPoint, dataset }, dir);
+      if ((set.info.shortcut ?? null) !== cfg.shortcut)
+        throw new Error(
+          `IRI set ${dir} was made from images with shortcut ${set.info.shortcut ?? "none"}, this run uses ${cfg.shortcut ?? "none"}`,
+        );
+      irisInfo = { dir, residuals: set.info.residuals };
+      train = set.dataset;
+    } else train = real;
+    const test = await loadDataset(dataset, { root: cfg.root, split: "test", limit: cfg.testLimit ?? undefined });
+    owned.push(test);
+
+    const trained = trainStitch(
+      s,
+      train,
+      real,
+      {
+        objective: weights,
+        normalization: norm,
+        epochs,
+        batchSize: cfg.batchSize,
+        lr: cfg.lr,
+        weightDecay: cfg.weightDecay,
+        seed: cfg.seed,
+        bnMode,
+        init: cfg.init,
+        initImages: cfg.initImages,
+        device: cfg.device,
+      },
+      onProgress,
+    );
+    const evalOpts = { normalization: norm, device: cfg.device };
+    const scores = evaluateStitch(s, test, evalOpts);
+    let excess: StitchResult["excess"] = null;
+    if (cfg.excess) {
+      const kind = cfg.excess;
+      const marked = applyShortcut(test, { kind, seed: 1 });
+      owned.push(marked);
+      const rolled = applyShortcut(test, { kind, seed: 1, rolled: true });
+      owned.push(rolled);
+      const m = evaluateStitch(s, marked, evalOpts);
+      const r = evaluateStitch(s, rolled, evalOpts);
+      excess = { kind, marked: m, rolled: r, excessAgreement: excessAgreement(m, r) };
+    }
+    const cka = cfg.ckaImages > 0 ? ckaAt(s, test, cfg.ckaImages, cfg, dataset) : null;
+    const spectrum = weightSpectrum(s.layer.weight);
+
+    const result: StitchResult = {
+      config: { ...cfg, backPoint, epochs, bnMode, objectiveWeights: weights },
+      scores,
+      cka,
+      spectrum,
+      excess,
+      training: {
+        epochLosses: trained.epochLosses,
+        initResidual: trained.initResidual,
+        trainImages: datasetSize(train),
+        seconds: (performance.now() - started) / 1000,
+      },
+      iris: irisInfo,
+      front: { arch: front.meta.arch, checkpoint: cfg.front, accuracies: front.meta.accuracies },
+      back: { arch: back.meta.arch, checkpoint: cfg.back, accuracies: back.meta.accuracies },
+    };
+    mkdirSync(outDir, { recursive: true });
+    torch.saveSafetensors(join(outDir, "layer.safetensors"), s.layer.stateDict(), {
+      source: JSON.stringify(s.layer.source),
+      target: JSON.stringify(s.layer.target),
+    });
+    torch.writeFileAtomic(join(outDir, "scores.json"), [`${JSON.stringify(result, null, 2)}\n`]);
+    s.layer.dispose();
+    return result;
+  } finally {
+    for (const d of owned) disposeDataset(d);
+    front.model.dispose();
+    if (back !== front) back.model.dispose();
+  }
+}
