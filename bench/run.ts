@@ -5,6 +5,8 @@ type Benchmark = { main(args: string[]): void | Promise<void> };
 const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   engine: () => import("./engine.js"),
   train: () => import("./train.js"),
+  iris: () => import("./iris.js"),
+  stitch: () => import("./stitch.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);

@@ -1,0 +1,174 @@
+// The IRI benchmark: IRI generation steps (stitch/iris.ts, PROTOCOL.md "IRI generation") for
+// the zoo's ResNet-18 (CIFAR stem, full width) as the front model, at its middle stitch point,
+// timed here and, with the same protocol and thread count, in Python PyTorch
+// (bench/stitch_torch.py --workload=iris): the same algorithm written with plain torch.
+//
+//   npm run bench -- iris [--quick]
+//
+// What is timed is the library itself: one generateIriBatch call per iteration, on a fixed
+// batch of synthetic CIFAR-sized uint8 images with CIFAR-10 normalisation and IRI_DEFAULTS
+// (uniform start, signed steps of 1/255, no ball, the last iterate) but only STEPS steps. A
+// call is: A's target features once; per step a forward to the point from the pixel-space
+// iterate, the relative Frobenius residual read back, backward to the input, the signed step
+// and the clamp; then the 8-bit quantisation and one more forward for the residuals. The model
+// is frozen and in eval mode (generateIriBatch does that itself). The figure is ms per step:
+// the call's time / STEPS, so the per-call extras are spread over the steps on both sides.
+//
+// 2 warm-up + 8 timed calls of 5 steps each at batch 128 (about 4 minutes on 2 cores), the two
+// sides alternating call by call; --quick (or STITCHLAB_BENCH_QUICK=1) runs batch 16, 2 steps
+// per call, 1 warm-up + 2 timed calls, as a smoke test, and writes bench/results/iris-quick.json
+// so that it never overwrites the real figures.
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
+import { createModel } from "../models/registry.js";
+import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
+import * as torch from "../torch/index.js";
+import { PyTorchPeer } from "./pytorch_peer.js";
+import { median, type Protocol, timeOnce } from "./timing.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The model's middle stitch point (index 4 of stem, layer1.0, ..., layer4.1). */
+export const POINT = "layer2.1";
+
+interface Options {
+  quick: boolean;
+  batch: number;
+  /** Signed steps per generateIriBatch call. */
+  steps: number;
+  protocol: Protocol;
+}
+
+function parseOptions(args: string[]): Options {
+  let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
+  for (const a of args) {
+    if (a === "--quick") quick = true;
+    else throw new Error(`iris: unknown option '${a}'; options: --quick`);
+  }
+  return quick
+    ? { quick, batch: 16, steps: 2, protocol: { warmup: 1, iters: 2 } }
+    : { quick, batch: 128, steps: 5, protocol: { warmup: 2, iters: 8 } };
+}
+
+/** The front model and a fixed uint8 batch, and one generateIriBatch call of `steps` steps. */
+function buildGenerator(batch: number, steps: number): { call(): void; dispose(): void } {
+  torch.manualSeed(0);
+  const x = torch.randint(0, 256, [batch, 3, 32, 32], { dtype: "uint8" });
+  const model = createModel("resnet18", { numClasses: 10 });
+  const opts = { ...IRI_DEFAULTS, steps, batchSize: batch };
+  let seed = 0;
+  const call = () => {
+    const r = generateIriBatch(model, POINT, x, CIFAR10_NORMALIZATION, opts, seed++);
+    if (!Number.isFinite(r.batchResidual)) throw new Error(`iris: residual is ${r.batchResidual}`);
+    r.images.dispose();
+  };
+  return {
+    call,
+    dispose: () => {
+      model.dispose();
+      x.dispose();
+    },
+  };
+}
+
+export interface IrisResult {
+  /** Per signed step: the call's median time / steps_per_call. */
+  ms: number;
+  ms_pytorch: number;
+  ratio: number;
+  ms_per_call: number;
+  ms_per_call_pytorch: number;
+  steps_per_call: number;
+  calls: number;
+  batch: number;
+  model: string;
+  point: string;
+  threads: number;
+  libtorch: string;
+  torch: string;
+}
+
+function printTable(r: IrisResult): void {
+  const cols = ["", "ms/step", "ms/call"];
+  const rows = [
+    ["stitchlab", r.ms.toFixed(1), r.ms_per_call.toFixed(1)],
+    ["PyTorch", r.ms_pytorch.toFixed(1), r.ms_per_call_pytorch.toFixed(1)],
+    ["ratio", r.ratio.toFixed(3), ""],
+  ];
+  const width = cols.map((c, i) => Math.max(c.length, ...rows.map((row) => row[i].length)));
+  const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
+  const policy = process.env.OMP_WAIT_POLICY || "default";
+  console.log(
+    `\nIRI generation, ResNet-18 to ${r.point}, batch ${r.batch}, median of ${r.calls} calls of ` +
+      `${r.steps_per_call} steps; libtorch ${r.libtorch} (PyTorch ${r.torch}), ${r.threads} threads, ` +
+      `OMP_WAIT_POLICY ${policy}`,
+  );
+  console.log(line(cols));
+  for (const row of rows) console.log(line(row));
+}
+
+export async function main(args: string[]): Promise<void> {
+  const o = parseOptions(args);
+  const { warmup, iters } = o.protocol;
+  const threads = torch.getNumThreads();
+  const libtorch = torch.buildInfo().torch;
+  console.error(
+    `iris: batch ${o.batch}, ${warmup} warm-up + ${iters} timed calls of ${o.steps} steps, ${threads} threads`,
+  );
+
+  const generator = buildGenerator(o.batch, o.steps);
+  const { peer, hello } = await PyTorchPeer.start(join(here, "stitch_torch.py"), [
+    "--workload=iris",
+    `--batch=${o.batch}`,
+    `--point=${POINT}`,
+    `--steps=${o.steps}`,
+    `--threads=${threads}`,
+  ]);
+  const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
+  const ours: number[] = [];
+  const theirs: number[] = [];
+  try {
+    if (pyThreads !== threads) throw new Error(`iris: PyTorch runs ${pyThreads} threads, not ${threads}`);
+    // Alternate the two sides call by call: a change of load on a shared machine then falls
+    // on both columns alike.
+    for (let i = 0; i < warmup + iters; i++) {
+      const ms = timeOnce(generator.call);
+      const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
+      if (i >= warmup) {
+        ours.push(ms);
+        theirs.push(py);
+      }
+    }
+  } finally {
+    await peer.close();
+    generator.dispose();
+  }
+  const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(" ");
+  console.error(`iris: ${list(ours)} ms per call here; ${list(theirs)} ms per call in PyTorch`);
+
+  const round = (v: number, digits: number) => Number(v.toFixed(digits));
+  const call = median(ours);
+  const callPy = median(theirs);
+  const result: IrisResult = {
+    ms: round(call / o.steps, 2),
+    ms_pytorch: round(callPy / o.steps, 2),
+    ratio: round(call / callPy, 4),
+    ms_per_call: round(call, 2),
+    ms_per_call_pytorch: round(callPy, 2),
+    steps_per_call: o.steps,
+    calls: iters,
+    batch: o.batch,
+    model: "resnet18",
+    point: POINT,
+    threads,
+    libtorch,
+    torch: pytorch,
+  };
+  printTable(result);
+  const path = join(here, "results", o.quick ? "iris-quick.json" : "iris.json");
+  mkdirSync(dirname(path), { recursive: true });
+  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
+  console.error(`iris: wrote ${path}`);
+}

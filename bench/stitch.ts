@@ -1,0 +1,229 @@
+// The stitching benchmark: training steps of the stitching layer T with FuLA between two of the
+// zoo's ResNet-18s (CIFAR stem, full width; seeds 0 and 1) at their middle stitch point, as
+// stitch/train.ts's trainStitch runs them, timed here and, with the same protocol and thread
+// count, in Python PyTorch (bench/stitch_torch.py --workload=stitch): torch.nn modules, a 1x1
+// Conv2d with bias as T and torch.optim.Adam.
+//
+//   npm run bench -- stitch [--quick]
+//
+// Each step draws its batch through data/loader.ts's batches() (shuffle, CIFAR-10
+// normalisation, no augmentation, as trainStitch does) from synthetic CIFAR-sized uint8 images
+// held in memory, then runs trainStitch's loop body: stitchLoss(s, x, y, {fula: 1}) (B's own
+// features at every point from the stitch point on without gradients, A to the point without
+// gradients, T, B's tail from T's output with its features at the same points, the mean relative
+// Frobenius distance), .item(), backward, an Adam step (lr 1e-3, weight decay 1e-4) and
+// zeroGrad. A and B are frozen with setFrozenBnMode(model, "batch"): train-mode batch norm on
+// batch statistics, running statistics untouched (standard mode). The least-squares
+// initialisation of T is not timed (T keeps its random initialisation).
+//
+// 3 warm-up + 20 timed steps of batch 128 (about 3 minutes on 2 cores), the two sides
+// alternating step by step; --quick (or STITCHLAB_BENCH_QUICK=1) runs batch 16, 1 warm-up + 2
+// timed steps, as a smoke test, and writes bench/results/stitch-quick.json so that it never
+// overwrites the real figures.
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Dataset } from "../data/dataset.js";
+import { type Batch, batches } from "../data/loader.js";
+import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
+import { createModel } from "../models/registry.js";
+import { Adam } from "../nn/optim.js";
+import { fulaPoints, stitchLoss } from "../stitch/objectives.js";
+import { StitchedModel } from "../stitch/stitched.js";
+import { setFrozenBnMode } from "../stitch/train.js";
+import * as torch from "../torch/index.js";
+import { PyTorchPeer } from "./pytorch_peer.js";
+import { median, type Protocol, timeOnce } from "./timing.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+/** The models' middle stitch point (index 4 of stem, layer1.0, ..., layer4.1). */
+export const POINT = "layer2.1";
+
+/** trainStitch's defaults (PROTOCOL.md): Adam, lr 1e-3, weight decay 1e-4. */
+export const HYPER = { lr: 1e-3, weightDecay: 1e-4 } as const;
+
+interface Options {
+  quick: boolean;
+  batch: number;
+  protocol: Protocol;
+}
+
+function parseOptions(args: string[]): Options {
+  let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
+  for (const a of args) {
+    if (a === "--quick") quick = true;
+    else throw new Error(`stitch: unknown option '${a}'; options: --quick`);
+  }
+  return quick
+    ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 } }
+    : { quick, batch: 128, protocol: { warmup: 3, iters: 20 } };
+}
+
+/** The stitched model, optimiser and in-memory data, and one training step that draws its own batch. */
+function buildTrainer(batch: number, steps: number): { step(): void; fula: string[]; dispose(): void } {
+  torch.manualSeed(0);
+  // Exactly one epoch's worth of full batches, so every step has a batch of the same size.
+  const n = batch * steps;
+  const data: Dataset = {
+    images: torch.randint(0, 256, [n, 3, 32, 32], { dtype: "uint8" }),
+    labels: torch.randint(0, 10, [n]),
+    classes: Array.from({ length: 10 }, (_, i) => `class${i}`),
+    name: "synthetic-cifar",
+  };
+  torch.manualSeed(0);
+  const front = createModel("resnet18", { numClasses: 10 });
+  torch.manualSeed(1);
+  const back = createModel("resnet18", { numClasses: 10 });
+  torch.manualSeed(2);
+  const s = new StitchedModel(front, back, POINT);
+  setFrozenBnMode(front, "batch");
+  setFrozenBnMode(back, "batch");
+  const opt = new Adam(s.layer.parameters(), { ...HYPER });
+  let epoch = 0;
+  const epochBatches = (): Iterator<Batch> =>
+    batches(data, {
+      batchSize: batch,
+      shuffle: true,
+      seed: 0,
+      epoch: epoch++,
+      normalization: CIFAR10_NORMALIZATION,
+    });
+  let it = epochBatches();
+  const next = (): Batch => {
+    let r = it.next();
+    if (r.done) {
+      it = epochBatches();
+      r = it.next();
+    }
+    return r.value as Batch;
+  };
+
+  const step = () => {
+    const b = next();
+    // As trainStitch's loop body (without its progress report).
+    torch.tidy(() => {
+      const loss = stitchLoss(s, b.x, b.y, { fula: 1 });
+      const v = loss.item();
+      if (!Number.isFinite(v)) throw new Error(`stitch: loss is ${v}`);
+      loss.backward();
+      opt.step();
+      opt.zeroGrad();
+    });
+    torch.dispose(b);
+  };
+  return {
+    step,
+    fula: fulaPoints(s),
+    dispose: () => {
+      it.return?.();
+      opt.dispose();
+      s.layer.dispose();
+      front.dispose();
+      back.dispose();
+      torch.dispose([data.images, data.labels]);
+    },
+  };
+}
+
+export interface StitchResult {
+  ms: number;
+  ms_pytorch: number;
+  ratio: number;
+  images_per_second: number;
+  images_per_second_pytorch: number;
+  steps: number;
+  batch: number;
+  model: string;
+  point: string;
+  objective: string;
+  fula_points: string[];
+  bn_mode: string;
+  threads: number;
+  libtorch: string;
+  torch: string;
+}
+
+function printTable(r: StitchResult): void {
+  const cols = ["", "ms/step", "images/s"];
+  const rows = [
+    ["stitchlab", r.ms.toFixed(1), r.images_per_second.toFixed(1)],
+    ["PyTorch", r.ms_pytorch.toFixed(1), r.images_per_second_pytorch.toFixed(1)],
+    ["ratio", r.ratio.toFixed(3), ""],
+  ];
+  const width = cols.map((c, i) => Math.max(c.length, ...rows.map((row) => row[i].length)));
+  const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
+  const policy = process.env.OMP_WAIT_POLICY || "default";
+  console.log(
+    `\nStitching-layer training (FuLA) between two ResNet-18s at ${r.point}, batch ${r.batch}, median of ` +
+      `${r.steps} steps; libtorch ${r.libtorch} (PyTorch ${r.torch}), ${r.threads} threads, OMP_WAIT_POLICY ${policy}`,
+  );
+  console.log(line(cols));
+  for (const row of rows) console.log(line(row));
+}
+
+export async function main(args: string[]): Promise<void> {
+  const o = parseOptions(args);
+  const { warmup, iters } = o.protocol;
+  const threads = torch.getNumThreads();
+  const libtorch = torch.buildInfo().torch;
+  console.error(`stitch: batch ${o.batch}, ${warmup} warm-up + ${iters} timed steps, ${threads} threads`);
+
+  const trainer = buildTrainer(o.batch, warmup + iters);
+  const { peer, hello } = await PyTorchPeer.start(join(here, "stitch_torch.py"), [
+    "--workload=stitch",
+    `--batch=${o.batch}`,
+    `--point=${POINT}`,
+    `--batches=${warmup + iters}`,
+    `--threads=${threads}`,
+  ]);
+  const { torch: pytorch, threads: pyThreads, points } = hello as { torch: string; threads: number; points: string[] };
+  const ours: number[] = [];
+  const theirs: number[] = [];
+  try {
+    if (pyThreads !== threads) throw new Error(`stitch: PyTorch runs ${pyThreads} threads, not ${threads}`);
+    if (points.join() !== trainer.fula.join())
+      throw new Error(`stitch: PyTorch's FuLA points are ${points.join(", ")}, not ${trainer.fula.join(", ")}`);
+    // Alternate the two sides step by step: a change of load on a shared machine then falls
+    // on both columns alike.
+    for (let i = 0; i < warmup + iters; i++) {
+      const ms = timeOnce(trainer.step);
+      const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
+      if (i >= warmup) {
+        ours.push(ms);
+        theirs.push(py);
+      }
+    }
+  } finally {
+    await peer.close();
+    trainer.dispose();
+  }
+  const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(" ");
+  console.error(`stitch: ${list(ours)} ms here; ${list(theirs)} ms in PyTorch`);
+
+  const round = (v: number, digits: number) => Number(v.toFixed(digits));
+  const ms = median(ours);
+  const msPy = median(theirs);
+  const result: StitchResult = {
+    ms: round(ms, 2),
+    ms_pytorch: round(msPy, 2),
+    ratio: round(ms / msPy, 4),
+    images_per_second: round((o.batch * 1000) / ms, 2),
+    images_per_second_pytorch: round((o.batch * 1000) / msPy, 2),
+    steps: iters,
+    batch: o.batch,
+    model: "resnet18",
+    point: POINT,
+    objective: "fula",
+    fula_points: trainer.fula,
+    bn_mode: "batch",
+    threads,
+    libtorch,
+    torch: pytorch,
+  };
+  printTable(result);
+  const path = join(here, "results", o.quick ? "stitch-quick.json" : "stitch.json");
+  mkdirSync(dirname(path), { recursive: true });
+  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
+  console.error(`stitch: wrote ${path}`);
+}

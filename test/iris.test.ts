@@ -1,0 +1,501 @@
+// IRIs and the two stitch jobs: IRI quality at an early point, IRIs against the same descent
+// written in PyTorch, resuming an interrupted IRI set, the mode rule of invariance-aware
+// stitching (B's targets from x', HLM's labels from x), and bad input to runStitch and the CLI.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { type Dataset, datasetSize, disposeDataset, loadDataset, normalizationFor, subset } from "../data/index.js";
+import { createModel } from "../models/registry.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import { loadCheckpoint, modelFingerprint, saveCheckpoint } from "../nn/checkpoint.js";
+import { inEvalMode } from "../nn/module.js";
+import { generateIriBatch, IRI_DEFAULTS, type IriOptions, perImageResidual } from "../stitch/iris.js";
+import { checkIriSetFor, generateIriSet, type IriSetSettings, loadIriSet, readIriSetInfo } from "../stitch/iriset.js";
+import { runStitch, STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
+import { relativeDistance } from "../stitch/objectives.js";
+import { StitchedModel } from "../stitch/stitched.js";
+import { trainStitch } from "../stitch/train.js";
+import * as torch from "../torch/index.js";
+import { TRAIN_DEFAULTS, trainModel } from "../train/trainer.js";
+import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
+
+const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const norm = normalizationFor("fashion-mnist");
+const root = join(import.meta.dirname, "..");
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-iris-"));
+const WIDTH = 0.125;
+
+function tiny(seed: number): StitchableModel {
+  torch.manualSeed(seed);
+  return createModel("resnet18", { width: WIDTH, numClasses: 10 });
+}
+
+let train: Dataset;
+let a: StitchableModel;
+let b: StitchableModel;
+const ckpt = { a: join(tmp, "a", "model.safetensors"), b: join(tmp, "b", "model.safetensors") };
+
+before(async () => {
+  if (!HAVE_DATA) return;
+  train = await loadDataset("fashion-mnist", { split: "train", limit: 64 });
+  a = tiny(0);
+  // B is trained a little, so that its answers depend on the image (the mode-rule test needs a
+  // back model whose outputs on x and x' differ); A may stay random.
+  const r = await trainModel(
+    {
+      ...TRAIN_DEFAULTS,
+      model: "resnet18",
+      modelOptions: { width: WIDTH },
+      dataset: "fashion-mnist",
+      limit: 1000,
+      testLimit: 100,
+      epochs: 1,
+      batchSize: 64,
+      lr: 0.05,
+      seed: 1,
+      robustEvalSteps: 0,
+    },
+    dirname(ckpt.b),
+  );
+  b = loadCheckpoint(r.checkpoint).model;
+  mkdirSync(dirname(ckpt.a), { recursive: true });
+  saveCheckpoint(ckpt.a, a, { dataset: "fashion-mnist", seed: 0 });
+});
+
+after(() => {
+  if (train) disposeDataset(train);
+  a?.dispose();
+  b?.dispose();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+const first = (n: number) =>
+  subset(
+    train,
+    Array.from({ length: n }, (_, i) => i),
+  );
+
+function settingsFor(model: StitchableModel, ds: Dataset, point: string, options: IriOptions): IriSetSettings {
+  return {
+    front: { arch: model.arch, options: model.config as Record<string, unknown>, fingerprint: modelFingerprint(model) },
+    point,
+    dataset: "fashion-mnist",
+    shortcut: null,
+    limit: datasetSize(ds),
+    count: datasetSize(ds),
+    classes: ds.classes,
+    imageShape: ds.images.shape.slice(1),
+    normalization: norm,
+    options,
+  };
+}
+
+const mean = (r: Float32Array) => r.reduce((s, v) => s + v, 0) / r.length;
+
+test("IRIs at an early point: A represents x' as x (small residual) although x' is far from x", { skip }, () => {
+  const ds = first(16);
+  // Adam (PROTOCOL's option, lr 0.1 with cosine decay, 200 steps) at the stem of a width-8 ResNet-18.
+  const r = generateIriBatch(a, "stem", ds.images, norm, { ...IRI_DEFAULTS, optimizer: "adam" }, 1);
+  const residual = mean(r.residuals);
+  const distance = torch.tidy(() => {
+    const x = ds.images.float();
+    return r.images.float().sub(x).norm().item() / x.norm().item();
+  });
+  // Measured: residual 0.02, distance 0.16 (uniform-noise start; x' keeps noise A cannot see).
+  assert.ok(residual < 0.05, `mean relative residual ${residual}`);
+  assert.ok(distance > 0.1 && distance > 3 * residual, `||x' - x|| / ||x|| = ${distance} (residual ${residual})`);
+  // The stored residuals are those of the stored (uint8) images.
+  const again = torch.tidy(() =>
+    inEvalMode([a], () =>
+      torch.noGrad(() => {
+        const f = (u8: torch.Tensor) =>
+          a.forwardTo(
+            torch
+              .tensor(norm.mean)
+              .reshape(1, 3, 1, 1)
+              .mul(-1)
+              .add(u8.float().div(255))
+              .div(torch.tensor(norm.std).reshape(1, 3, 1, 1)),
+            "stem",
+          );
+        return perImageResidual(f(r.images), f(ds.images)).toTypedArray() as Float32Array;
+      }),
+    ),
+  );
+  for (let i = 0; i < again.length; i++) assert.ok(Math.abs(again[i] - r.residuals[i]) < 1e-5);
+
+  // The default (200 signed steps of 1/255) also descends, if less far (PROTOCOL: 0.6-0.7 on trained models).
+  let initial = Number.NaN;
+  const sign = generateIriBatch(a, "stem", ds.images, norm, IRI_DEFAULTS, 1, (t, v) => {
+    if (t === 0) initial = v;
+  });
+  assert.ok(sign.batchResidual < 0.6 * initial, `signed descent: ${initial} -> ${sign.batchResidual}`);
+  torch.dispose([r.images, sign.images]);
+  disposeDataset(ds);
+});
+
+test("IRIs equal the same signed descent written in PyTorch (same weights, start and steps)", {
+  skip: skip || skipUnlessPytorch(),
+}, () => {
+  const dir = join(tmp, "py");
+  mkdirSync(dir);
+  const ds = first(8);
+  const s = { width: WIDTH, point: "layer1.0", steps: 20, stepSize: 1 / 255, seed: 5, mean: norm.mean, std: norm.std };
+  torch.torchSave(join(dir, "ts_state.pt"), a.stateDict());
+  torch.torchSave(join(dir, "iri_input.pt"), { x: ds.images });
+  const py = spawnSync(PYTHON, [join(import.meta.dirname, "helpers", "iri_reference.py"), dir, JSON.stringify(s)], {
+    encoding: "utf8",
+    cwd: dir,
+  });
+  assert.equal(py.status, 0, py.stderr);
+  const want = torch.torchLoad(join(dir, "py_iris.pt")) as { images: torch.Tensor; residuals: torch.Tensor };
+  const got = generateIriBatch(a, s.point, ds.images, norm, { ...IRI_DEFAULTS, steps: s.steps }, s.seed);
+  // The same start (libtorch's generator, same seed) and the same steps; a gradient entry at the
+  // edge of zero may take the other sign, so allow a few pixels to differ.
+  const off = torch.tidy(() => got.images.to("int16").sub(want.images.to("int16")).abs().gt(1).float().mean().item());
+  assert.ok(off < 0.01, `share of pixels differing by more than one level: ${off}`);
+  const wr = want.residuals.toTypedArray() as Float32Array;
+  for (let i = 0; i < wr.length; i++)
+    assert.ok(Math.abs(got.residuals[i] - wr[i]) < 1e-2 * wr[i], `image ${i}: ${got.residuals[i]} vs ${wr[i]}`);
+  torch.dispose([got.images, want.images, want.residuals]);
+  disposeDataset(ds);
+});
+
+test("an interrupted IRI set resumes without redoing finished batches, and equals an uninterrupted one", {
+  skip,
+}, async () => {
+  const ds = first(40);
+  const opts: IriOptions = { ...IRI_DEFAULTS, steps: 5, batchSize: 16 };
+  const settings = settingsFor(a, ds, "layer1.0", opts);
+  const dir = join(tmp, "resume");
+  await assert.rejects(
+    generateIriSet(a, ds, dir, settings, {
+      onProgress: (p) => {
+        if (p.batch === 2 && p.step === 3) throw new Error("interrupted");
+      },
+    }),
+    /interrupted/,
+  );
+  assert.ok(existsSync(join(dir, "parts", "00000.safetensors")), "batch 1 was kept");
+  assert.throws(() => readIriSetInfo(dir), /unfinished IRI set/);
+  assert.throws(() => loadIriSet(dir), /unfinished IRI set/);
+
+  const seen = new Set<number>();
+  let resumed = 0;
+  const info = await generateIriSet(a, ds, dir, settings, {
+    onProgress: (p) => {
+      if (p.step < p.steps) seen.add(p.batch);
+      resumed = p.resumed;
+    },
+  });
+  assert.deepEqual([...seen].sort(), [2, 3], "only the unfinished batches ran");
+  assert.equal(resumed, 16);
+  assert.ok(!existsSync(join(dir, "parts")), "parts are removed once joined");
+  assert.equal(info.count, 40);
+  assert.ok(readFileSync(join(dir, "preview.png")).subarray(1, 4).toString() === "PNG");
+
+  const whole = join(tmp, "whole");
+  await generateIriSet(a, ds, whole, settings);
+  const x = loadIriSet(dir);
+  const y = loadIriSet(whole);
+  assert.equal(
+    torch.tidy(() => x.dataset.images.eq(y.dataset.images).all().item()),
+    true,
+  );
+  assert.deepEqual(Array.from(x.residuals), Array.from(y.residuals));
+  assert.deepEqual(
+    Array.from(x.indices.toTypedArray() as BigInt64Array),
+    Array.from({ length: 40 }, (_, i) => BigInt(i)),
+  );
+  // Labels are those of the source images x.
+  assert.equal(
+    torch.tidy(() => x.dataset.labels.eq(ds.labels).all().item()),
+    true,
+  );
+  for (const s of [x, y]) {
+    disposeDataset(s.dataset);
+    s.indices.dispose();
+  }
+
+  // Finished: a rerun returns at once; other settings in the same folder are refused by name.
+  let calls = 0;
+  await generateIriSet(a, ds, dir, settings, { onProgress: () => calls++ });
+  assert.equal(calls, 0);
+  await assert.rejects(
+    generateIriSet(a, ds, dir, settingsFor(a, ds, "layer1.0", { ...opts, steps: 6 })),
+    /holds an IRI set with other settings \(steps: 5 there, 6 here\)/,
+  );
+  assert.throws(
+    () => checkIriSetFor(info, { fingerprint: modelFingerprint(b), point: "layer1.0", dataset: "fashion-mnist" }, dir),
+    /made by another front model/,
+  );
+  assert.throws(
+    () =>
+      checkIriSetFor(info, { fingerprint: info.front.fingerprint, point: "layer2.0", dataset: "fashion-mnist" }, dir),
+    /made at point 'layer1.0', not 'layer2.0'/,
+  );
+  disposeDataset(ds);
+});
+
+test("the mode rule: on an IRI set, B's soft labels and features come from x', HLM's labels from x", {
+  skip,
+}, async () => {
+  const ds = first(32);
+  const point = "layer1.0";
+  const dir = join(tmp, "mode");
+  await generateIriSet(a, ds, dir, settingsFor(a, ds, point, { ...IRI_DEFAULTS, steps: 30, batchSize: 32 }));
+  const set = loadIriSet(dir);
+  const s = new StitchedModel(a, b, point);
+  const xs = torch.tidy(() => {
+    const n = (u8: torch.Tensor) =>
+      u8
+        .float()
+        .div(255)
+        .sub(torch.tensor(norm.mean).reshape(1, 3, 1, 1))
+        .div(torch.tensor(norm.std).reshape(1, 3, 1, 1));
+    return { x: n(ds.images), xp: n(set.dataset.images) };
+  });
+  // What each objective should see, with T the identity (A and B have equal widths) and both in eval mode.
+  const expected = inEvalMode([a, b], () =>
+    torch.tidy(() =>
+      torch.noGrad(() => {
+        s.init("identity");
+        const stitched = s.forward(xs.xp);
+        const bOnX = b.forward(xs.x);
+        const bOnXp = b.forward(xs.xp);
+        const points = b.stitchPoints.map((p) => p.name).slice(b.stitchPoints.findIndex((p) => p.name === point));
+        const mine = b.forwardFeaturesFrom(a.forwardTo(xs.xp, point), point, points);
+        const fula = (x: torch.Tensor) => {
+          const theirs = b.forwardFeatures(x, points);
+          return torch
+            .stack(points.map((p) => relativeDistance(mine.features[p], theirs.features[p])))
+            .mean()
+            .item();
+        };
+        return {
+          // B really does answer differently on x and x'.
+          bDisagrees: bOnX.argmax(1).ne(bOnXp.argmax(1)).float().mean().item(),
+          slm: torch.crossEntropy(stitched, bOnXp.softmax(1)).item(),
+          slmFromX: torch.crossEntropy(stitched, bOnX.softmax(1)).item(),
+          hlm: torch.crossEntropy(stitched, ds.labels).item(),
+          hlmFromBOnXp: torch.crossEntropy(stitched, bOnXp.argmax(1)).item(),
+          fula: fula(xs.xp),
+          fulaFromX: fula(xs.x),
+        };
+      }),
+    ),
+  );
+  assert.ok(expected.bDisagrees > 0.2, `B's labels on x and x' differ on ${expected.bDisagrees} of the images`);
+  // trainStitch reports the loss before its first step; lr 0 keeps T the identity throughout.
+  const lossOf = (objective: "slm" | "hlm" | "fula") =>
+    trainStitch(s, set.dataset, ds, {
+      objective: { [objective]: 1 },
+      normalization: norm,
+      epochs: 1,
+      batchSize: 32,
+      lr: 0,
+      bnMode: "eval",
+      init: "identity",
+    }).epochLosses[0];
+  const close = (got: number, want: number, other: number, what: string) => {
+    assert.ok(Math.abs(got - want) < 1e-4 * Math.max(1, want), `${what}: ${got} vs ${want}`);
+    assert.ok(
+      Math.abs(other - want) > 100 * Math.abs(got - want) + 1e-3,
+      `${what}: the alternative ${other} is too close`,
+    );
+  };
+  close(lossOf("slm"), expected.slm, expected.slmFromX, "SLM targets are B's softmax on x'");
+  close(lossOf("hlm"), expected.hlm, expected.hlmFromBOnXp, "HLM labels are those of x");
+  close(lossOf("fula"), expected.fula, expected.fulaFromX, "FuLA targets are B's features on x'");
+  torch.dispose(xs);
+  s.layer.dispose();
+  disposeDataset(set.dataset);
+  set.indices.dispose();
+  disposeDataset(ds);
+});
+
+function stitchConfig(over: Partial<StitchConfig>): StitchConfig {
+  return {
+    ...STITCH_CONFIG_DEFAULTS,
+    front: ckpt.b,
+    back: ckpt.a,
+    frontPoint: "layer1.0",
+    objective: "slm",
+    mode: "standard",
+    limit: 64,
+    testLimit: 64,
+    epochs: 1,
+    initImages: 32,
+    ckaImages: 32,
+    ...over,
+  };
+}
+
+test("runStitch in both modes writes scores (bn mode recorded) and the layer; an IRI set must fit", {
+  skip,
+}, async () => {
+  const irisDir = join(tmp, "iris-b");
+  const ds = first(64);
+  await generateIriSet(b, ds, irisDir, settingsFor(b, ds, "layer1.0", { ...IRI_DEFAULTS, steps: 3, batchSize: 64 }));
+  disposeDataset(ds);
+  for (const mode of ["standard", "iris"] as const) {
+    const out = join(tmp, `run-${mode}`);
+    const r = await runStitch(stitchConfig({ mode, iris: mode === "iris" ? irisDir : undefined }), out);
+    const saved = JSON.parse(readFileSync(join(out, "scores.json"), "utf8"));
+    assert.equal(saved.config.bnMode, mode === "iris" ? "eval" : "batch");
+    assert.equal(saved.config.epochs, 1);
+    assert.equal(saved.scores.n, 64);
+    assert.ok(saved.scores.agreementProbability > 0 && saved.scores.agreementProbability <= 1);
+    assert.ok(saved.cka > 0 && saved.cka <= 1 + 1e-9);
+    assert.equal(saved.spectrum.rank, 8);
+    assert.equal(r.training.trainImages, 64);
+    if (mode === "iris") assert.ok(saved.iris.residuals.mean > 0);
+    const layer = torch.loadSafetensors(join(out, "layer.safetensors")).tensors;
+    assert.deepEqual(layer.weight.shape, [8, 8]);
+    torch.dispose(Object.values(layer));
+  }
+  // The IRI set of front B used with front A, or at another point: refused before any training.
+  const wrong = join(tmp, "run-wrong");
+  await assert.rejects(
+    runStitch(stitchConfig({ mode: "iris", iris: irisDir, front: ckpt.a, back: ckpt.b }), wrong),
+    /does not fit this stitch: it was made by another front model/,
+  );
+  await assert.rejects(
+    runStitch(stitchConfig({ mode: "iris", iris: irisDir, frontPoint: "layer1.1" }), wrong),
+    /made at point 'layer1.0', not 'layer1.1'/,
+  );
+  await assert.rejects(runStitch(stitchConfig({ mode: "iris" }), wrong), /iris mode needs an IRI set/);
+  await assert.rejects(runStitch(stitchConfig({ mode: "iris", iris: tmp }), wrong), /is not an IRI set/);
+  assert.ok(!existsSync(wrong), "a refused run writes nothing");
+});
+
+test("runStitch: missing points, unstitchable pairs and a NaN loss are clear errors that write nothing", {
+  skip,
+}, async () => {
+  const out = join(tmp, "run-bad");
+  await assert.rejects(
+    runStitch(stitchConfig({ frontPoint: "layer9" }), out),
+    /front model resnet18 has no stitch point 'layer9'; its points: stem, layer1.0/,
+  );
+  torch.manualSeed(0);
+  const vit = createModel("vit_tiny_patch4_32", { embedDim: 24, depth: 2, numHeads: 2 });
+  const vitPath = join(tmp, "vit", "model.safetensors");
+  mkdirSync(dirname(vitPath));
+  saveCheckpoint(vitPath, vit, { dataset: "fashion-mnist" });
+  vit.dispose();
+  await assert.rejects(
+    runStitch(stitchConfig({ back: vitPath, frontPoint: "layer1.0", backPoint: "blocks.0" }), out),
+    /a cnn point \(layer1.0\) cannot be stitched to a vit point \(blocks.0\)/,
+  );
+  // A back model whose head is NaN: B's soft labels are NaN from the first step.
+  const broken = tiny(0);
+  torch.noGrad(() => broken.stateDict()["fc.weight"].fill_(Number.NaN));
+  const brokenPath = join(tmp, "nan", "model.safetensors");
+  mkdirSync(dirname(brokenPath));
+  saveCheckpoint(brokenPath, broken, { dataset: "fashion-mnist" });
+  broken.dispose();
+  await assert.rejects(
+    runStitch(stitchConfig({ back: brokenPath }), out),
+    /stitching diverged: loss is NaN at epoch 1, step 1/,
+  );
+  assert.ok(!existsSync(join(out, "scores.json")) && !existsSync(join(out, "layer.safetensors")));
+});
+
+function stitchlab(args: string[]) {
+  return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
+    encoding: "utf8",
+    cwd: tmp,
+  });
+}
+
+test("stitchlab iris and stitchlab stitch as a user runs them", { skip }, () => {
+  const irisDir = join(tmp, "cli-iris");
+  const i = stitchlab([
+    "iris",
+    "--front",
+    ckpt.b,
+    "--point",
+    "layer2.0",
+    "--limit",
+    "40",
+    "--steps",
+    "4",
+    "--batch-size",
+    "16",
+    "--out",
+    irisDir,
+  ]);
+  assert.equal(i.status, 0, i.stderr);
+  const lines = i.stdout
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l));
+  const done = lines.at(-1);
+  assert.equal(done.event, "done");
+  assert.equal(done.count, 40);
+  assert.ok(
+    lines.some((l) => l.event === "iris" && typeof l.meanResidual === "number"),
+    "progress lines with the running residual",
+  );
+  for (const f of ["iris.safetensors", "iris.json", "preview.png"]) assert.ok(existsSync(join(irisDir, f)), f);
+
+  const out = join(tmp, "cli-stitch");
+  const common = [
+    "--front",
+    ckpt.b,
+    "--back",
+    ckpt.a,
+    "--point",
+    "layer2.0",
+    "--epochs",
+    "1",
+    "--limit",
+    "40",
+    "--test-limit",
+    "40",
+    "--init-images",
+    "40",
+  ];
+  const s = stitchlab(["stitch", ...common, "--objective", "fula", "--mode", "iris", "--iris", irisDir, "--out", out]);
+  assert.equal(s.status, 0, s.stderr);
+  const r = JSON.parse(s.stdout.trim().split("\n").at(-1) as string);
+  assert.equal(r.bnMode, "eval");
+  assert.ok(r.agreementProbability > 0);
+  assert.ok(existsSync(join(out, "scores.json")) && existsSync(join(out, "layer.safetensors")));
+
+  // One clear line on stderr, exit status 1.
+  const bad = stitchlab([
+    "stitch",
+    ...common,
+    "--objective",
+    "fula",
+    "--mode",
+    "iris",
+    "--iris",
+    irisDir,
+    "--point",
+    "layer1.0",
+    "--out",
+    join(tmp, "x"),
+  ]);
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr.trim(), /^stitchlab: IRI set .* made at point 'layer2.0', not 'layer1.0'$/);
+  const badMode = stitchlab(["stitch", ...common, "--objective", "fula", "--mode", "fancy", "--out", join(tmp, "x")]);
+  assert.match(badMode.stderr, /--mode must be one of standard, iris, not 'fancy'/);
+  const badObjective = stitchlab([
+    "stitch",
+    ...common,
+    "--objective",
+    "kl",
+    "--mode",
+    "standard",
+    "--out",
+    join(tmp, "x"),
+  ]);
+  assert.match(badObjective.stderr, /unknown objective 'kl'/);
+  assert.ok(!existsSync(join(tmp, "x")));
+});
