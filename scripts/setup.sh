@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up stitchlab on a fresh Debian/Ubuntu machine: system packages (libtorch, OpenBLAS,
-# Fashion-MNIST, Python PyTorch for the reference tests, build tools), npm packages, the
-# native addon and the TypeScript build. Safe to run again: it skips what is already done.
+# Fashion-MNIST, Python PyTorch for the reference tests, Chromium for the headless report test,
+# build tools), npm packages, the native addon and the TypeScript build. Safe to run again: it
+# skips what is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 
-PKGS=(libtorch-dev python3-torch dataset-fashion-mnist libopenblas0-pthread build-essential python3 binutils)
+PKGS=(libtorch-dev python3-torch dataset-fashion-mnist libopenblas0-pthread build-essential python3 binutils chromium)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,209 @@
+// The report's figures as vega-lite specs, in the manner of the paper's: a score against the
+// stitch point, one panel per pair relation, colour = objective, solid = standard stitching,
+// dashed = invariance-aware (trained on IRIs). Each spec carries its data, so a figure's
+// .vl.json reproduces it alone. A figure with no data is left out.
+import type { TopLevelSpec } from "vega-lite";
+import type { StitchRow } from "./types.js";
+
+export interface Figure {
+  /** File stem under figures/: <name>.vl.json, <name>.svg, <name>.png. */
+  name: string;
+  title: string;
+  /** What the figure shows and which way is "more similar", for the report's caption. */
+  caption: string;
+  spec: TopLevelSpec;
+}
+
+const SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json";
+const MODES = ["standard", "iris"];
+/** Objectives in the paper's order, with fixed colours so every figure agrees. */
+const OBJECTIVE_COLOURS: Record<string, string> = {
+  hlm: "#4c78a8",
+  slm: "#f58518",
+  dm: "#54a24b",
+  fula: "#e45756",
+};
+const OTHER_COLOURS = ["#72b7b2", "#b279a2", "#eeca3b", "#9d755d", "#ff9da6", "#bab0ac", "#79706e"];
+/** Pair relations in the paper's order; any other comes after them, in order of appearance. */
+const PAIR_ORDER = ["identical", "cross-seed", "cross-bias", "cross-robust", "robust-robust", "cross-supervision"];
+
+/** Distinct values in order of first appearance. */
+function distinct<T>(values: Iterable<T>): T[] {
+  return [...new Set(values)];
+}
+
+function ordered(values: string[], canonical: string[]): string[] {
+  const known = canonical.filter((v) => values.includes(v));
+  return [...known, ...values.filter((v) => !canonical.includes(v))];
+}
+
+/** The panel label of each pair: the pair, and "front → back" when the panel holds one such combination. */
+function panelLabels(rows: StitchRow[]): Map<string, string> {
+  const labels = new Map<string, string>();
+  for (const pair of distinct(rows.map((r) => r.pair))) {
+    const combos = distinct(rows.filter((r) => r.pair === pair).map((r) => `${r.front} → ${r.back}`));
+    labels.set(pair, combos.length === 1 ? `${pair}: ${combos[0]}` : `${pair} (${combos.length} model pairs)`);
+  }
+  return labels;
+}
+
+const CONFIG = {
+  font: "sans-serif",
+  background: "white",
+  view: { stroke: "#ccc" },
+  axis: { labelFontSize: 10, titleFontSize: 11, titleFontWeight: "normal" as const, gridColor: "#eee" },
+  header: { labelFontSize: 12, labelFontWeight: "bold" as const },
+  legend: { labelFontSize: 11, titleFontSize: 11 },
+  title: { fontSize: 14, subtitleFontSize: 11, subtitleColor: "#555", anchor: "start" as const },
+};
+
+interface ScoreFigure {
+  name: string;
+  title: string;
+  subtitle: string;
+  caption: string;
+  field: "agreement_prob" | "accuracy" | "excess_agreement";
+  yTitle: string;
+  /** [0, 1] for scores that live there; undefined lets the data decide (always including 0). */
+  domain?: [number, number];
+  /** An extra horizontal reference in every panel. */
+  reference?: { field: "back_accuracy" } | { value: number };
+}
+
+function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
+  const used = rows.filter((r) => r[f.field] !== null && Number.isFinite(r[f.field]));
+  if (used.length === 0) return null;
+  const labels = panelLabels(used);
+  const panels = ordered(distinct(used.map((r) => r.pair)), PAIR_ORDER).map((p) => labels.get(p)!);
+  const objectives = ordered(distinct(used.map((r) => r.objective)), Object.keys(OBJECTIVE_COLOURS));
+  let other = 0;
+  const colours = objectives.map((o) => OBJECTIVE_COLOURS[o] ?? OTHER_COLOURS[other++ % OTHER_COLOURS.length]);
+  const modes = ordered(distinct(used.map((r) => r.mode)), MODES);
+  // Width from the longest panel, so a 13-point ViT panel is not squeezed into a 9-point one's room.
+  const maxPoints = Math.max(
+    ...panels.map((p) => distinct(used.filter((r) => labels.get(r.pair) === p).map((r) => r.point)).length),
+  );
+  const width = Math.min(420, Math.max(180, 32 * maxPoints));
+  const values = used.map((r) => ({
+    panel: labels.get(r.pair)!,
+    point: r.point,
+    pointIndex: r.pointIndex,
+    objective: r.objective,
+    mode: r.mode,
+    [f.field]: r[f.field],
+    ...(f.reference && "field" in f.reference ? { [f.reference.field]: r[f.reference.field] } : {}),
+  }));
+  const x = {
+    field: "point",
+    type: "ordinal" as const,
+    sort: { field: "pointIndex", op: "min" as const },
+    title: "stitch point",
+    axis: { labelAngle: -45 },
+  };
+  const y = {
+    field: f.field,
+    aggregate: "mean" as const,
+    type: "quantitative" as const,
+    title: f.yTitle,
+    scale: f.domain ? { domain: f.domain } : { zero: true },
+  };
+  const color = {
+    field: "objective",
+    type: "nominal" as const,
+    title: "objective",
+    scale: { domain: objectives, range: colours },
+  };
+  const layers: unknown[] = [];
+  if (f.reference)
+    layers.push({
+      mark: { type: "rule", color: "#999", strokeWidth: 1 },
+      encoding:
+        "field" in f.reference
+          ? { y: { field: f.reference.field, aggregate: "mean", type: "quantitative" } }
+          : { y: { datum: f.reference.value } },
+    });
+  layers.push(
+    {
+      mark: { type: "line", strokeWidth: 2 },
+      encoding: {
+        x,
+        y,
+        color,
+        strokeDash: {
+          field: "mode",
+          type: "nominal",
+          title: "mode",
+          scale: { domain: modes, range: modes.map((m) => (m === "iris" ? [6, 4] : [1, 0])) },
+          legend: { symbolSize: 400, symbolStrokeWidth: 2, symbolStrokeColor: "#555" },
+        },
+      },
+    },
+    {
+      mark: { type: "point", filled: true, size: 36 },
+      encoding: {
+        x,
+        y,
+        color,
+        // Without mode among the point layer's fields its mean would mix standard and iris runs.
+        detail: { field: "mode", type: "nominal" },
+      },
+    },
+  );
+  const spec = {
+    $schema: SCHEMA,
+    title: { text: f.title, subtitle: f.subtitle },
+    data: { values },
+    facet: { field: "panel", type: "nominal", sort: panels, title: null },
+    columns: Math.min(3, panels.length),
+    spec: { width, height: 200, layer: layers },
+    resolve: { scale: { x: "independent" } },
+    config: CONFIG,
+  } as TopLevelSpec;
+  return { name: f.name, title: f.title, caption: f.caption, spec };
+}
+
+const SEVERAL = "Where several runs share a panel, objective, mode and point, the mean is drawn.";
+
+/** The report's figures for these rows, those without data left out. */
+export function reportFigures(rows: StitchRow[]): Figure[] {
+  const figures = [
+    scoreFigure(rows, {
+      name: "agreement",
+      title: "Agreement probability vs stitch point",
+      subtitle: "larger = more similar; solid: standard stitching, dashed: invariance-aware (IRIs)",
+      caption:
+        "Agreement probability between the stitched model and the back model on the clean test set, " +
+        "against the stitch point, one panel per pair of models; colour is the objective, solid lines are " +
+        `standard stitching and dashed lines invariance-aware stitching. Larger agreement = more similar. ${SEVERAL}`,
+      field: "agreement_prob",
+      yTitle: "agreement probability",
+      domain: [0, 1],
+    }),
+    scoreFigure(rows, {
+      name: "accuracy",
+      title: "Stitched accuracy vs stitch point",
+      subtitle: "grey line: the back model's own accuracy; solid: standard, dashed: invariance-aware",
+      caption:
+        "Test accuracy of the stitched model against the stitch point; the grey line is the back model's " +
+        "own accuracy. A stitch that keeps the back model's accuracy is forward compatible; it says nothing " +
+        `about backward compatibility, which the agreement of invariance-aware stitching measures. ${SEVERAL}`,
+      field: "accuracy",
+      yTitle: "accuracy",
+      domain: [0, 1],
+      reference: { field: "back_accuracy" },
+    }),
+    scoreFigure(rows, {
+      name: "excess_agreement",
+      title: "Excess agreement vs stitch point",
+      subtitle: "agreement with class-consistent markers minus with rolled markers; near 0 = shortcut not shared",
+      caption:
+        "Excess agreement: agreement probability on a test set with class-consistent shortcut markers minus " +
+        "that on a test set whose marker colours are rolled by one class. Larger means the stitched model " +
+        `follows the front model's shortcut (false similarity); near 0 means it does not. ${SEVERAL}`,
+      field: "excess_agreement",
+      yTitle: "excess agreement",
+      reference: { value: 0 },
+    }),
+  ];
+  return figures.filter((f): f is Figure => f !== null);
+}

@@ -1,0 +1,47 @@
+// results.csv: one row per stitched run, in a fixed column order that starts with the columns
+// every consumer relies on. Numbers are written unrounded (JavaScript's shortest round-trip
+// form), null as an empty field; fields are quoted as RFC 4180 says (lines end in "\n").
+import type { StitchRow } from "./types.js";
+
+/** The columns of results.csv, in order: the required ones first, then the rest of StitchRow. */
+export const CSV_COLUMNS = [
+  "front",
+  "back",
+  "pair",
+  "point",
+  "objective",
+  "mode",
+  "accuracy",
+  "hard_agreement",
+  "agreement_prob",
+  "soft_error_consistency",
+  "cka",
+  "point_index",
+  "back_accuracy",
+  "hard_error_consistency",
+  "excess_agreement",
+  "iri_residual",
+  "bn_mode",
+  "epochs",
+  "seed",
+] as const;
+
+type Cell = string | number | boolean | null | undefined;
+
+/** One CSV field: quoted (with doubled quotes) when it holds a comma, a quote or a line break. */
+export function csvField(v: Cell): string {
+  if (v === null || v === undefined) return "";
+  const s = String(v);
+  return /[",\r\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
+}
+
+function cellOf(row: StitchRow, column: (typeof CSV_COLUMNS)[number]): Cell {
+  return column === "point_index" ? row.pointIndex : row[column];
+}
+
+/** The text of results.csv for these rows, in the given order, header first. */
+export function resultsCsv(rows: StitchRow[]): string {
+  const lines = [CSV_COLUMNS.join(",")];
+  for (const row of rows) lines.push(CSV_COLUMNS.map((c) => csvField(cellOf(row, c))).join(","));
+  return `${lines.join("\n")}\n`;
+}

@@ -1,0 +1,63 @@
+// What a report is made of: one row per stitched run, the base models, IRI previews and the
+// run's environment. The experiment layer fills these; report/ only formats and draws them.
+
+/** The two ways of training a stitching layer: on real images, or on the front model's IRIs. */
+export type StitchMode = "standard" | "iris";
+
+/** One stitched run: front model A up to `point`, the stitching layer, back model B after it. */
+export interface StitchRow {
+  /** Model names as the experiment names them, e.g. "clean-s1". */
+  front: string;
+  back: string;
+  /** The relation between front and back: "identical", "cross-seed", "cross-bias", ... (free string). */
+  pair: string;
+  /** Stitch point name, e.g. "layer2.1". */
+  point: string;
+  /** Position of the point in the back model's list of stitch points (the x axis order). */
+  pointIndex: number;
+  /** "hlm" | "slm" | "dm" | "fula"; weighted sums appear as e.g. "hlm:1,fula:0.5". */
+  objective: string;
+  mode: StitchMode;
+  accuracy: number;
+  back_accuracy: number;
+  hard_agreement: number;
+  agreement_prob: number;
+  hard_error_consistency: number;
+  soft_error_consistency: number;
+  cka: number | null;
+  excess_agreement: number | null;
+  /** Mean relative residual of the IRI set used (iris mode). */
+  iri_residual: number | null;
+  bn_mode: string;
+  epochs: number;
+  seed: number;
+}
+
+/** A base model and its accuracies, by test set name ("clean", "pgd", ...). */
+export interface ModelRow {
+  name: string;
+  arch: string;
+  dataset: string;
+  shortcut: string | null;
+  adversarial: boolean;
+  seed: number;
+  accuracies: Record<string, number>;
+}
+
+/** A picture grid of IRIs for one (front, point): rows x, x', |x - x'|, as PNG bytes. */
+export interface IriPreview {
+  front: string;
+  point: string;
+  /** Relative residuals of the whole IRI set; below01 = share of images with residual <= 0.1. */
+  residuals: { mean: number; median: number; p90: number; below01: number };
+  png: Buffer;
+}
+
+export interface ReportInput {
+  title: string;
+  rows: StitchRow[];
+  models: ModelRow[];
+  iris: IriPreview[];
+  environment: Record<string, string | number | boolean>;
+  notes?: string[];
+}

@@ -1,0 +1,55 @@
+// Writes an experiment's report directory: results.csv, report.html and figures/ (each figure
+// as <name>.vl.json, <name>.svg, <name>.png). Every file is written atomically (temporary
+// sibling, then rename), so an interrupted run never leaves a half-written report.
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { writeFileAtomic } from "../torch/io.js";
+import { reportFigures } from "./charts.js";
+import { resultsCsv } from "./csv.js";
+import { type PageFigure, reportHtml } from "./html.js";
+import { renderFigure } from "./render.js";
+import type { ReportInput, StitchRow } from "./types.js";
+
+export interface WrittenReport {
+  /** Path of report.html. */
+  html: string;
+  /** Path of results.csv. */
+  csv: string;
+  /** Names of the figures written, each as figures/<name>.vl.json, .svg and .png. */
+  figures: string[];
+}
+
+/** An error naming the row and the field, for rows the experiment layer built wrongly. */
+function checkRows(rows: StitchRow[]): void {
+  rows.forEach((r, i) => {
+    const where = `report: stitched run ${i} (${r.front} -> ${r.back}, ${r.point}, ${r.objective})`;
+    if (r.mode !== "standard" && r.mode !== "iris")
+      throw new Error(`${where}: mode must be "standard" or "iris", got ${JSON.stringify(r.mode)}`);
+    if (!Number.isInteger(r.pointIndex) || r.pointIndex < 0)
+      throw new Error(
+        `${where}: pointIndex must be the point's position in the back model's list, got ${r.pointIndex}`,
+      );
+  });
+}
+
+/** Writes the report of `input` into outDir (created if missing) and returns what it wrote. */
+export async function writeReport(input: ReportInput, outDir: string): Promise<WrittenReport> {
+  checkRows(input.rows);
+  const figuresDir = join(outDir, "figures");
+  mkdirSync(figuresDir, { recursive: true });
+
+  const page: PageFigure[] = [];
+  for (const figure of reportFigures(input.rows)) {
+    const { svg, png } = await renderFigure(figure.spec);
+    writeFileAtomic(join(figuresDir, `${figure.name}.vl.json`), [`${JSON.stringify(figure.spec, null, 2)}\n`]);
+    writeFileAtomic(join(figuresDir, `${figure.name}.svg`), [svg]);
+    writeFileAtomic(join(figuresDir, `${figure.name}.png`), [png]);
+    page.push({ name: figure.name, title: figure.title, caption: figure.caption, svg });
+  }
+
+  const csv = join(outDir, "results.csv");
+  writeFileAtomic(csv, [resultsCsv(input.rows)]);
+  const html = join(outDir, "report.html");
+  writeFileAtomic(html, [reportHtml(input, page)]);
+  return { html, csv, figures: page.map((f) => f.name) };
+}

@@ -1,0 +1,332 @@
+// report/: results.csv's columns and quoting, the files writeReport leaves, and report.html
+// opened in headless Chromium (Debian's `chromium`): charts drawn, IRI grid loaded, no console
+// errors and no request leaving the page.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import { pathToFileURL } from "node:url";
+import sharp from "sharp";
+import {
+  CSV_COLUMNS,
+  escapeHtml,
+  type IriPreview,
+  type ReportInput,
+  resultsCsv,
+  type StitchRow,
+  writeReport,
+} from "../report/index.js";
+
+const REQUIRED = [
+  "front",
+  "back",
+  "pair",
+  "point",
+  "objective",
+  "mode",
+  "accuracy",
+  "hard_agreement",
+  "agreement_prob",
+  "soft_error_consistency",
+  "cka",
+];
+
+function row(over: Partial<StitchRow> = {}): StitchRow {
+  return {
+    front: "clean-s1",
+    back: "clean-s2",
+    pair: "cross-seed",
+    point: "layer1.0",
+    pointIndex: 1,
+    objective: "slm",
+    mode: "standard",
+    accuracy: 0.9,
+    back_accuracy: 0.92,
+    hard_agreement: 0.95,
+    agreement_prob: 0.93,
+    hard_error_consistency: 0.6,
+    soft_error_consistency: 0.5,
+    cka: 0.8,
+    excess_agreement: null,
+    iri_residual: null,
+    bn_mode: "eval",
+    epochs: 3,
+    seed: 0,
+    ...over,
+  };
+}
+
+/** Splits CSV text per RFC 4180 (quoted fields may hold commas, quotes and line breaks). */
+function parseCsv(text: string): string[][] {
+  const rows: string[][] = [];
+  let fields: string[] = [];
+  let field = "";
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') {
+        field += '"';
+        i++;
+      } else if (c === '"') quoted = false;
+      else field += c;
+    } else if (c === '"') quoted = true;
+    else if (c === "," || c === "\n") {
+      fields.push(field);
+      field = "";
+      if (c === "\n") {
+        rows.push(fields);
+        fields = [];
+      }
+    } else field += c;
+  }
+  assert.equal(field + fields.join(""), "", "CSV text ends with a newline");
+  return rows;
+}
+
+describe("resultsCsv", () => {
+  test("header starts with the required columns, in order", () => {
+    const [header] = parseCsv(resultsCsv([]));
+    assert.deepEqual(header.slice(0, REQUIRED.length), REQUIRED);
+    assert.deepEqual(header, [...CSV_COLUMNS]);
+    assert.equal(new Set(header).size, header.length, "no column twice");
+  });
+
+  test("one line per row; quoting, null, unrounded numbers", () => {
+    const rows = [
+      row({ objective: "hlm:1,fula:0.5", front: 'say "hi"', cka: null, agreement_prob: 0.1 + 0.2 }),
+      row({ point: "blocks.1\nx", mode: "iris", iri_residual: 0.123456789, excess_agreement: -0.25 }),
+      row(),
+    ];
+    const text = resultsCsv(rows);
+    assert.ok(text.includes('"hlm:1,fula:0.5"') && text.includes('"say ""hi"""'), text);
+    const parsed = parseCsv(text);
+    assert.equal(parsed.length, 1 + rows.length);
+    const col = (name: string) => parsed[0].indexOf(name);
+    assert.ok(parsed.every((r) => r.length === CSV_COLUMNS.length));
+    assert.equal(parsed[1][col("objective")], "hlm:1,fula:0.5");
+    assert.equal(parsed[1][col("front")], 'say "hi"');
+    assert.equal(parsed[1][col("cka")], "", "null is an empty field");
+    assert.equal(Number(parsed[1][col("agreement_prob")]), 0.1 + 0.2, "numbers round-trip exactly");
+    assert.equal(parsed[2][col("point")], "blocks.1\nx");
+    assert.equal(parsed[2][col("iri_residual")], "0.123456789");
+    assert.equal(parsed[2][col("excess_agreement")], "-0.25");
+    assert.equal(parsed[3][col("point_index")], "1");
+  });
+});
+
+const POINTS = ["stem", "layer2.0", "layer4.1"];
+
+/** 2 pairs x 3 points x 2 objectives x 2 modes; excess agreement only for the cross-bias pair. */
+function syntheticRows(): StitchRow[] {
+  const rows: StitchRow[] = [];
+  for (const [pair, front, back] of [
+    ["cross-seed", "clean-s1", "clean-s2"],
+    ["cross-bias", "pixel-s1", "clean-s1"],
+  ])
+    for (const objective of ["hlm", "fula"])
+      for (const mode of ["standard", "iris"] as const)
+        POINTS.forEach((point, i) => {
+          const drop = mode === "iris" && objective === "fula" ? 0.3 * i : 0.02 * i;
+          rows.push(
+            row({
+              pair,
+              front,
+              back,
+              point,
+              pointIndex: i,
+              objective,
+              mode,
+              agreement_prob: 0.97 - drop,
+              accuracy: 0.9 - drop / 2,
+              excess_agreement: pair === "cross-bias" ? 0.8 - drop : null,
+              iri_residual: mode === "iris" ? 0.08 : null,
+            }),
+          );
+        });
+  return rows;
+}
+
+/** A 3-row grid (x, x', |x - x'|) of two 8x8 RGB images, as a PNG. */
+async function previewPng(): Promise<Buffer> {
+  const [w, h] = [16, 24];
+  const raw = Buffer.alloc(w * h * 3);
+  for (let i = 0; i < raw.length; i++) raw[i] = (i * 37) % 256;
+  return sharp(raw, { raw: { width: w, height: h, channels: 3 } })
+    .png()
+    .toBuffer();
+}
+
+async function syntheticInput(): Promise<ReportInput> {
+  const iri: IriPreview = {
+    front: "clean-s1",
+    point: "layer2.0",
+    residuals: { mean: 0.12, median: 0.1, p90: 0.2, below01: 0.5 },
+    png: await previewPng(),
+  };
+  return {
+    title: "Synthetic <report> & test",
+    rows: syntheticRows(),
+    models: [
+      {
+        name: "clean-s1",
+        arch: "resnet18",
+        dataset: "fashion-mnist",
+        shortcut: null,
+        adversarial: false,
+        seed: 1,
+        accuracies: { clean: 0.92 },
+      },
+      {
+        name: "pixel-s1",
+        arch: "resnet18",
+        dataset: "fashion-mnist",
+        shortcut: "pixel",
+        adversarial: false,
+        seed: 1,
+        accuracies: { clean: 0.91, rolled: 0.35 },
+      },
+    ],
+    iris: [iri],
+    environment: { node: process.version, threads: 2, cuda: false, "git commit": "<none>" },
+    notes: ["Synthetic numbers: <b>not</b> a result."],
+  };
+}
+
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+const dirs: string[] = [];
+after(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), "stitchlab-report-"));
+  dirs.push(d);
+  return d;
+}
+
+/** One report, written once and shared by the file checks and the browser check. */
+let written: Promise<{ dir: string; figures: string[]; html: string }> | undefined;
+function writtenReport() {
+  written ??= (async () => {
+    const dir = join(tempDir(), "out");
+    const r = await writeReport(await syntheticInput(), dir);
+    return { dir, figures: r.figures, html: r.html };
+  })();
+  return written;
+}
+
+describe("writeReport", () => {
+  test("writes results.csv, report.html and each figure as .vl.json, .svg and .png", async () => {
+    const { dir, figures, html } = await writtenReport();
+    assert.equal(html, join(dir, "report.html"));
+    assert.deepEqual(figures, ["agreement", "accuracy", "excess_agreement"]);
+    const csv = readFileSync(join(dir, "results.csv"), "utf8");
+    assert.equal(csv.trimEnd().split("\n").length, 1 + 24);
+    for (const name of figures) {
+      const svg = readFileSync(join(dir, "figures", `${name}.svg`), "utf8");
+      assert.ok(svg.startsWith("<svg"), `${name}.svg starts with <svg`);
+      assert.ok(svg.trimEnd().endsWith("</svg>"), `${name}.svg ends with </svg>`);
+      assert.ok((svg.match(/<path/g) ?? []).length > 10, `${name}.svg has marks`);
+      assert.match(svg, /role-mark/, `${name}.svg has mark groups`);
+      const png = readFileSync(join(dir, "figures", `${name}.png`));
+      assert.ok(png.subarray(0, 8).equals(PNG_SIGNATURE), `${name}.png is a PNG`);
+      const meta = await sharp(png).metadata();
+      const width = Number(/width="(\d+)"/.exec(svg)![1]);
+      assert.equal(meta.width, 2 * width, `${name}.png is drawn at twice the SVG's size`);
+      const spec = JSON.parse(readFileSync(join(dir, "figures", `${name}.vl.json`), "utf8"));
+      assert.match(spec.$schema, /vega-lite/);
+      assert.ok(spec.data.values.length > 0);
+    }
+    const page = readFileSync(html, "utf8");
+    assert.ok(page.includes(escapeHtml("Synthetic <report> & test")) && !page.includes("<report>"));
+    assert.ok(page.includes("&lt;b&gt;not&lt;/b&gt;"), "notes are escaped");
+    assert.ok(!/(src|href)="(https?:)?\/\//.test(page), "nothing loaded from the network");
+  });
+
+  test("a report with no runs has no figures and still writes its page", async () => {
+    const dir = tempDir();
+    const r = await writeReport({ ...(await syntheticInput()), rows: [], iris: [] }, dir);
+    assert.deepEqual(r.figures, []);
+    assert.ok(existsSync(r.html));
+    assert.equal(readFileSync(r.csv, "utf8"), `${CSV_COLUMNS.join(",")}\n`);
+  });
+
+  test("a figure without data is left out; a bad mode is named", async () => {
+    const dir = tempDir();
+    const r = await writeReport({ ...(await syntheticInput()), rows: syntheticRows().slice(0, 12) }, dir);
+    assert.deepEqual(r.figures, ["agreement", "accuracy"], "no excess agreement in the cross-seed rows");
+    await assert.rejects(
+      writeReport({ ...(await syntheticInput()), rows: [row({ mode: "IRIs" as "iris" })] }, tempDir()),
+      /mode must be "standard" or "iris", got "IRIs"/,
+    );
+  });
+});
+
+/** The system Chromium: STITCHLAB_CHROMIUM, else chromium or chromium-browser on PATH. */
+function findChromium(): string | null {
+  if (process.env.STITCHLAB_CHROMIUM) return process.env.STITCHLAB_CHROMIUM;
+  for (const name of ["chromium", "chromium-browser"]) {
+    const r = spawnSync("/bin/sh", ["-c", `command -v ${name}`], { encoding: "utf8" });
+    if (r.status === 0 && r.stdout.trim()) return r.stdout.trim();
+  }
+  return null;
+}
+const CHROMIUM = findChromium();
+
+/** The skip option for the browser test; in CI (where setup.sh installs chromium) a missing one is an error. */
+function skipUnlessChromium(): string | false {
+  if (CHROMIUM) return false;
+  const why = "no chromium on PATH (apt-get install chromium, or set STITCHLAB_CHROMIUM)";
+  if (process.env.CI) throw new Error(`Chromium is required in CI (scripts/setup.sh installs it), but ${why}`);
+  return why;
+}
+
+test("report.html renders in headless Chromium: charts drawn, IRI grid loaded, no errors", {
+  skip: skipUnlessChromium(),
+  timeout: 60_000,
+}, async () => {
+  const { html, figures } = await writtenReport();
+  const { launch } = await import("puppeteer-core");
+  const browser = await launch({
+    executablePath: CHROMIUM!,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+  try {
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    const requests: string[] = [];
+    page.on("console", (m) => {
+      if (m.type() === "error") errors.push(`console: ${m.text()}`);
+    });
+    page.on("pageerror", (e) => errors.push(`page: ${e instanceof Error ? e.message : String(e)}`));
+    page.on("requestfailed", (r) => errors.push(`request failed: ${r.url()}`));
+    page.on("request", (r) => requests.push(r.url()));
+    await page.setViewport({ width: 1280, height: 900 });
+    await page.goto(pathToFileURL(html).href, { waitUntil: "load" });
+
+    const charts = await page.$$eval("figure.chart > svg", (svgs) =>
+      svgs.map((s) => {
+        const r = s.getBoundingClientRect();
+        return { width: r.width, height: r.height, marks: s.querySelectorAll("path").length };
+      }),
+    );
+    assert.equal(charts.length, figures.length, "one inline SVG per figure");
+    for (const c of charts) assert.ok(c.width > 100 && c.height > 100 && c.marks > 10, JSON.stringify(c));
+
+    const images = await page.$$eval(".iris img", (imgs) =>
+      (imgs as HTMLImageElement[]).map((i) => ({ complete: i.complete, naturalWidth: i.naturalWidth })),
+    );
+    assert.deepEqual(images, [{ complete: true, naturalWidth: 16 }]);
+
+    assert.deepEqual(errors, []);
+    const outside = requests.filter((u) => !u.startsWith("file:") && !u.startsWith("data:"));
+    assert.deepEqual(outside, [], "the page loads nothing from outside itself");
+    const tables = await page.$$eval("table", (t) => t.length);
+    assert.equal(tables, 3, "results, base models, environment");
+  } finally {
+    await browser.close();
+  }
+});
