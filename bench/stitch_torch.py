@@ -23,7 +23,6 @@ Answers one JSON command per stdin line: {"op": "step"} -> {"ms": ...}, after a 
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
@@ -31,8 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_torch import CIFAR10_MEAN, CIFAR10_STD, load_zoo_reference  # noqa: E402
+# The script's folder is on sys.path, so the training benchmark's helpers import as a module.
+from train_torch import CIFAR10_MEAN, CIFAR10_STD, load_zoo_reference
 
 # PROTOCOL.md's IRI defaults (stitch/iris.ts's IRI_DEFAULTS): signed steps of one grey level.
 IRI_STEP_SIZE = 1 / 255
