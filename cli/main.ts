@@ -7,6 +7,7 @@ import { registerDataCommands } from "./data.js";
 import { doctor, formatDoctor } from "./doctor.js";
 import { registerIrisCommand } from "./iris.js";
 import { registerLayersCommand } from "./layers.js";
+import { registerRunCommands } from "./run.js";
 import { registerStitchCommand } from "./stitch.js";
 import { registerTrainCommand } from "./train.js";
 
@@ -30,6 +31,7 @@ registerTrainCommand(program);
 registerDataCommands(program);
 registerIrisCommand(program);
 registerStitchCommand(program);
+registerRunCommands(program);
 
 program.parseAsync(process.argv).catch((e: Error) => {
   console.error(`stitchlab: ${e.message}`);

@@ -1,0 +1,299 @@
+// The planner: an experiment becomes a graph of tasks, train -> iris -> stitch, each under a key
+// that hashes its settings and its inputs' keys (never names or paths), so two experiments that
+// need the same model or the same IRI set share one cache entry. A stitch task trains T and
+// scores it (stitch/jobs.ts runStitch): scoring needs the trained T in memory and costs seconds,
+// so it is the last step of its stitch task rather than a task of its own. The report is drawn
+// from every stitch task's scores after the graph has run.
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, isAbsolute, resolve } from "node:path";
+import { createModel, type ModelOptions } from "../models/registry.js";
+import { sidecarPath } from "../nn/checkpoint.js";
+import { IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
+import { STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
+import { parseObjective } from "../stitch/objectives.js";
+import { TRAIN_DEFAULTS, type TrainConfig } from "../train/trainer.js";
+import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
+
+/** Bumped when a task kind's output changes meaning, so old cache entries are not reused. */
+export const TASK_FORMAT = { train: 1, iris: 1, stitch: 1 } as const;
+export type TaskKind = keyof typeof TASK_FORMAT;
+
+/** A model as a task input: made by a train task, or a checkpoint file identified by its bytes. */
+export type ModelRef = { task: string } | { checkpoint: string; sha256: string };
+
+export interface TrainTask {
+  kind: "train";
+  config: TrainConfig;
+}
+export interface IrisTask {
+  kind: "iris";
+  front: ModelRef;
+  point: string;
+  dataset: string;
+  root?: string;
+  limit: number | null;
+  options: IriOptions;
+}
+export interface StitchTask {
+  kind: "stitch";
+  front: ModelRef;
+  back: ModelRef;
+  iris: string | null;
+  config: Omit<StitchConfig, "front" | "back" | "iris" | "device">;
+}
+export type TaskSpec = TrainTask | IrisTask | StitchTask;
+
+export interface Task {
+  key: string;
+  kind: TaskKind;
+  deps: string[];
+  label: string;
+  spec: TaskSpec;
+}
+
+/** What a stitch task is in the experiment's terms (not part of its key). */
+export interface StitchRole {
+  key: string;
+  front: string;
+  back: string;
+  relation: string;
+  point: string;
+  pointIndex: number;
+  objective: string;
+  mode: "standard" | "iris";
+  seed: number;
+  irisKey: string | null;
+}
+
+export interface Plan {
+  experiment: Experiment;
+  /** Every task, dependencies before dependants. */
+  tasks: Task[];
+  stitches: StitchRole[];
+  /** Model name -> its reference (train task or checkpoint). */
+  models: Record<string, ModelRef>;
+}
+
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (v && typeof v === "object")
+    return `{${Object.keys(v)
+      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(",")}}`;
+  return JSON.stringify(v);
+}
+
+/** Where files live never changes what a task computes: `root` and checkpoint paths stay out of keys. */
+function keyOf(kind: TaskKind, spec: TaskSpec): string {
+  const strip = (o: unknown): unknown => {
+    if (Array.isArray(o)) return o.map(strip);
+    if (o && typeof o === "object")
+      return Object.fromEntries(
+        Object.entries(o)
+          .filter(([k]) => k !== "root" && k !== "checkpoint")
+          .map(([k, v]) => [k, strip(v)]),
+      );
+    return o;
+  };
+  const h = createHash("sha256").update(canonical({ kind, format: TASK_FORMAT[kind], spec: strip(spec) }));
+  return `${kind}-${h.digest("hex").slice(0, 20)}`;
+}
+
+function fileSha256(path: string): string {
+  return createHash("sha256").update(readFileSync(path)).digest("hex");
+}
+
+/** Stitch point names of a model spec (a model is built to ask it, then freed). */
+function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: string[] } {
+  let arch: string;
+  let options: ModelOptions;
+  if (isLoaded(spec)) {
+    const meta = JSON.parse(readFileSync(sidecarPath(resolve(baseDir, spec.checkpoint)), "utf8"));
+    arch = meta.arch;
+    options = meta.options ?? {};
+  } else {
+    arch = spec.arch;
+    options = { ...(spec.options as ModelOptions), ...(spec.width !== undefined ? { width: spec.width } : {}) };
+  }
+  const m = createModel(arch, options);
+  const points = m.stitchPoints.map((p) => p.name);
+  m.dispose();
+  return { arch, points };
+}
+
+/**
+ * Builds the task graph, checking everything that can be checked without running: model names,
+ * checkpoint files, stitch points, objectives. All problems are reported at once, each with its
+ * path in the file. `file` is the experiment file (relative checkpoint paths are relative to it).
+ */
+export function planExperiment(exp: Experiment, file: string): Plan {
+  const problems: string[] = [];
+  const baseDir = dirname(resolve(file));
+  const data = exp.dataset;
+  const models: Record<string, ModelRef> = {};
+  const tasks = new Map<string, Task>();
+  const add = (t: Omit<Task, "key">): string => {
+    const key = keyOf(t.kind, t.spec);
+    if (!tasks.has(key)) tasks.set(key, { ...t, key });
+    return key;
+  };
+  const points: Record<string, { arch: string; points: string[] }> = {};
+
+  for (const [name, spec] of Object.entries(exp.models)) {
+    try {
+      if (isLoaded(spec)) {
+        const path = isAbsolute(spec.checkpoint) ? spec.checkpoint : resolve(baseDir, spec.checkpoint);
+        if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
+        if (!existsSync(sidecarPath(path)))
+          throw new Error(`checkpoint ${path} has no sidecar ${sidecarPath(path)} (architecture and options)`);
+        models[name] = { checkpoint: path, sha256: fileSha256(path) };
+      } else {
+        const config: TrainConfig = {
+          ...TRAIN_DEFAULTS,
+          model: spec.arch,
+          modelOptions: {
+            ...(spec.options as ModelOptions),
+            ...(spec.width !== undefined ? { width: spec.width } : {}),
+          },
+          dataset: data.name,
+          root: data.root,
+          limit: data.limit,
+          testLimit: data.testLimit,
+          shortcut: spec.shortcut,
+          adversarial: spec.adversarial,
+          robustEvalSteps: spec.adversarial ? TRAIN_DEFAULTS.robustEvalSteps : 0,
+          seed: spec.seed,
+          epochs: spec.epochs,
+          batchSize: spec.batchSize ?? TRAIN_DEFAULTS.batchSize,
+          lr: spec.lr ?? TRAIN_DEFAULTS.lr,
+        };
+        models[name] = {
+          task: add({ kind: "train", deps: [], label: `train ${name}`, spec: { kind: "train", config } }),
+        };
+      }
+      points[name] = pointNames(spec, baseDir);
+    } catch (e) {
+      problems.push(`models.${name}: ${(e as Error).message}`);
+    }
+  }
+
+  for (const [i, o] of exp.objectives.entries()) {
+    try {
+      parseObjective(o);
+    } catch (e) {
+      problems.push(`objectives[${i}]: ${(e as Error).message}`);
+    }
+  }
+
+  const stitches: StitchRole[] = [];
+  const irisOptions: IriOptions = { ...IRI_DEFAULTS, ...stripUndefined({ ...exp.iris, limit: undefined }) };
+  for (const [i, pair] of exp.pairs.entries()) {
+    const where = `pairs[${i}]`;
+    for (const side of ["front", "back"] as const)
+      if (!(pair[side] in exp.models))
+        problems.push(
+          `${where}.${side}: no model "${pair[side]}"; the models are ${Object.keys(exp.models).join(", ") || "(none)"}`,
+        );
+    const front = points[pair.front];
+    const back = points[pair.back];
+    if (!front || !back) continue;
+    const wanted = pair.points ?? exp.points;
+    const list = wanted === "all" ? back.points : wanted;
+    const bad = list.filter((p) => !back.points.includes(p) || !front.points.includes(p));
+    if (bad.length) {
+      const owner = bad.every((p) => back.points.includes(p)) ? front : back;
+      problems.push(
+        `${pair.points ? `${where}.points` : "points"}: no stitch point ${bad.map((p) => `"${p}"`).join(", ")} in ${owner.arch}; it has ${owner.points.join(", ")}`,
+      );
+      continue;
+    }
+    for (const point of list) {
+      let irisKey: string | null = null;
+      if (exp.modes.includes("iris")) {
+        const spec: IrisTask = {
+          kind: "iris",
+          front: models[pair.front],
+          point,
+          dataset: data.name,
+          root: data.root,
+          limit: exp.iris.limit,
+          options: irisOptions,
+        };
+        const deps = "task" in models[pair.front] ? [(models[pair.front] as { task: string }).task] : [];
+        irisKey = add({ kind: "iris", deps, label: `iris ${pair.front} @ ${point}`, spec });
+      }
+      for (const objective of exp.objectives)
+        for (const mode of exp.modes)
+          for (const seed of exp.seeds) {
+            const st = exp.stitch;
+            const config: StitchTask["config"] = {
+              ...STITCH_CONFIG_DEFAULTS,
+              ...stripUndefined({
+                batchSize: st.batchSize,
+                lr: st.lr,
+                weightDecay: st.weightDecay,
+                init: st.init,
+                initImages: st.initImages,
+                ckaImages: st.ckaImages,
+              }),
+              frontPoint: point,
+              backPoint: point,
+              objective,
+              mode,
+              dataset: data.name,
+              root: data.root,
+              limit: st.limit,
+              testLimit: data.testLimit ?? null,
+              epochs: st.epochs,
+              bnMode: st.bnMode?.[mode],
+              excess: exp.excess,
+              seed,
+            };
+            const deps = [pair.front, pair.back]
+              .map((n) => models[n])
+              .filter((r): r is { task: string } => "task" in r)
+              .map((r) => r.task);
+            const spec: StitchTask = {
+              kind: "stitch",
+              front: models[pair.front],
+              back: models[pair.back],
+              iris: mode === "iris" ? irisKey : null,
+              config,
+            };
+            const key = add({
+              kind: "stitch",
+              deps: mode === "iris" && irisKey ? [...deps, irisKey] : deps,
+              label: `stitch ${pair.front} -> ${pair.back} @ ${point} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}`,
+              spec,
+            });
+            stitches.push({
+              key,
+              front: pair.front,
+              back: pair.back,
+              relation: pair.relation,
+              point,
+              pointIndex: back.points.indexOf(point),
+              objective,
+              mode,
+              seed,
+              irisKey: mode === "iris" ? irisKey : null,
+            });
+          }
+    }
+  }
+  if (problems.length) throw new ExperimentError(file, problems);
+  const order = { train: 0, iris: 1, stitch: 2 };
+  return {
+    experiment: exp,
+    tasks: [...tasks.values()].sort((a, b) => order[a.kind] - order[b.kind]),
+    stitches,
+    models,
+  };
+}
+
+function stripUndefined<T extends Record<string, unknown>>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

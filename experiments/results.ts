@@ -1,0 +1,160 @@
+// From a run plan and the cache to the experiment's folder: results.csv and report.html (via
+// report/), plan.json (what was asked), run.json (what happened to every task) and env.json.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { join } from "node:path";
+import type { IriPreview, ModelRow, StitchRow } from "../report/index.js";
+import { writeReport } from "../report/index.js";
+import type { IriSetInfo } from "../stitch/iriset.js";
+import type { StitchResult } from "../stitch/jobs.js";
+import * as torch from "../torch/index.js";
+import { repoRoot } from "../torch/native.js";
+import type { Plan } from "./plan.js";
+import type { RunSummary } from "./runner.js";
+import { modelPath, taskDir } from "./tasks.js";
+
+const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
+
+/** One row per finished stitch task. */
+export function stitchRows(plan: Plan, cache: string): StitchRow[] {
+  const rows: StitchRow[] = [];
+  for (const s of plan.stitches) {
+    const path = join(taskDir(cache, "stitch", s.key), "scores.json");
+    if (!existsSync(path)) continue;
+    const r = readJson<StitchResult>(path);
+    rows.push({
+      front: s.front,
+      back: s.back,
+      pair: s.relation,
+      point: s.point,
+      pointIndex: s.pointIndex,
+      objective: s.objective,
+      mode: s.mode,
+      accuracy: r.scores.accuracy,
+      back_accuracy: r.scores.backAccuracy,
+      hard_agreement: r.scores.hardAgreement,
+      agreement_prob: r.scores.agreementProbability,
+      hard_error_consistency: r.scores.hardErrorConsistency,
+      soft_error_consistency: r.scores.softErrorConsistency,
+      cka: r.cka,
+      excess_agreement: r.excess?.excessAgreement ?? null,
+      iri_residual: r.iris?.residuals.mean ?? null,
+      bn_mode: r.config.bnMode,
+      epochs: r.config.epochs,
+      seed: s.seed,
+    });
+  }
+  return rows;
+}
+
+export function modelRows(plan: Plan, cache: string): ModelRow[] {
+  const rows: ModelRow[] = [];
+  for (const [name, ref] of Object.entries(plan.models)) {
+    const side = modelPath(cache, ref).replace(/\.safetensors$/, ".json");
+    if (!existsSync(side)) continue;
+    const m = readJson<{
+      arch: string;
+      dataset?: string;
+      shortcut?: string | null;
+      adversarial?: unknown;
+      seed?: number;
+      accuracies?: Record<string, number>;
+    }>(side);
+    rows.push({
+      name,
+      arch: m.arch,
+      dataset: m.dataset ?? "",
+      shortcut: m.shortcut ?? null,
+      adversarial: Boolean(m.adversarial),
+      seed: m.seed ?? 0,
+      accuracies: m.accuracies ?? {},
+    });
+  }
+  return rows;
+}
+
+export function irisSummaries(plan: Plan, cache: string): (IriPreview & { key: string })[] {
+  const out: (IriPreview & { key: string })[] = [];
+  const seen = new Set<string>();
+  for (const s of plan.stitches) {
+    if (!s.irisKey || seen.has(s.irisKey)) continue;
+    seen.add(s.irisKey);
+    const dir = taskDir(cache, "iris", s.irisKey);
+    if (!existsSync(join(dir, "iris.json"))) continue;
+    const info = readJson<IriSetInfo>(join(dir, "iris.json"));
+    out.push({
+      key: s.irisKey,
+      front: s.front,
+      point: s.point,
+      residuals: info.residuals,
+      png: readFileSync(join(dir, "preview.png")),
+    });
+  }
+  return out;
+}
+
+function gitCommit(): string {
+  try {
+    return execFileSync("git", ["rev-parse", "--short", "HEAD"], {
+      cwd: repoRoot,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    }).trim();
+  } catch {
+    return "unknown";
+  }
+}
+
+export function environment(
+  extra: Record<string, string | number | boolean> = {},
+): Record<string, string | number | boolean> {
+  const b = torch.buildInfo();
+  return {
+    stitchlab: readJson<{ version: string }>(join(repoRoot, "package.json")).version,
+    commit: gitCommit(),
+    libtorch: b.torch,
+    node: process.version,
+    threads: torch.getNumThreads(),
+    cores: availableParallelism(),
+    cuda: torch.cuda.isAvailable(),
+    ...extra,
+  };
+}
+
+/** Writes the experiment's folder; returns the rows for printing. */
+export async function writeResults(
+  plan: Plan,
+  summary: RunSummary,
+  cache: string,
+  out: string,
+  extra: Record<string, string | number | boolean> = {},
+): Promise<{ rows: StitchRow[]; iris: (IriPreview & { key: string })[] }> {
+  mkdirSync(out, { recursive: true });
+  const rows = stitchRows(plan, cache);
+  const iris = irisSummaries(plan, cache);
+  const env = environment({ cache, ...extra });
+  const failed = Object.entries(summary.errors).map(([k, e]) => `${k}: ${e}`);
+  torch.writeFileAtomic(join(out, "plan.json"), [
+    `${JSON.stringify({ experiment: plan.experiment, tasks: plan.tasks.map((t) => ({ key: t.key, label: t.label, deps: t.deps })) }, null, 2)}\n`,
+  ]);
+  torch.writeFileAtomic(join(out, "run.json"), [
+    `${JSON.stringify({ seconds: summary.seconds, states: summary.states, errors: summary.errors }, null, 2)}\n`,
+  ]);
+  torch.writeFileAtomic(join(out, "env.json"), [`${JSON.stringify(env, null, 2)}\n`]);
+  await writeReport(
+    {
+      title: plan.experiment.name,
+      rows,
+      models: modelRows(plan, cache),
+      iris,
+      environment: env,
+      notes: [
+        ...(plan.experiment.description ? [plan.experiment.description] : []),
+        ...(failed.length ? [`${failed.length} task(s) failed or were skipped: ${failed.join("; ")}`] : []),
+      ],
+    },
+    out,
+  );
+  return { rows, iris };
+}

@@ -1,0 +1,195 @@
+// The experiment file (YAML or JSON), validated with zod. One file names the dataset, the models
+// (trained here, or checkpoints to load), the front/back pairs with their relation, the stitch
+// points, objectives, modes and seeds, and the IRI and stitching settings; `scales` holds named
+// overrides (`small` for a CPU, `paper` for the paper's settings) merged over the rest.
+// Every problem is reported with its path in the file: `pairs[2].back: no model "clean-s9"`.
+import { readFileSync } from "node:fs";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { DATASET_NAMES, SHORTCUT_KINDS } from "../data/index.js";
+import { IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+
+const int = (min = 0) => z.number().int().min(min);
+const shortcut = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
+
+const datasetSchema = z
+  .object({
+    name: z.enum(DATASET_NAMES),
+    root: z.string().optional().describe("where the files are (Fashion-MNIST defaults to Debian's)"),
+    limit: int(1).optional().describe("first n training images only"),
+    testLimit: int(1).optional().describe("first n test images only"),
+  })
+  .strict();
+
+const trainedModelSchema = z
+  .object({
+    arch: z.string().describe("zoo model: resnet18, vgg16_bn, vit_tiny_patch4_32, vit_base_patch16_224"),
+    width: z.number().positive().optional().describe("width multiplier (CNNs)"),
+    options: z.record(z.string(), z.unknown()).optional().describe("other createModel options"),
+    seed: int().default(0),
+    epochs: int(1),
+    lr: z.number().positive().optional(),
+    batchSize: int(1).optional(),
+    shortcut: shortcut.nullable().default(null).describe("train with this pixel shortcut in the images"),
+    adversarial: z
+      .object({
+        eps: z.number().positive(),
+        step: z.number().positive(),
+        steps: int(1),
+        fraction: z.number().min(0).max(1),
+      })
+      .strict()
+      .nullable()
+      .default(null)
+      .describe("Madry adversarial training (pixel units)"),
+  })
+  .strict();
+
+const loadedModelSchema = z
+  .object({ checkpoint: z.string().describe("a stitchlab checkpoint (.safetensors with its .json sidecar)") })
+  .strict();
+
+const pointsSchema = z.union([z.literal("all"), z.array(z.string()).min(1)]);
+
+const pairSchema = z
+  .object({
+    front: z.string(),
+    back: z.string(),
+    relation: z.string().describe("what the pair is: identical, cross-seed, cross-bias, robust-vs-clean, ..."),
+    points: pointsSchema.optional().describe("overrides the experiment's points for this pair"),
+  })
+  .strict();
+
+const irisSchema = z
+  .object({
+    limit: int(1).nullable().default(null).describe("IRIs per (front, point): the first n training images"),
+    steps: int(1).optional(),
+    stepSize: z.number().positive().optional(),
+    optimizer: z.enum(IRI_OPTIMIZERS).optional(),
+    lr: z.number().positive().optional(),
+    start: z.enum(IRI_STARTS).optional(),
+    ball: z.number().positive().nullable().optional(),
+    keepBest: z.boolean().optional(),
+    batchSize: int(1).optional(),
+    seed: int().optional(),
+  })
+  .strict();
+
+const stitchSchema = z
+  .object({
+    epochs: int(1).optional().describe("default 30 (12 for image folders)"),
+    limit: int(1).nullable().default(null).describe("real training images for standard mode and the init pool"),
+    batchSize: int(1).optional(),
+    lr: z.number().positive().optional(),
+    weightDecay: z.number().min(0).optional(),
+    init: z.enum(["lstsq", "random", "identity"]).optional(),
+    initImages: int(1).optional(),
+    bnMode: z
+      .object({ standard: z.enum(["batch", "eval"]).optional(), iris: z.enum(["batch", "eval"]).optional() })
+      .strict()
+      .optional()
+      .describe("frozen networks' batch norm per mode (default: batch for standard, eval for iris)"),
+    ckaImages: int().optional(),
+  })
+  .strict();
+
+export const experimentSchema = z
+  .object({
+    name: z.string().min(1),
+    description: z.string().optional(),
+    dataset: datasetSchema,
+    models: z.record(z.string(), z.union([trainedModelSchema, loadedModelSchema])),
+    pairs: z.array(pairSchema).min(1),
+    points: pointsSchema.default("all"),
+    objectives: z.array(z.string()).min(1).default(["slm", "fula"]).describe("hlm, slm, dm, fula, or weighted sums"),
+    modes: z
+      .array(z.enum(["standard", "iris"]))
+      .min(1)
+      .default(["standard", "iris"]),
+    seeds: z.array(int()).min(1).default([0]).describe("stitching seeds (batch order)"),
+    excess: shortcut.nullable().default(null).describe("also score on marked and rolled test sets"),
+    iris: irisSchema.default({ limit: null }),
+    stitch: stitchSchema.default({ limit: null }),
+    scales: z
+      .record(z.string(), z.record(z.string(), z.unknown()))
+      .optional()
+      .describe("named overrides: small, paper"),
+  })
+  .strict();
+
+export type Experiment = z.infer<typeof experimentSchema>;
+export type TrainedModelSpec = z.infer<typeof trainedModelSchema>;
+export type LoadedModelSpec = z.infer<typeof loadedModelSchema>;
+export type ModelSpec = TrainedModelSpec | LoadedModelSpec;
+export const isLoaded = (m: ModelSpec): m is LoadedModelSpec => "checkpoint" in m;
+
+/** The JSON Schema of experiment files, for editors (`stitchlab schema`). */
+export function experimentJsonSchema(): unknown {
+  return z.toJSONSchema(experimentSchema, { io: "input" });
+}
+
+/** `pairs[2].back` from a zod path. */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = "";
+  for (const p of path) out += typeof p === "number" ? `[${p}]` : out ? `.${String(p)}` : String(p);
+  return out || "(top level)";
+}
+
+export class ExperimentError extends Error {
+  constructor(
+    readonly file: string,
+    readonly problems: string[],
+  ) {
+    super(`${file}: ${problems.length} problem${problems.length > 1 ? "s" : ""}:\n  ${problems.join("\n  ")}`);
+  }
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Deep merge for scale overrides: objects merge key by key, anything else replaces. */
+export function merge(base: unknown, over: unknown): unknown {
+  if (!isObject(base) || !isObject(over)) return over;
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(over)) out[k] = merge(base[k], v);
+  return out;
+}
+
+/** Parses text (YAML, of which JSON is a subset), applies the scale, validates the shape. */
+export function parseExperiment(text: string, file: string, scale?: string): Experiment {
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch (e) {
+    throw new ExperimentError(file, [`not valid YAML/JSON: ${(e as Error).message.split("\n")[0]}`]);
+  }
+  if (!isObject(raw)) throw new ExperimentError(file, ["expected a mapping at the top level"]);
+  const scales = isObject(raw.scales) ? raw.scales : {};
+  const names = Object.keys(scales);
+  const chosen = scale ?? (names.includes("small") ? "small" : names[0]);
+  if (scale !== undefined && !names.includes(scale))
+    throw new ExperimentError(file, [
+      `scales: no scale "${scale}"${names.length ? `; it has ${names.join(", ")}` : " (the file defines none)"}`,
+    ]);
+  const merged = chosen ? merge(raw, scales[chosen]) : raw;
+  const r = experimentSchema.safeParse(merged);
+  if (!r.success)
+    throw new ExperimentError(
+      file,
+      r.error.issues.map((i) => `${formatPath(i.path)}: ${i.message}`),
+    );
+  return r.data;
+}
+
+export function readExperiment(file: string, scale?: string): Experiment {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (e) {
+    throw new Error(
+      `cannot read experiment file ${file}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+    );
+  }
+  return parseExperiment(text, file, scale);
+}
