@@ -7,6 +7,7 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
+import type { ShortcutKind } from "../data/index.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { sidecarPath } from "../nn/checkpoint.js";
 import { IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
@@ -32,6 +33,7 @@ export interface IrisTask {
   point: string;
   dataset: string;
   root?: string;
+  shortcut: ShortcutKind | null;
   limit: number | null;
   options: IriOptions;
 }
@@ -158,10 +160,10 @@ export function planExperiment(exp: Experiment, file: string): Plan {
             ...(spec.options as ModelOptions),
             ...(spec.width !== undefined ? { width: spec.width } : {}),
           },
-          dataset: data.name,
-          root: data.root,
-          limit: data.limit,
-          testLimit: data.testLimit,
+          dataset: (spec.dataset ?? data).name,
+          root: (spec.dataset ?? data).root,
+          limit: (spec.dataset ?? data).limit,
+          testLimit: (spec.dataset ?? data).testLimit,
           shortcut: spec.shortcut,
           adversarial: spec.adversarial,
           robustEvalSteps: spec.adversarial ? TRAIN_DEFAULTS.robustEvalSteps : 0,
@@ -219,6 +221,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           point,
           dataset: data.name,
           root: data.root,
+          shortcut: exp.stitch.shortcut,
           limit: exp.iris.limit,
           options: irisOptions,
         };
@@ -246,6 +249,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
               dataset: data.name,
               root: data.root,
               limit: st.limit,
+              shortcut: st.shortcut,
               testLimit: data.testLimit ?? null,
               epochs: st.epochs,
               bnMode: st.bnMode?.[mode],

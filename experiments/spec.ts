@@ -31,6 +31,9 @@ const trainedModelSchema = z
     lr: z.number().positive().optional(),
     batchSize: int(1).optional(),
     shortcut: shortcut.nullable().default(null).describe("train with this pixel shortcut in the images"),
+    dataset: datasetSchema
+      .optional()
+      .describe("train on another dataset than the experiment's (e.g. a front from LS-ImageNet-10)"),
     adversarial: z
       .object({
         eps: z.number().positive(),
@@ -79,6 +82,10 @@ const stitchSchema = z
   .object({
     epochs: int(1).optional().describe("default 30 (12 for image folders)"),
     limit: int(1).nullable().default(null).describe("real training images for standard mode and the init pool"),
+    shortcut: shortcut
+      .nullable()
+      .default(null)
+      .describe("mark the stitching's training images (real ones and the IRIs' sources) with this shortcut"),
     batchSize: int(1).optional(),
     lr: z.number().positive().optional(),
     weightDecay: z.number().min(0).optional(),
@@ -109,7 +116,7 @@ export const experimentSchema = z
     seeds: z.array(int()).min(1).default([0]).describe("stitching seeds (batch order)"),
     excess: shortcut.nullable().default(null).describe("also score on marked and rolled test sets"),
     iris: irisSchema.default({ limit: null }),
-    stitch: stitchSchema.default({ limit: null }),
+    stitch: stitchSchema.default({ limit: null, shortcut: null }),
     scales: z
       .record(z.string(), z.record(z.string(), z.unknown()))
       .optional()
@@ -177,7 +184,10 @@ export function parseExperiment(text: string, file: string, scale?: string): Exp
   if (!r.success)
     throw new ExperimentError(
       file,
-      r.error.issues.map((i) => `${formatPath(i.path)}: ${i.message}`),
+      r.error.issues.map((i) => {
+        const missing = /expected (.+), received undefined/.exec(i.message);
+        return `${formatPath(i.path)}: ${missing ? `missing (expected ${missing[1]})` : i.message}`;
+      }),
     );
   return r.data;
 }

@@ -62,7 +62,7 @@ export async function runTask(
         point: spec.point,
         dataset: spec.dataset,
         root: spec.root,
-        shortcut: null,
+        shortcut: spec.shortcut,
         limit: spec.limit,
         options: spec.options,
         device: "cpu",

@@ -126,7 +126,6 @@ export function generateIriBatch(
       let best: Tensor | null = null;
       let bestResidual: Tensor | null = null;
       const track = (current: Tensor, residual: Tensor) => {
-        if (!opts.keepBest) return;
         const next = torch.noGrad(() => {
           if (!best || !bestResidual) return { b: current.clone(), r: residual.clone() };
           const better = residual.lt(bestResidual);
@@ -147,10 +146,11 @@ export function generateIriBatch(
             const value = loss.item();
             if (!Number.isFinite(value)) throw new Error(`IRI generation diverged at step ${t + 1}: residual ${value}`);
             onStep(t, value);
-            track(
-              p.detach(),
-              torch.noGrad(() => perImageResidual(f.detach(), target)),
-            );
+            if (opts.keepBest)
+              track(
+                p.detach(),
+                torch.noGrad(() => perImageResidual(f.detach(), target)),
+              );
             loss.backward();
             torch.noGrad(() => {
               if (adam) {

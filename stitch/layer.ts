@@ -103,7 +103,10 @@ export function leastSquaresInit(layer: StitchingLayer, xs: Tensor, ys: Tensor):
       if (X.shape[0] !== Y.shape[0])
         throw new Error(`least squares: ${X.shape[0]} samples of A but ${Y.shape[0]} of B (same images needed)`);
       const X1 = torch.cat([X, torch.ones([X.shape[0], 1], { dtype: "float64" })], 1);
-      const W = torch.lstsq(X1, Y);
+      // gelsd (SVD): minimum-norm when X is rank deficient (dead ReLU channels give zero
+      // columns), and bitwise reproducible; the default gelsy differed in the last digits from
+      // call to call here, which made reruns of an experiment differ at 1e-4 after training.
+      const W = torch.lstsq(X1, Y, { driver: "gelsd" });
       const c = layer.source.channels;
       layer.weight.copy_(W.narrow(0, 0, c).t().float());
       layer.bias.copy_(W.select(0, c).float());

@@ -1,0 +1,258 @@
+// Experiment files, the planner's keys and cache, and runs as a user makes them: errors named by
+// their path in the file, a second run served from the cache, a run killed with SIGKILL and
+// rerun giving the same results as an uninterrupted one, and a failed task not stopping the rest.
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, test } from "node:test";
+import { planExperiment } from "../experiments/plan.js";
+import { ExperimentError, parseExperiment } from "../experiments/spec.js";
+import { createModel } from "../models/registry.js";
+import { saveCheckpoint } from "../nn/checkpoint.js";
+import * as torch from "../torch/index.js";
+
+const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const root = join(import.meta.dirname, "..");
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-exp-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+// A whole graph in seconds: width 1/16, 300 images, one epoch, few IRI steps.
+const TINY = `
+name: tiny
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }
+  b: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+pairs:
+  - { front: a, back: a, relation: identical }
+  - { front: b, back: a, relation: cross-seed }
+points: [layer1.0, layer4.1]
+objectives: [slm]
+iris: { limit: 64, steps: 3, batchSize: 32 }
+stitch: { limit: 64, epochs: 1, initImages: 32, ckaImages: 32 }
+`;
+
+function problems(text: string, scale?: string): string[] {
+  try {
+    planExperiment(parseExperiment(text, "exp.yaml", scale), join(tmp, "exp.yaml"));
+  } catch (e) {
+    if (e instanceof ExperimentError) return e.problems;
+    throw e;
+  }
+  return [];
+}
+
+test("a wrong experiment file gives one error per problem, each with its path in the file", () => {
+  const bad = TINY.replace("back: a, relation: identical", "back: c, relation: identical")
+    .replace("[layer1.0, layer4.1]", "[layer1.0, layer9]")
+    .replace("objectives: [slm]", "objectives: [slm, kl]")
+    .replace("epochs: 1 }\n  b:", "epochs: 0 }\n  b:");
+  const p = problems(bad);
+  assert.ok(
+    p.includes("models.a.epochs: Too small: expected number to be >=1") ||
+      p.some((x) => x.startsWith("models.a.epochs:")),
+    p.join("\n"),
+  );
+  // Shape errors stop before semantic checks; fix the shape and the rest are listed together.
+  const p2 = problems(bad.replace("epochs: 0 }", "epochs: 1 }"));
+  assert.deepEqual(p2.sort(), [
+    "objectives[1]: unknown objective 'kl'; objectives: hlm, slm, dm, fula (weighted: hlm:1,fula:0.5)",
+    'pairs[0].back: no model "c"; the models are a, b',
+    'points: no stitch point "layer9" in resnet18; it has stem, layer1.0, layer1.1, layer2.0, layer2.1, layer3.0, layer3.1, layer4.0, layer4.1',
+  ]);
+  assert.deepEqual(problems(`${TINY}\nsurprise: 1\n`), ['(top level): Unrecognized key: "surprise"']);
+  assert.deepEqual(problems(TINY.replace("name: tiny\n", "")), ["name: missing (expected string)"]);
+  assert.deepEqual(problems(TINY, "paper"), ['scales: no scale "paper" (the file defines none)']);
+  assert.deepEqual(problems("pairs: [1"), [problems("pairs: [1")[0]]);
+  assert.match(problems("pairs: [1")[0], /^not valid YAML\/JSON/);
+  assert.deepEqual(
+    problems(
+      TINY.replace(
+        "a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }",
+        "a: { checkpoint: nowhere.safetensors }",
+      ),
+    ),
+    [`models.a: checkpoint not found: ${join(tmp, "nowhere.safetensors")}`],
+  );
+});
+
+test("task keys hash settings and inputs, not names or paths; scales merge over the file", () => {
+  const plan = (text: string) => planExperiment(parseExperiment(text, "exp.yaml"), join(tmp, "exp.yaml"));
+  const base = plan(TINY);
+  assert.equal(base.tasks.filter((t) => t.kind === "train").length, 2);
+  assert.equal(base.tasks.filter((t) => t.kind === "iris").length, 4);
+  assert.equal(base.stitches.length, 8);
+  // Renaming a model or moving the data keeps every key; a setting changes the affected ones only.
+  const renamed = plan(
+    TINY.replaceAll("a:", "clean:").replaceAll("front: a", "front: clean").replaceAll("back: a", "back: clean"),
+  );
+  assert.deepEqual(renamed.tasks.map((t) => t.key).sort(), base.tasks.map((t) => t.key).sort());
+  const moved = plan(
+    TINY.replace("name: fashion-mnist,", "name: fashion-mnist, root: /usr/share/datasets/fashion-mnist,"),
+  );
+  assert.deepEqual(moved.tasks.map((t) => t.key).sort(), base.tasks.map((t) => t.key).sort());
+  const steps = plan(TINY.replace("steps: 3", "steps: 4"));
+  const changed = steps.tasks.filter((t) => !base.tasks.some((u) => u.key === t.key));
+  assert.deepEqual([...new Set(changed.map((t) => t.kind))].sort(), ["iris", "stitch"]);
+  assert.equal(changed.filter((t) => t.kind === "stitch").length, 4, "only the iris-mode stitches");
+  const scaled = parseExperiment(
+    `${TINY}\nscales:\n  small: { stitch: { epochs: 3 } }\n  paper: { points: all }\n`,
+    "x",
+  );
+  assert.equal(scaled.stitch.epochs, 3);
+  assert.equal(scaled.stitch.limit, 64, "a scale merges into the file, it does not replace sections");
+  assert.equal(parseExperiment(`${TINY}\nscales:\n  paper: { points: all }\n`, "x", "paper").points, "all");
+});
+
+function stitchlab(args: string[]) {
+  return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
+    encoding: "utf8",
+    cwd: tmp,
+  });
+}
+
+function csvRows(path: string): Record<string, string>[] {
+  const [head, ...lines] = readFileSync(path, "utf8").trim().split("\n");
+  const cols = head.split(",");
+  return lines.map((l) => Object.fromEntries(l.split(",").map((v, i) => [cols[i], v])));
+}
+
+test("stitchlab run: the graph runs, writes results.csv and report.html, and a second run is served from the cache", {
+  skip,
+}, () => {
+  const file = join(tmp, "tiny.yaml");
+  writeFileSync(file, TINY);
+  const cache = join(tmp, "cache");
+  const dry = stitchlab(["run", file, "--out", join(tmp, "out0"), "--cache", cache, "--dry-run"]);
+  assert.equal(dry.status, 0, dry.stderr);
+  assert.match(dry.stdout, /train\s+2 tasks: 0 cached, 2 to run/);
+  assert.match(dry.stdout, /stitch\s+8 tasks: 0 cached, 8 to run/);
+
+  const first = stitchlab(["run", file, "--out", join(tmp, "out1"), "--cache", cache]);
+  assert.equal(first.status, 0, first.stderr);
+  const rows = csvRows(join(tmp, "out1", "results.csv"));
+  assert.equal(rows.length, 8);
+  for (const c of [
+    "front",
+    "back",
+    "pair",
+    "point",
+    "objective",
+    "mode",
+    "accuracy",
+    "hard_agreement",
+    "agreement_prob",
+    "soft_error_consistency",
+    "cka",
+  ])
+    assert.ok(c in rows[0], `column ${c}`);
+  assert.deepEqual([...new Set(rows.map((r) => r.pair))].sort(), ["cross-seed", "identical"]);
+  for (const r of rows.filter((r) => r.pair === "identical"))
+    assert.ok(Number(r.agreement_prob) > 0.95, JSON.stringify(r));
+  for (const f of ["report.html", "plan.json", "run.json", "env.json"]) assert.ok(existsSync(join(tmp, "out1", f)), f);
+  assert.match(first.stdout, /agreement probability/);
+
+  const again = stitchlab(["run", file, "--out", join(tmp, "out2"), "--cache", cache, "--dry-run"]);
+  assert.match(again.stdout, /stitch\s+8 tasks: 8 cached, 0 to run/);
+  const t0 = Date.now();
+  const second = stitchlab(["run", file, "--out", join(tmp, "out2"), "--cache", cache]);
+  assert.equal(second.status, 0, second.stderr);
+  assert.ok(Date.now() - t0 < 20_000, `a cached run took ${Date.now() - t0} ms`);
+  assert.equal(
+    readFileSync(join(tmp, "out2", "results.csv"), "utf8"),
+    readFileSync(join(tmp, "out1", "results.csv"), "utf8"),
+  );
+});
+
+function waitFor(child: ChildProcess, pattern: RegExp): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+      seen += d;
+      if (pattern.test(seen)) resolve();
+    });
+    child.on("close", () => reject(new Error(`exited before ${pattern}: ${seen.slice(-500)}`)));
+  });
+}
+
+test("kill -9 in the middle, run again: the rest finishes and the results equal an uninterrupted run's", {
+  skip,
+}, async () => {
+  const file = join(tmp, "tiny.yaml");
+  writeFileSync(file, TINY);
+  const cache = join(tmp, "killed");
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", join(root, "cli", "main.ts"), "run", file, "--out", join(tmp, "k1"), "--cache", cache],
+    {
+      stdio: ["ignore", "ignore", "pipe"],
+    },
+  );
+  // After the models and at least one IRI set, while later tasks are under way.
+  await waitFor(child, /iris .*: done/);
+  child.kill("SIGKILL");
+  await new Promise((r) => child.on("close", r));
+  assert.ok(!existsSync(join(tmp, "k1", "results.csv")), "the killed run wrote no results");
+  const rerun = stitchlab(["run", file, "--out", join(tmp, "k1"), "--cache", cache]);
+  assert.equal(rerun.status, 0, rerun.stderr);
+  const whole = stitchlab(["run", file, "--out", join(tmp, "k2"), "--cache", join(tmp, "whole")]);
+  assert.equal(whole.status, 0, whole.stderr);
+  const a = csvRows(join(tmp, "k1", "results.csv"));
+  const b = csvRows(join(tmp, "k2", "results.csv"));
+  assert.equal(a.length, 8);
+  for (const [i, r] of a.entries())
+    for (const c of ["accuracy", "agreement_prob", "hard_agreement", "cka", "iri_residual"])
+      assert.ok(
+        r[c] === b[i][c] || Math.abs(Number(r[c]) - Number(b[i][c])) < 1e-5,
+        `${r.front}->${r.back} ${r.point} ${r.mode} ${c}: ${r[c]} vs ${b[i][c]}`,
+      );
+});
+
+test("a failed task is reported with its error, its dependants are skipped, independent tasks finish", { skip }, () => {
+  // Model "broken" is a checkpoint whose head is NaN: every stitch with it as back fails.
+  const path = join(tmp, "ckpt", "broken.safetensors");
+  mkdirSync(dirname(path), { recursive: true });
+  torch.manualSeed(0);
+  const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+  torch.noGrad(() => m.stateDict()["fc.weight"].fill_(Number.NaN));
+  saveCheckpoint(path, m, { dataset: "fashion-mnist" });
+  m.dispose();
+  const file = join(tmp, "fail.yaml");
+  writeFileSync(
+    file,
+    TINY.replace("  b: {", "  broken: { checkpoint: ckpt/broken.safetensors }\n  b: {")
+      .replace(
+        "{ front: b, back: a, relation: cross-seed }",
+        "{ front: b, back: a, relation: cross-seed }\n  - { front: a, back: broken, relation: broken }",
+      )
+      .replace("modes: [standard, iris]", "")
+      .replace("objectives: [slm]", "objectives: [slm]\nmodes: [standard]"),
+  );
+  const r = stitchlab(["run", file, "--out", join(tmp, "f1"), "--cache", join(tmp, "fcache")]);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /stitch a -> broken @ layer1.0 slm standard: FAILED: stitching diverged: loss is NaN/);
+  const run = JSON.parse(readFileSync(join(tmp, "f1", "run.json"), "utf8"));
+  assert.equal(Object.values(run.states).filter((s) => s === "failed").length, 2);
+  assert.equal(csvRows(join(tmp, "f1", "results.csv")).length, 4, "the other pairs' runs all finished");
+});
+
+test("a missing dataset names the path looked at and how to get the data", { skip }, () => {
+  const file = join(tmp, "nodata.yaml");
+  writeFileSync(file, TINY);
+  const r = stitchlab([
+    "run",
+    file,
+    "--out",
+    join(tmp, "n1"),
+    "--cache",
+    join(tmp, "ncache"),
+    "--data-dir",
+    join(tmp, "no-such-dir"),
+  ]);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, new RegExp(`${join(tmp, "no-such-dir")}`));
+  assert.match(r.stderr, /dataset-fashion-mnist/);
+});
