@@ -5,6 +5,7 @@ type Benchmark = { main(args: string[]): void | Promise<void> };
 const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   engine: () => import("./engine.js"),
   train: () => import("./train.js"),
+  demo: () => import("./demo.js"),
   iris: () => import("./iris.js"),
   stitch: () => import("./stitch.js"),
 };

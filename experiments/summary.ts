@@ -67,8 +67,8 @@ export function reading(rows: StitchRow[]): string[] {
     const min = Math.min(...lows);
     out.push(
       min >= 0.95
-        ? `Control: the identical pair agrees at ${fmt(min)} or more everywhere, as a model stitched with itself must.`
-        : `Control FAILED: the identical pair drops to ${fmt(min)} (below 0.95); the other numbers cannot be trusted.`,
+        ? `Control: the identical pair agrees at ${min.toFixed(3)} or more everywhere, as a model stitched with itself must.`
+        : `Control FAILED: the identical pair drops to ${min.toFixed(3)} (below 0.95); the other numbers cannot be trusted.`,
     );
   }
   for (const pair of pairs.filter((p) => p !== "identical")) {

@@ -86,5 +86,5 @@ test("npm run bench -- stitch --quick trains a stitching layer with FuLA against
 test("an unknown benchmark name is one clear error listing the known ones", () => {
   const r = bench(["nope"]);
   assert.notEqual(r.status, 0);
-  assert.match(r.stderr, /unknown benchmark 'nope'; known benchmarks: engine, train, iris, stitch/);
+  assert.match(r.stderr, /unknown benchmark 'nope'; known benchmarks: engine, train, demo, iris, stitch/);
 });
