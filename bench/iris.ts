@@ -18,7 +18,6 @@
 // sides alternating call by call; --quick (or STITCHLAB_BENCH_QUICK=1) runs batch 16, 2 steps
 // per call, 1 warm-up + 2 timed calls, as a smoke test, and writes bench/results/iris-quick.json
 // so that it never overwrites the real figures.
-import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
@@ -26,7 +25,7 @@ import { createModel } from "../models/registry.js";
 import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { median, type Protocol, timeOnce } from "./timing.js";
+import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -127,30 +126,18 @@ export async function main(args: string[]): Promise<void> {
     `--threads=${threads}`,
   ]);
   const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
-  const ours: number[] = [];
-  const theirs: number[] = [];
+  let t: { ours: number[]; theirs: number[] };
   try {
     if (pyThreads !== threads) throw new Error(`iris: PyTorch runs ${pyThreads} threads, not ${threads}`);
-    // Alternate the two sides call by call: a change of load on a shared machine then falls
-    // on both columns alike.
-    for (let i = 0; i < warmup + iters; i++) {
-      const ms = timeOnce(generator.call);
-      const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
-      if (i >= warmup) {
-        ours.push(ms);
-        theirs.push(py);
-      }
-    }
+    t = await alternate(o.protocol, generator.call, peer);
   } finally {
     await peer.close();
     generator.dispose();
   }
-  const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(" ");
-  console.error(`iris: ${list(ours)} ms per call here; ${list(theirs)} ms per call in PyTorch`);
+  logTimings("iris", t, "ms per call");
 
-  const round = (v: number, digits: number) => Number(v.toFixed(digits));
-  const call = median(ours);
-  const callPy = median(theirs);
+  const call = median(t.ours);
+  const callPy = median(t.theirs);
   const result: IrisResult = {
     ms: round(call / o.steps, 2),
     ms_pytorch: round(callPy / o.steps, 2),
@@ -167,8 +154,5 @@ export async function main(args: string[]): Promise<void> {
     torch: pytorch,
   };
   printTable(result);
-  const path = join(here, "results", o.quick ? "iris-quick.json" : "iris.json");
-  mkdirSync(dirname(path), { recursive: true });
-  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
-  console.error(`iris: wrote ${path}`);
+  writeResult("iris", o.quick, result);
 }

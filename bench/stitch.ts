@@ -20,7 +20,6 @@
 // alternating step by step; --quick (or STITCHLAB_BENCH_QUICK=1) runs batch 16, 1 warm-up + 2
 // timed steps, as a smoke test, and writes bench/results/stitch-quick.json so that it never
 // overwrites the real figures.
-import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Dataset } from "../data/dataset.js";
@@ -33,7 +32,7 @@ import { StitchedModel } from "../stitch/stitched.js";
 import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { median, type Protocol, timeOnce } from "./timing.js";
+import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -178,32 +177,20 @@ export async function main(args: string[]): Promise<void> {
     `--threads=${threads}`,
   ]);
   const { torch: pytorch, threads: pyThreads, points } = hello as { torch: string; threads: number; points: string[] };
-  const ours: number[] = [];
-  const theirs: number[] = [];
+  let t: { ours: number[]; theirs: number[] };
   try {
     if (pyThreads !== threads) throw new Error(`stitch: PyTorch runs ${pyThreads} threads, not ${threads}`);
     if (points.join() !== trainer.fula.join())
       throw new Error(`stitch: PyTorch's FuLA points are ${points.join(", ")}, not ${trainer.fula.join(", ")}`);
-    // Alternate the two sides step by step: a change of load on a shared machine then falls
-    // on both columns alike.
-    for (let i = 0; i < warmup + iters; i++) {
-      const ms = timeOnce(trainer.step);
-      const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
-      if (i >= warmup) {
-        ours.push(ms);
-        theirs.push(py);
-      }
-    }
+    t = await alternate(o.protocol, trainer.step, peer);
   } finally {
     await peer.close();
     trainer.dispose();
   }
-  const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(" ");
-  console.error(`stitch: ${list(ours)} ms here; ${list(theirs)} ms in PyTorch`);
+  logTimings("stitch", t);
 
-  const round = (v: number, digits: number) => Number(v.toFixed(digits));
-  const ms = median(ours);
-  const msPy = median(theirs);
+  const ms = median(t.ours);
+  const msPy = median(t.theirs);
   const result: StitchResult = {
     ms: round(ms, 2),
     ms_pytorch: round(msPy, 2),
@@ -222,8 +209,5 @@ export async function main(args: string[]): Promise<void> {
     torch: pytorch,
   };
   printTable(result);
-  const path = join(here, "results", o.quick ? "stitch-quick.json" : "stitch.json");
-  mkdirSync(dirname(path), { recursive: true });
-  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
-  console.error(`stitch: wrote ${path}`);
+  writeResult("stitch", o.quick, result);
 }

@@ -1,7 +1,11 @@
 // The timing protocol shared by the benchmarks: warm-up iterations (allocator pools, oneDNN
 // primitive caches and lazy initialisation settle there), then timed iterations, reporting
 // the median so that one disturbed iteration does not move the figure.
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import { writeFileAtomic } from "../torch/io.js";
 
 export interface Protocol {
   warmup: number;
@@ -19,4 +23,48 @@ export function timeOnce(fn: () => void): number {
   const t0 = performance.now();
   fn();
   return performance.now() - t0;
+}
+
+/** What alternate() needs of the other side: one timed step per request. */
+interface Peer {
+  request(command: Record<string, unknown>): Promise<unknown>;
+}
+
+/**
+ * Times `step` here and one peer step (PyTorch) in turn, warm-up iterations first, and returns
+ * the timed milliseconds of both sides. Alternating step by step makes a change of load on a
+ * shared machine fall on both columns alike.
+ */
+export async function alternate(
+  protocol: Protocol,
+  step: () => void,
+  peer: Peer,
+): Promise<{ ours: number[]; theirs: number[] }> {
+  const ours: number[] = [];
+  const theirs: number[] = [];
+  for (let i = 0; i < protocol.warmup + protocol.iters; i++) {
+    const ms = timeOnce(step);
+    const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
+    if (i >= protocol.warmup) {
+      ours.push(ms);
+      theirs.push(py);
+    }
+  }
+  return { ours, theirs };
+}
+
+/** Prints both sides' timings on stderr, one line: "NAME: 10 11 ms here; 9 10 ms in PyTorch". */
+export function logTimings(name: string, t: { ours: number[]; theirs: number[] }, unit = "ms"): void {
+  const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(" ");
+  console.error(`${name}: ${list(t.ours)} ${unit} here; ${list(t.theirs)} ${unit} in PyTorch`);
+}
+
+export const round = (v: number, digits: number): number => Number(v.toFixed(digits));
+
+/** Writes bench/results/NAME.json (NAME-quick.json for a quick run, so it never overwrites real figures). */
+export function writeResult(name: string, quick: boolean, result: object): void {
+  const path = join(dirname(fileURLToPath(import.meta.url)), "results", quick ? `${name}-quick.json` : `${name}.json`);
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
+  console.error(`${name}: wrote ${path}`);
 }

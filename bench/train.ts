@@ -16,7 +16,6 @@
 // 3 warm-up + 20 timed steps of batch 128, the two sides alternating step by step; --quick (or
 // STITCHLAB_BENCH_QUICK=1) runs batch 16, 1 warm-up + 2 timed steps, as a smoke test, and writes
 // bench/results/train-quick.json so that it never overwrites the real figures.
-import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Dataset } from "../data/dataset.js";
@@ -26,7 +25,7 @@ import { createModel } from "../models/registry.js";
 import { SGD } from "../nn/optim.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { median, type Protocol, timeOnce } from "./timing.js";
+import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -154,30 +153,18 @@ export async function main(args: string[]): Promise<void> {
     `--threads=${threads}`,
   ]);
   const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
-  const ours: number[] = [];
-  const theirs: number[] = [];
+  let t: { ours: number[]; theirs: number[] };
   try {
     if (pyThreads !== threads) throw new Error(`train: PyTorch runs ${pyThreads} threads, not ${threads}`);
-    // Alternate the two sides step by step, as the engine benchmark does: a change of load on
-    // a shared machine then falls on both columns alike.
-    for (let i = 0; i < warmup + iters; i++) {
-      const ms = timeOnce(trainer.step);
-      const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
-      if (i >= warmup) {
-        ours.push(ms);
-        theirs.push(py);
-      }
-    }
+    t = await alternate(o.protocol, trainer.step, peer);
   } finally {
     await peer.close();
     trainer.dispose();
   }
-  const list = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(" ");
-  console.error(`train: ${list(ours)} ms here; ${list(theirs)} ms in PyTorch`);
+  logTimings("train", t);
 
-  const round = (v: number, digits: number) => Number(v.toFixed(digits));
-  const ms = median(ours);
-  const msPy = median(theirs);
+  const ms = median(t.ours);
+  const msPy = median(t.theirs);
   const result: TrainResult = {
     ms: round(ms, 2),
     ms_pytorch: round(msPy, 2),
@@ -190,8 +177,5 @@ export async function main(args: string[]): Promise<void> {
     batch: o.batch,
   };
   printTable(result, pytorch);
-  const path = join(here, "results", o.quick ? "train-quick.json" : "train.json");
-  mkdirSync(dirname(path), { recursive: true });
-  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
-  console.error(`train: wrote ${path}`);
+  writeResult("train", o.quick, result);
 }

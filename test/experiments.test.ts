@@ -3,7 +3,7 @@
 // rerun giving the same results as an uninterrupted one, and a failed task not stopping the rest.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, test } from "node:test";
@@ -131,7 +131,8 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   assert.match(dry.stdout, /train\s+2 tasks: 0 cached, 2 to run/);
   assert.match(dry.stdout, /stitch\s+8 tasks: 0 cached, 8 to run/);
 
-  const first = stitchlab(["run", file, "--out", join(tmp, "out1"), "--cache", cache]);
+  // Two worker processes (`stitchlab task KEY`), one thread each.
+  const first = stitchlab(["run", file, "--out", join(tmp, "out1"), "--cache", cache, "--workers", "2"]);
   assert.equal(first.status, 0, first.stderr);
   const rows = csvRows(join(tmp, "out1", "results.csv"));
   assert.equal(rows.length, 8);
@@ -255,4 +256,20 @@ test("a missing dataset names the path looked at and how to get the data", { ski
   assert.equal(r.status, 1);
   assert.match(r.stderr, new RegExp(`${join(tmp, "no-such-dir")}`));
   assert.match(r.stderr, /dataset-fashion-mnist/);
+});
+
+test("every preset plans at both of its scales", () => {
+  const dir = join(root, "presets");
+  for (const f of readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
+    const text = readFileSync(join(dir, f), "utf8");
+    const scales = Object.keys((parseExperiment(text, f).scales ?? {}) as object);
+    for (const scale of scales.length ? scales : [undefined]) {
+      const plan = planExperiment(parseExperiment(text, f, scale), join(dir, f));
+      assert.ok(plan.stitches.length > 0, `${f} ${scale}`);
+      assert.ok(
+        plan.tasks.some((t) => t.kind === "train"),
+        `${f} ${scale}`,
+      );
+    }
+  }
 });
