@@ -25,6 +25,7 @@ import { createModel } from "../models/registry.js";
 import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
+import { isQuick } from "./synthetic.js";
 import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -41,11 +42,7 @@ interface Options {
 }
 
 function parseOptions(args: string[]): Options {
-  let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
-  for (const a of args) {
-    if (a === "--quick") quick = true;
-    else throw new Error(`iris: unknown option '${a}'; options: --quick`);
-  }
+  const quick = isQuick("iris", args);
   return quick
     ? { quick, batch: 16, steps: 2, protocol: { warmup: 1, iters: 2 } }
     : { quick, batch: 128, steps: 5, protocol: { warmup: 2, iters: 8 } };

@@ -22,8 +22,6 @@
 // overwrites the real figures.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Dataset } from "../data/dataset.js";
-import { type Batch, batches } from "../data/loader.js";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
 import { createModel } from "../models/registry.js";
 import { Adam } from "../nn/optim.js";
@@ -32,6 +30,7 @@ import { StitchedModel } from "../stitch/stitched.js";
 import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
+import { endlessBatches, isQuick, syntheticCifar } from "./synthetic.js";
 import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -49,11 +48,7 @@ interface Options {
 }
 
 function parseOptions(args: string[]): Options {
-  let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
-  for (const a of args) {
-    if (a === "--quick") quick = true;
-    else throw new Error(`stitch: unknown option '${a}'; options: --quick`);
-  }
+  const quick = isQuick("stitch", args);
   return quick
     ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 } }
     : { quick, batch: 128, protocol: { warmup: 3, iters: 20 } };
@@ -63,13 +58,7 @@ function parseOptions(args: string[]): Options {
 function buildTrainer(batch: number, steps: number): { step(): void; fula: string[]; dispose(): void } {
   torch.manualSeed(0);
   // Exactly one epoch's worth of full batches, so every step has a batch of the same size.
-  const n = batch * steps;
-  const data: Dataset = {
-    images: torch.randint(0, 256, [n, 3, 32, 32], { dtype: "uint8" }),
-    labels: torch.randint(0, 10, [n]),
-    classes: Array.from({ length: 10 }, (_, i) => `class${i}`),
-    name: "synthetic-cifar",
-  };
+  const data = syntheticCifar(batch, steps);
   torch.manualSeed(0);
   const front = createModel("resnet18", { numClasses: 10 });
   torch.manualSeed(1);
@@ -79,24 +68,12 @@ function buildTrainer(batch: number, steps: number): { step(): void; fula: strin
   setFrozenBnMode(front, "batch");
   setFrozenBnMode(back, "batch");
   const opt = new Adam(s.layer.parameters(), { ...HYPER });
-  let epoch = 0;
-  const epochBatches = (): Iterator<Batch> =>
-    batches(data, {
-      batchSize: batch,
-      shuffle: true,
-      seed: 0,
-      epoch: epoch++,
-      normalization: CIFAR10_NORMALIZATION,
-    });
-  let it = epochBatches();
-  const next = (): Batch => {
-    let r = it.next();
-    if (r.done) {
-      it = epochBatches();
-      r = it.next();
-    }
-    return r.value as Batch;
-  };
+  const next = endlessBatches(data, {
+    batchSize: batch,
+    shuffle: true,
+    seed: 0,
+    normalization: CIFAR10_NORMALIZATION,
+  });
 
   const step = () => {
     const b = next();
@@ -115,7 +92,6 @@ function buildTrainer(batch: number, steps: number): { step(): void; fula: strin
     step,
     fula: fulaPoints(s),
     dispose: () => {
-      it.return?.();
       opt.dispose();
       s.layer.dispose();
       front.dispose();
