@@ -26,7 +26,7 @@ import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
 import { isQuick } from "./synthetic.js";
-import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
+import { alternate, logTimings, median, type Protocol, printComparison, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -86,25 +86,6 @@ export interface IrisResult {
   torch: string;
 }
 
-function printTable(r: IrisResult): void {
-  const cols = ["", "ms/step", "ms/call"];
-  const rows = [
-    ["stitchlab", r.ms.toFixed(1), r.ms_per_call.toFixed(1)],
-    ["PyTorch", r.ms_pytorch.toFixed(1), r.ms_per_call_pytorch.toFixed(1)],
-    ["ratio", r.ratio.toFixed(3), ""],
-  ];
-  const width = cols.map((c, i) => Math.max(c.length, ...rows.map((row) => row[i].length)));
-  const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
-  const policy = process.env.OMP_WAIT_POLICY || "default";
-  console.log(
-    `\nIRI generation, ResNet-18 to ${r.point}, batch ${r.batch}, median of ${r.calls} calls of ` +
-      `${r.steps_per_call} steps; libtorch ${r.libtorch} (PyTorch ${r.torch}), ${r.threads} threads, ` +
-      `OMP_WAIT_POLICY ${policy}`,
-  );
-  console.log(line(cols));
-  for (const row of rows) console.log(line(row));
-}
-
 export async function main(args: string[]): Promise<void> {
   const o = parseOptions(args);
   const { warmup, iters } = o.protocol;
@@ -150,6 +131,11 @@ export async function main(args: string[]): Promise<void> {
     libtorch,
     torch: pytorch,
   };
-  printTable(result);
+  printComparison(
+    `IRI generation, ResNet-18 to ${result.point}, batch ${result.batch}, median of ${result.calls} calls of ${result.steps_per_call} steps`,
+    result,
+    pytorch,
+    { name: "ms/call", ours: result.ms_per_call, theirs: result.ms_per_call_pytorch },
+  );
   writeResult("iris", o.quick, result);
 }

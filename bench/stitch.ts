@@ -31,7 +31,7 @@ import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
 import { endlessBatches, isQuick, syntheticCifar } from "./synthetic.js";
-import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
+import { alternate, logTimings, median, type Protocol, printComparison, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -119,24 +119,6 @@ export interface StitchResult {
   torch: string;
 }
 
-function printTable(r: StitchResult): void {
-  const cols = ["", "ms/step", "images/s"];
-  const rows = [
-    ["stitchlab", r.ms.toFixed(1), r.images_per_second.toFixed(1)],
-    ["PyTorch", r.ms_pytorch.toFixed(1), r.images_per_second_pytorch.toFixed(1)],
-    ["ratio", r.ratio.toFixed(3), ""],
-  ];
-  const width = cols.map((c, i) => Math.max(c.length, ...rows.map((row) => row[i].length)));
-  const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
-  const policy = process.env.OMP_WAIT_POLICY || "default";
-  console.log(
-    `\nStitching-layer training (FuLA) between two ResNet-18s at ${r.point}, batch ${r.batch}, median of ` +
-      `${r.steps} steps; libtorch ${r.libtorch} (PyTorch ${r.torch}), ${r.threads} threads, OMP_WAIT_POLICY ${policy}`,
-  );
-  console.log(line(cols));
-  for (const row of rows) console.log(line(row));
-}
-
 export async function main(args: string[]): Promise<void> {
   const o = parseOptions(args);
   const { warmup, iters } = o.protocol;
@@ -184,6 +166,11 @@ export async function main(args: string[]): Promise<void> {
     libtorch,
     torch: pytorch,
   };
-  printTable(result);
+  printComparison(
+    `Stitching-layer training (FuLA) between two ResNet-18s at ${result.point}, batch ${result.batch}, median of ${result.steps} steps`,
+    result,
+    pytorch,
+    { name: "images/s", ours: result.images_per_second, theirs: result.images_per_second_pytorch },
+  );
   writeResult("stitch", o.quick, result);
 }

@@ -23,15 +23,13 @@ Answers one JSON command per stdin line: {"op": "step"} -> {"ms": ...}, after a 
 import argparse
 import json
 import math
-import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 # The script's folder is on sys.path, so the training benchmark's helpers import as a module.
-from train_torch import CIFAR10_MEAN, CIFAR10_STD, load_zoo_reference
+from train_torch import CIFAR10_MEAN, CIFAR10_STD, load_zoo_reference, serve
 
 # PROTOCOL.md's IRI defaults (stitch/iris.ts's IRI_DEFAULTS): signed steps of one grey level.
 IRI_STEP_SIZE = 1 / 255
@@ -215,13 +213,7 @@ def main():
 
     hello = {"threads": torch.get_num_threads(), "torch": torch.__version__, "points": points}
     print(json.dumps(hello), flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd["op"] != "step":
-            raise ValueError(f"unknown command {cmd}")
-        t0 = time.perf_counter()
-        step()
-        print(json.dumps({"ms": (time.perf_counter() - t0) * 1000}), flush=True)
+    serve(step)
 
 
 if __name__ == "__main__":

@@ -68,3 +68,29 @@ export function writeResult(name: string, quick: boolean, result: object): void 
   writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
   console.error(`${name}: wrote ${path}`);
 }
+
+/**
+ * Prints a title line (with the thread count and OMP_WAIT_POLICY) and a three-row table:
+ * stitchlab, PyTorch, ratio. `columns` names the two figures of each side after the ms.
+ */
+export function printComparison(
+  title: string,
+  r: { ms: number; ms_pytorch: number; ratio: number; threads: number; libtorch: string },
+  pytorch: string,
+  extra: { name: string; ours: number; theirs: number },
+): void {
+  const cols = ["", "ms/step", extra.name];
+  const rows = [
+    ["stitchlab", r.ms.toFixed(1), extra.ours.toFixed(1)],
+    ["PyTorch", r.ms_pytorch.toFixed(1), extra.theirs.toFixed(1)],
+    ["ratio", r.ratio.toFixed(3), ""],
+  ];
+  const width = cols.map((c, i) => Math.max(c.length, ...rows.map((row) => row[i].length)));
+  const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
+  const policy = process.env.OMP_WAIT_POLICY || "default";
+  console.log(
+    `\n${title}; libtorch ${r.libtorch} (PyTorch ${pytorch}), ${r.threads} threads, OMP_WAIT_POLICY ${policy}`,
+  );
+  console.log(line(cols));
+  for (const row of rows) console.log(line(row));
+}

@@ -24,7 +24,7 @@ import { SGD } from "../nn/optim.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
 import { endlessBatches, isQuick, syntheticCifar } from "./synthetic.js";
-import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
+import { alternate, logTimings, median, type Protocol, printComparison, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -97,24 +97,6 @@ export interface TrainResult {
   batch: number;
 }
 
-function printTable(r: TrainResult, pytorch: string): void {
-  const cols = ["", "ms/step", "images/s"];
-  const rows = [
-    ["stitchlab", r.ms.toFixed(1), r.images_per_second.toFixed(1)],
-    ["PyTorch", r.ms_pytorch.toFixed(1), r.images_per_second_pytorch.toFixed(1)],
-    ["ratio", r.ratio.toFixed(3), ""],
-  ];
-  const width = cols.map((c, i) => Math.max(c.length, ...rows.map((row) => row[i].length)));
-  const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
-  const policy = process.env.OMP_WAIT_POLICY || "default";
-  console.log(
-    `\nResNet-18 training with the data pipeline, batch ${r.batch}, median of ${r.steps} steps; ` +
-      `libtorch ${r.libtorch} (PyTorch ${pytorch}), ${r.threads} threads, OMP_WAIT_POLICY ${policy}`,
-  );
-  console.log(line(cols));
-  for (const row of rows) console.log(line(row));
-}
-
 export async function main(args: string[]): Promise<void> {
   const o = parseOptions(args);
   const { warmup, iters } = o.protocol;
@@ -152,6 +134,11 @@ export async function main(args: string[]): Promise<void> {
     steps: iters,
     batch: o.batch,
   };
-  printTable(result, pytorch);
+  printComparison(
+    `ResNet-18 training with the data pipeline, batch ${result.batch}, median of ${result.steps} steps`,
+    result,
+    pytorch,
+    { name: "images/s", ours: result.images_per_second, theirs: result.images_per_second_pytorch },
+  );
   writeResult("train", o.quick, result);
 }

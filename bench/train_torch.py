@@ -76,6 +76,17 @@ class Loader:
         return x, y
 
 
+def serve(step):
+    """Answers each {"op": "step"} line on stdin with one timed step: {"ms": ...}."""
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] != "step":
+            raise ValueError(f"unknown command {cmd}")
+        t0 = time.perf_counter()
+        step()
+        print(json.dumps({"ms": (time.perf_counter() - t0) * 1000}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--batch", type=int, default=128)
@@ -108,13 +119,7 @@ def main():
             logits.argmax(1).eq(y).sum().item()
 
     print(json.dumps({"threads": torch.get_num_threads(), "torch": torch.__version__}), flush=True)
-    for line in sys.stdin:
-        cmd = json.loads(line)
-        if cmd["op"] != "step":
-            raise ValueError(f"unknown command {cmd}")
-        t0 = time.perf_counter()
-        step()
-        print(json.dumps({"ms": (time.perf_counter() - t0) * 1000}), flush=True)
+    serve(step)
 
 
 if __name__ == "__main__":
