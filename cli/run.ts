@@ -6,12 +6,21 @@ import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { type Plan, planExperiment } from "../experiments/plan.js";
 import { writeResults } from "../experiments/results.js";
-import { type RunEvent, runPlan } from "../experiments/runner.js";
+import { type RunEvent, type RunSummary, runPlan } from "../experiments/runner.js";
+import {
+  formatStatus,
+  readSlurmRun,
+  SLURM_DEFAULTS,
+  type SlurmOptions,
+  type Submission,
+  slurmStatus,
+  submitPlan,
+} from "../experiments/slurm.js";
 import { type Experiment, experimentJsonSchema, readExperiment } from "../experiments/spec.js";
 import { agreementTable, reading, residualTable } from "../experiments/summary.js";
-import { isDone, loadTask, partials, runTask } from "../experiments/tasks.js";
+import { clearFailure, isDone, loadTask, partials, readFailure, recordFailure, runTask } from "../experiments/tasks.js";
 import { repoRoot } from "../torch/native.js";
-import { int } from "./parse.js";
+import { int, oneOf } from "./parse.js";
 
 /** The cache experiments share: --cache, else $STITCHLAB_CACHE, else $XDG_CACHE_HOME/stitchlab (~/.cache/stitchlab). */
 export function defaultCache(): string {
@@ -65,32 +74,19 @@ function withDataDir(exp: Experiment, dir: string): void {
     if ("dataset" in m && m.dataset?.name === name) m.dataset.root = resolve(dir);
 }
 
-/** Plans, runs and reports an experiment; returns the number of failed or skipped tasks. */
-export async function runExperiment(
-  file: string,
-  o: {
-    out: string;
-    cache?: string;
-    scale?: string;
-    workers?: number;
-    dryRun?: boolean;
-    dataDir?: string;
-    read?: boolean;
-  },
-): Promise<number> {
-  const cache = resolve(o.cache ?? defaultCache());
-  const exp = readExperiment(file, o.scale);
-  if (o.dataDir) withDataDir(exp, o.dataDir);
-  const plan = planExperiment(exp, file);
-  if (o.dryRun) {
-    console.log(dryRun(plan, cache));
-    return 0;
-  }
-  const summary = await runPlan(plan, { cache, workers: o.workers, onEvent: eventPrinter() });
-  const { rows, iris } = await writeResults(plan, summary, cache, o.out, { scale: o.scale ?? "default" });
+/** Writes the experiment folder from the cache and prints the table, the residuals and a reading. */
+async function report(
+  plan: Plan,
+  summary: RunSummary,
+  cache: string,
+  out: string,
+  scale: string,
+  read: boolean,
+): Promise<void> {
+  const { rows, iris } = await writeResults(plan, summary, cache, out, { scale });
   console.log(`agreement probability (larger = more similar):\n${agreementTable(rows)}`);
   if (iris.length) console.log(`\nIRI residuals (relative; 0.1 or less is a good IRI):\n${residualTable(iris)}`);
-  if (o.read)
+  if (read)
     console.log(
       `\nReading:\n${reading(rows)
         .map((l) => `- ${l}`)
@@ -98,11 +94,88 @@ export async function runExperiment(
     );
   const failed = Object.keys(summary.errors).length;
   console.log(
-    `\n${o.out}: report.html, results.csv (${rows.length} runs); ${summary.seconds.toFixed(0)} s` +
-      (failed ? `; ${failed} task(s) failed or skipped, see run.json` : ""),
+    `\n${out}: report.html, results.csv (${rows.length} runs); ${summary.seconds.toFixed(0)} s` +
+      (failed ? `; ${failed} task(s) failed or not run, see run.json` : ""),
   );
-  return failed;
 }
+
+/** A summary read from the cache alone (for a run made by Slurm jobs): done, failed, or not run. */
+function summaryFromCache(plan: Plan, cache: string): RunSummary {
+  const states: RunSummary["states"] = {};
+  const errors: RunSummary["errors"] = {};
+  for (const t of plan.tasks) {
+    if (isDone(cache, t.key)) states[t.key] = "ran";
+    else {
+      const f = readFailure(cache, t.key);
+      states[t.key] = f ? "failed" : "skipped";
+      errors[t.key] = f ? f.error : "not run";
+    }
+  }
+  return { states, errors, seconds: 0 };
+}
+
+function printSubmission(sub: Submission, out: string): void {
+  const n = sub.jobs.length;
+  console.log(
+    `submitted ${n} job(s) to Slurm` +
+      (sub.reused.length ? `; ${sub.reused.length} task(s) already queued or running, not resubmitted` : "") +
+      `; ${sub.cached} task(s) already in the cache`,
+  );
+  for (const j of sub.jobs)
+    console.log(`  ${j.jobId}\t${j.label}${j.deps.length ? `  (after ${j.deps.join(", ")})` : ""}`);
+  for (const j of sub.reused) console.log(`  ${j.jobId}\t${j.label}  (queued earlier)`);
+  if (sub.reportJob) console.log(`  ${sub.reportJob}\treport: writes ${join(out, "report.html")} when all have ended`);
+  console.log(`follow it with: stitchlab status ${out}`);
+}
+
+export interface RunCommandOptions {
+  out: string;
+  cache?: string;
+  scale?: string;
+  workers?: number;
+  dryRun?: boolean;
+  dataDir?: string;
+  read?: boolean;
+  device?: string;
+  executor?: "local" | "slurm";
+  slurm?: Partial<SlurmOptions>;
+}
+
+/**
+ * Plans, runs and reports an experiment; returns the number of failed or skipped tasks. With the
+ * Slurm executor it submits the unfinished tasks and returns at once (0), or reports straight
+ * away when the cache already holds everything.
+ */
+export async function runExperiment(file: string, o: RunCommandOptions): Promise<number> {
+  const cache = resolve(o.cache ?? defaultCache());
+  const exp = readExperiment(file, o.scale);
+  if (o.dataDir) withDataDir(exp, o.dataDir);
+  const plan = planExperiment(exp, file);
+  const scale = o.scale ?? "default";
+  const device = o.device ?? "cpu";
+  if (o.dryRun) {
+    console.log(dryRun(plan, cache));
+    return 0;
+  }
+  if (o.executor === "slurm") {
+    const out = resolve(o.out);
+    const options: SlurmOptions = { ...SLURM_DEFAULTS, ...o.slurm, device };
+    const sub = submitPlan(plan, { file: resolve(file), scale, cache, out, options });
+    if (sub.jobs.length || sub.reused.length) {
+      printSubmission(sub, out);
+      return 0;
+    }
+    console.log("every task is in the cache; nothing to submit");
+    const summary = summaryFromCache(plan, cache);
+    await report(plan, summary, cache, out, scale, Boolean(o.read));
+    return Object.keys(summary.errors).length;
+  }
+  const summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: eventPrinter() });
+  await report(plan, summary, cache, o.out, scale, Boolean(o.read));
+  return Object.keys(summary.errors).length;
+}
+
+const collect = (v: string, prev: string[]) => [...prev, v];
 
 export function registerRunCommands(program: Command): void {
   program
@@ -117,9 +190,65 @@ export function registerRunCommands(program: Command): void {
     .option("--workers <n>", "tasks at once, each in its own process with its share of the cores", int, 1)
     .option("--dry-run", "print the task graph (per kind: cached, to run) and stop")
     .option("--data-dir <dir>", "the experiment dataset's root (overrides the file)")
+    .option("--device <d>", "where tasks run: cpu, cuda, cuda:N (not part of the cache keys)", "cpu")
+    .option("--executor <e>", "local (this machine) or slurm (one sbatch job per task; returns at once)", "local")
+    .option("--partition <p>", "slurm: the partition to submit to")
+    .option("--gres <g>", "slurm: generic resources per job, e.g. gpu:1")
+    .option("--time <t>", "slurm: time limit per job (minutes, HH:MM:SS or D-HH:MM:SS)")
+    .option("--cpus-per-task <n>", "slurm: cores per job (its thread count)", int, SLURM_DEFAULTS.cpusPerTask)
+    .option("--mem <m>", "slurm: memory per job, e.g. 16G")
+    .option("--retries <n>", "slurm: runs of a failed task again inside its job", int, SLURM_DEFAULTS.retries)
+    .option("--sbatch-arg <arg>", "slurm: any other sbatch argument, e.g. --account=x (repeatable)", collect, [])
+    .option("--job-setup <sh>", "slurm: shell lines each job runs first, e.g. 'module load cuda'")
     .action(async (file: string, o) => {
-      const failed = await runExperiment(file, { ...o, read: true });
+      const executor = oneOf("--executor", ["local", "slurm"] as const, o.executor);
+      if (executor === "slurm" && o.workers !== 1)
+        throw new Error("--workers is for the local executor; with slurm every task is its own job");
+      const failed = await runExperiment(file, {
+        ...o,
+        executor,
+        read: true,
+        slurm: {
+          partition: o.partition,
+          gres: o.gres,
+          time: o.time,
+          cpusPerTask: Math.max(1, o.cpusPerTask),
+          mem: o.mem,
+          retries: o.retries,
+          sbatchArgs: o.sbatchArg,
+          setup: o.jobSetup,
+        },
+      });
       if (failed) process.exitCode = 1;
+    });
+
+  program
+    .command("status <dir>")
+    .description("a Slurm run's tasks: done, running, pending, failed (with the error), cancelled, missing")
+    .option("--json", "print the status as JSON")
+    .action((dir: string, o: { json?: boolean }) => {
+      const s = slurmStatus(resolve(dir));
+      if (o.json)
+        console.log(
+          JSON.stringify(
+            { experiment: s.run.plan.experiment.name, cache: s.run.cache, tasks: s.tasks, report: s.report },
+            null,
+            2,
+          ),
+        );
+      else console.log(formatStatus(s));
+    });
+
+  program
+    .command("report <dir>")
+    .description("write a Slurm run's results (report.html, results.csv, ...) from what the cache holds now")
+    .action(async (dir: string) => {
+      const out = resolve(dir);
+      const run = readSlurmRun(out);
+      const summary = summaryFromCache(run.plan, run.cache);
+      // Exits 0 when the report is written, failed tasks or not (the report job's own state
+      // should say whether the report was made); `stitchlab status` shows the failures.
+      await report(run.plan, summary, run.cache, out, run.scale, true);
     });
 
   program
@@ -135,6 +264,7 @@ export function registerRunCommands(program: Command): void {
     )
     .option("--cache <dir>", "task cache (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--workers <n>", "tasks at once", int, 2)
+    .option("--device <d>", "cpu, cuda or cuda:N", "cpu")
     .option("--dry-run", "print the task graph and stop")
     .action(async (o) => {
       const failed = await runExperiment(join(repoRoot, "presets", "demo.yaml"), { ...o, read: true });
@@ -145,15 +275,30 @@ export function registerRunCommands(program: Command): void {
     .command("task <key>")
     .description("run one task of a planned graph (idempotent: exits at once when its output exists)")
     .option("--cache <dir>", "the cache the task was planned in", defaultCache())
-    .action(async (key: string, o: { cache: string }) => {
+    .option("--device <d>", "cpu, cuda or cuda:N", "cpu")
+    .action(async (key: string, o: { cache: string; device: string }) => {
       const cache = resolve(o.cache);
+      const task = loadTask(cache, key);
       let last = 0;
-      const state = await runTask(cache, loadTask(cache, key), (fields) => {
-        if (Date.now() - last > 1000) {
-          last = Date.now();
-          console.log(JSON.stringify(fields));
-        }
-      });
+      let state: "cached" | "ran";
+      try {
+        state = await runTask(
+          cache,
+          task,
+          (fields) => {
+            if (Date.now() - last > 1000) {
+              last = Date.now();
+              console.log(JSON.stringify(fields));
+            }
+          },
+          o.device,
+        );
+      } catch (e) {
+        // Kept for `stitchlab status`, which shows it next to the failed job.
+        recordFailure(cache, key, (e as Error).message);
+        throw e;
+      }
+      clearFailure(cache, key);
       console.log(JSON.stringify({ event: "done", key, state }));
     });
 

@@ -3,10 +3,8 @@
 // A failed task is reported with its error; its dependants are skipped; independent tasks go on.
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import type { Plan, Task } from "./plan.js";
-import { isDone, runTask, saveTasks } from "./tasks.js";
+import { isDone, runTask, saveTasks, taskCommand } from "./tasks.js";
 
 export type TaskState = "cached" | "ran" | "failed" | "skipped";
 
@@ -29,20 +27,20 @@ export interface RunSummary {
 export interface RunOptions {
   cache: string;
   workers?: number;
+  /** cpu or cuda (cuda:1, ...); every task runs there. */
+  device?: string;
   onEvent?: (e: RunEvent) => void;
 }
 
-/** The command that runs one task in a child process: the built CLI, or the sources through tsx. */
-function taskCommand(cache: string, key: string): string[] {
-  const here = fileURLToPath(import.meta.url);
-  const fromSource = here.endsWith(".ts");
-  const main = join(here, "..", "..", "cli", fromSource ? "main.ts" : "main.js");
-  return [...(fromSource ? ["--import", "tsx"] : []), main, "task", key, "--cache", cache];
-}
-
-function runChild(cache: string, task: Task, threads: number, onLine: (line: string) => void): Promise<void> {
+function runChild(
+  cache: string,
+  task: Task,
+  threads: number,
+  device: string,
+  onLine: (line: string) => void,
+): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, taskCommand(cache, task.key), {
+    const child = spawn(process.execPath, [...taskCommand(cache, task.key), "--device", device], {
       env: { ...process.env, STITCHLAB_THREADS: String(threads) },
       stdio: ["ignore", "pipe", "pipe"],
     });
@@ -67,6 +65,7 @@ function runChild(cache: string, task: Task, threads: number, onLine: (line: str
 export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary> {
   const { cache } = opts;
   const workers = Math.max(1, opts.workers ?? 1);
+  const device = opts.device ?? "cpu";
   const emit = opts.onEvent ?? (() => {});
   saveTasks(cache, plan.tasks);
   const states: Record<string, TaskState> = {};
@@ -100,9 +99,9 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
       const job = (async () => {
         try {
           if (workers === 1)
-            await runTask(cache, t, (fields) => emit({ kind: "progress", task: t, index: n, total, fields }));
+            await runTask(cache, t, (fields) => emit({ kind: "progress", task: t, index: n, total, fields }), device);
           else
-            await runChild(cache, t, threads, (line) => {
+            await runChild(cache, t, threads, device, (line) => {
               try {
                 emit({ kind: "progress", task: t, index: n, total, fields: JSON.parse(line) });
               } catch {

@@ -6,7 +6,9 @@
 //                         partial folder that is never taken for finished. IRI sets resume from
 //                         their partial folder (finished batches are kept); other tasks restart.
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { runIris, runStitch } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
 import { trainModel } from "../train/trainer.js";
@@ -35,13 +37,66 @@ export function modelPath(cache: string, ref: ModelRef): string {
   return "task" in ref ? join(taskDir(cache, "train", ref.task), "model.safetensors") : ref.checkpoint;
 }
 
+/**
+ * Node's arguments that run the stitchlab CLI with `args`: the built CLI, or the sources through
+ * tsx (resolved to a path, so the command works from any directory, as a Slurm job's does).
+ */
+export function cliCommand(...args: string[]): string[] {
+  const here = fileURLToPath(import.meta.url);
+  const fromSource = here.endsWith(".ts");
+  const main = join(here, "..", "..", "cli", fromSource ? "main.ts" : "main.js");
+  return [...(fromSource ? ["--import", import.meta.resolve("tsx")] : []), main, ...args];
+}
+
+/** `stitchlab task KEY --cache CACHE`: one task, in its own process (a worker or a Slurm job). */
+export const taskCommand = (cache: string, key: string): string[] => cliCommand("task", key, "--cache", cache);
+
+/** What a failed attempt at a task left for `stitchlab status`: <cache>/failed/<key>.json. */
+export interface TaskFailure {
+  key: string;
+  error: string;
+  host: string;
+  job: string | null;
+  attempt: number;
+  at: string;
+}
+
+const failurePath = (cache: string, key: string) => join(cache, "failed", `${key}.json`);
+
+export function recordFailure(cache: string, key: string, error: string): void {
+  mkdirSync(join(cache, "failed"), { recursive: true });
+  const f: TaskFailure = {
+    key,
+    error,
+    host: hostname(),
+    job: process.env.SLURM_JOB_ID ?? null,
+    attempt: Number(process.env.STITCHLAB_ATTEMPT ?? 1),
+    at: new Date().toISOString(),
+  };
+  torch.writeFileAtomic(failurePath(cache, key), [`${JSON.stringify(f, null, 2)}\n`]);
+}
+
+export function clearFailure(cache: string, key: string): void {
+  rmSync(failurePath(cache, key), { force: true });
+}
+
+export function readFailure(cache: string, key: string): TaskFailure | null {
+  const p = failurePath(cache, key);
+  return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")) as TaskFailure) : null;
+}
+
 export type TaskEvent = { key: string; progress: Record<string, number | string> };
 
-/** Runs a task unless its output exists; returns "cached" or "ran". Throws the task's error. */
+/**
+ * Runs a task unless its output exists; returns "cached" or "ran". Throws the task's error.
+ * The device is the runner's choice, not the task's: it stays out of the key, so a model
+ * trained on a GPU serves a CPU run and the other way round.
+ */
 export async function runTask(
   cache: string,
   task: Task,
   onProgress: (fields: Record<string, number | string>) => void = () => {},
+  device = "cpu",
 ): Promise<"cached" | "ran"> {
   const final = taskDir(cache, task.kind, task.key);
   if (existsSync(final)) return "cached";
@@ -52,7 +107,7 @@ export async function runTask(
   if (spec.kind !== "iris") rmSync(partial, { recursive: true, force: true });
   mkdirSync(partial, { recursive: true });
   if (spec.kind === "train") {
-    await trainModel(spec.config, partial, (p) =>
+    await trainModel({ ...spec.config, device }, partial, (p) =>
       onProgress({ epoch: p.epoch, epochs: p.epochs, step: p.step, steps: p.steps, loss: Number(p.loss.toFixed(4)) }),
     );
   } else if (spec.kind === "iris") {
@@ -65,7 +120,7 @@ export async function runTask(
         shortcut: spec.shortcut,
         limit: spec.limit,
         options: spec.options,
-        device: "cpu",
+        device,
       },
       partial,
       (p) =>
@@ -83,7 +138,7 @@ export async function runTask(
         front: modelPath(cache, spec.front),
         back: modelPath(cache, spec.back),
         iris: spec.iris ? taskDir(cache, "iris", spec.iris) : undefined,
-        device: "cpu",
+        device,
       },
       partial,
       (p) => onProgress({ epoch: p.epoch, epochs: p.epochs, loss: Number(p.loss.toFixed(4)) }),

@@ -3,6 +3,9 @@
 # Fashion-MNIST, Python PyTorch for the reference tests, Chromium for the headless report test,
 # build tools), npm packages, the native addon and the TypeScript build. Safe to run again: it
 # skips what is already done.
+#   --tests   also installs what only the tests need: Slurm's daemons and munge, for the test
+#             that runs a single-node Slurm cluster (test/slurm.test.ts starts and stops it;
+#             nothing is configured or left running on the machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +17,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 PKGS=(libtorch-dev python3-torch dataset-fashion-mnist libopenblas0-pthread build-essential python3 binutils chromium)
+for arg in "$@"; do
+  case "$arg" in
+    --tests) PKGS+=(slurmctld slurmd slurm-client munge) ;;
+    *) echo "[setup] unknown option $arg (known: --tests)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

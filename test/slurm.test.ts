@@ -1,0 +1,297 @@
+// The Slurm executor against a real single-node Slurm (test/helpers/slurm.ts starts munged,
+// slurmctld and slurmd): an experiment submitted with sbatch runs to completion with tasks side by
+// side and equals a local run; a job cancelled mid-task cancels its dependants and a rerun submits
+// only what is missing; a failing task is retried in its job and reported with its error.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { SLURM_DEFAULTS, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
+import { createModel } from "../models/registry.js";
+import { saveCheckpoint } from "../nn/checkpoint.js";
+import * as torch from "../torch/index.js";
+import { type Slurm, startSlurm } from "./helpers/slurm.js";
+
+const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const root = join(import.meta.dirname, "..");
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-slurm-"));
+let slurm: Slurm;
+
+before(async () => {
+  slurm = await startSlurm(join(tmp, "slurm"));
+  process.env.SLURM_CONF = slurm.env.SLURM_CONF;
+});
+after(() => {
+  slurm?.stop();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+// Two models, one point, both modes: train 2, iris 2, stitch 4. Model a trains for a few
+// seconds, long enough to be cancelled in the middle.
+const TINY = `
+name: tiny
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 6 }
+  b: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+pairs:
+  - { front: a, back: a, relation: identical }
+  - { front: b, back: a, relation: cross-seed }
+points: [layer1.0]
+objectives: [slm]
+iris: { limit: 64, steps: 3, batchSize: 32 }
+stitch: { limit: 64, epochs: 1, initImages: 32, ckaImages: 32 }
+`;
+
+function stitchlab(args: string[], env: NodeJS.ProcessEnv = {}) {
+  return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
+    encoding: "utf8",
+    cwd: tmp,
+    env: { ...process.env, ...slurm.env, ...env },
+  });
+}
+
+function squeue(args: string[]): string {
+  return spawnSync("squeue", args, { encoding: "utf8", env: slurm.env }).stdout;
+}
+
+/** Polls the run's status until nothing is queued or running (the report job included). */
+async function settle(out: string, minutes = 8) {
+  const until = Date.now() + minutes * 60_000;
+  for (;;) {
+    const s = slurmStatus(out);
+    const busy = s.tasks.some((t) => t.status === "pending" || t.status === "running");
+    const reportBusy = s.report && !["COMPLETED", "FAILED", "CANCELLED"].includes(s.report.state);
+    if (!busy && !reportBusy) return s;
+    if (Date.now() > until)
+      throw new Error(`still busy after ${minutes} min: ${JSON.stringify(s.tasks.map((t) => [t.label, t.status]))}`);
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+function csv(path: string): string[][] {
+  return readFileSync(path, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => l.split(","));
+}
+
+/** Every cell equal, numbers within 1e-6 (the same computation on the same thread count). */
+function assertSameResults(a: string, b: string) {
+  const x = csv(a);
+  const y = csv(b);
+  assert.deepEqual(x[0], y[0]);
+  assert.equal(x.length, y.length);
+  for (let i = 1; i < x.length; i++)
+    for (let j = 0; j < x[i].length; j++)
+      assert.ok(
+        x[i][j] === y[i][j] || Math.abs(Number(x[i][j]) - Number(y[i][j])) < 1e-6,
+        `row ${i} ${x[0][j]}: ${x[i][j]} vs ${y[i][j]}`,
+      );
+}
+
+/** [start, end] seconds of each finished job, from the start/end lines the job script logs. */
+function jobSpans(out: string): [number, number][] {
+  const dir = join(out, "slurm", "logs");
+  const spans: [number, number][] = [];
+  for (const f of readdirSync(dir).filter((f) => !f.startsWith("report"))) {
+    const text = readFileSync(join(dir, f), "utf8");
+    const s = text.match(/stitchlab-job start ([\d.]+)/);
+    const e = text.match(/stitchlab-job end ([\d.]+)/);
+    if (s && e) spans.push([Number(s[1]), Number(e[1])]);
+  }
+  return spans;
+}
+
+let file: string;
+let local: string;
+
+test("sbatch's arguments and the job script carry every option", () => {
+  const o = {
+    ...SLURM_DEFAULTS,
+    partition: "gpu",
+    gres: "gpu:1",
+    time: "2:00:00",
+    mem: "16G",
+    cpusPerTask: 8,
+    sbatchArgs: ["--account=lab", "--qos=long"],
+    retries: 2,
+    device: "cuda",
+    setup: "module load cuda",
+  };
+  const args = sbatchArgs(o, "stitchlab-x", "/logs/x.%j.log", ["11", "12"], "afterok");
+  for (const a of [
+    "--parsable",
+    "--job-name=stitchlab-x",
+    "--output=/logs/x.%j.log",
+    "--cpus-per-task=8",
+    "--partition=gpu",
+    "--gres=gpu:1",
+    "--time=2:00:00",
+    "--mem=16G",
+    "--dependency=afterok:11:12",
+    "--kill-on-invalid-dep=yes",
+    "--account=lab",
+    "--qos=long",
+  ])
+    assert.ok(args.includes(a), `${a} in ${args.join(" ")}`);
+  assert.ok(!sbatchArgs(o, "n", "l", [], "afterok").some((a) => a.startsWith("--dependency")));
+  const script = taskScript(o, "/shared/cache", "train-abc");
+  assert.match(script, /^#!\/bin\/bash\n/);
+  assert.match(script, /module load cuda/);
+  assert.match(script, /seq 1 3/, "two retries: three attempts");
+  assert.match(script, /task train-abc --cache \/shared\/cache --device cuda/);
+  assert.match(script, /STITCHLAB_THREADS=\$\{SLURM_CPUS_PER_TASK:-1\}/);
+});
+
+test("without Slurm's commands, --executor slurm says so and submits nothing", { skip }, () => {
+  writeFileSync(join(tmp, "noslurm.yaml"), TINY);
+  const r = stitchlab(
+    ["run", "noslurm.yaml", "--out", join(tmp, "noslurm"), "--cache", join(tmp, "c0"), "--executor", "slurm"],
+    { PATH: "/nonexistent" },
+  );
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /sbatch could not be run \(ENOENT\): is this a Slurm login node\?/);
+});
+
+test("an experiment runs to completion through sbatch, two tasks at a time, and equals a local run", {
+  skip,
+}, async () => {
+  file = join(tmp, "tiny.yaml");
+  writeFileSync(file, TINY);
+  const out = join(tmp, "s1");
+  const cache = join(tmp, "cache");
+  const t0 = Date.now();
+  const r = stitchlab([
+    "run",
+    file,
+    "--out",
+    out,
+    "--cache",
+    cache,
+    "--executor",
+    "slurm",
+    "--sbatch-arg=--comment=from-stitchlab",
+  ]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.ok(Date.now() - t0 < 30_000, "run --executor slurm submits and returns");
+  assert.match(r.stdout, /submitted 8 job\(s\) to Slurm; 0 task\(s\) already in the cache/);
+  assert.match(r.stdout, /report: writes .*report\.html/);
+  const ids = [...r.stdout.matchAll(/^ {2}(\d+)\t/gm)].map((m) => m[1]);
+  assert.equal(ids.length, 9, "8 tasks and the report");
+  // The dependencies are Slurm's: a stitch job waits on its models' and IRI set's jobs.
+  const deps = squeue(["-h", "-j", ids.join(","), "-o", "%i|%E|%k"]);
+  assert.match(deps, /afterok:\d+/);
+  assert.match(deps, /from-stitchlab/, "--sbatch-arg reaches sbatch");
+
+  const s = await settle(out);
+  assert.deepEqual(
+    s.tasks.filter((t) => t.status !== "done").map((t) => `${t.label}: ${t.status} ${t.error}`),
+    [],
+  );
+  assert.equal(s.report?.state, "COMPLETED");
+  assert.ok(existsSync(join(out, "report.html")) && existsSync(join(out, "results.csv")), "the report job wrote them");
+  const spans = jobSpans(out);
+  assert.equal(spans.length, 8);
+  const overlap = spans.some(([a0, a1], i) => spans.some(([b0, b1], j) => i !== j && a0 < b1 && b0 < a1));
+  assert.ok(overlap, `no two jobs ran at once: ${JSON.stringify(spans)}`);
+  const shown = stitchlab(["status", out]);
+  assert.equal(shown.status, 0, shown.stderr);
+  assert.match(shown.stdout, /8 tasks: 8 done, 0 running, 0 pending, 0 failed, 0 cancelled, 0 missing/);
+
+  // The same experiment run here, one thread per task as in the jobs (--cpus-per-task 1).
+  local = join(tmp, "local");
+  const l = stitchlab(["run", file, "--out", local, "--cache", join(tmp, "local-cache")], { STITCHLAB_THREADS: "1" });
+  assert.equal(l.status, 0, l.stderr);
+  assertSameResults(join(out, "results.csv"), join(local, "results.csv"));
+
+  // Everything cached: a rerun submits nothing and writes the report at once.
+  const again = stitchlab(["run", file, "--out", join(tmp, "s1b"), "--cache", cache, "--executor", "slurm"]);
+  assert.equal(again.status, 0, again.stderr);
+  assert.match(again.stdout, /every task is in the cache; nothing to submit/);
+  assertSameResults(join(tmp, "s1b", "results.csv"), join(local, "results.csv"));
+});
+
+test("a job cancelled mid-task cancels its dependants; a rerun submits only what is missing and equals a local run", {
+  skip,
+}, async () => {
+  assert.ok(local, "needs the local run of the test before");
+  const out = join(tmp, "s2");
+  const cache = join(tmp, "cache2");
+  const r = stitchlab(["run", file, "--out", out, "--cache", cache, "--executor", "slurm"]);
+  assert.equal(r.status, 0, r.stderr);
+  // Cancel model a's training while it trains (its partial folder exists): every stitch needs a.
+  const plan = slurmStatus(out).tasks;
+  const trainA = plan.find((t) => t.label === "train a");
+  assert.ok(trainA?.jobId);
+  const partial = join(cache, "train", `${trainA.key}.partial`);
+  for (const until = Date.now() + 120_000; !existsSync(partial) && Date.now() < until; )
+    await new Promise((r) => setTimeout(r, 100));
+  assert.ok(existsSync(partial), "train a never started");
+  spawnSync("scancel", [trainA.jobId], { env: slurm.env });
+  const s = await settle(out);
+  const by = Object.fromEntries(s.tasks.map((t) => [t.label, t]));
+  assert.equal(by["train a"].status, "cancelled");
+  assert.equal(by["train b"].status, "done");
+  const stitches = s.tasks.filter((t) => t.label.startsWith("stitch"));
+  assert.equal(stitches.length, 4);
+  for (const t of stitches) {
+    assert.equal(t.status, "cancelled", `${t.label} is ${t.status}, not left pending`);
+    assert.match(t.error ?? "", /a task it needs failed or was cancelled/);
+  }
+  const notDone = s.tasks.filter((t) => t.status !== "done").length;
+  assert.equal(notDone, 6, "train a, iris a, 4 stitches");
+  assert.match(stitchlab(["status", out]).stdout, /submits only what is missing/);
+
+  const rerun = stitchlab(["run", file, "--out", out, "--cache", cache, "--executor", "slurm"]);
+  assert.equal(rerun.status, 0, rerun.stderr);
+  assert.match(
+    rerun.stdout,
+    new RegExp(`submitted ${notDone} job\\(s\\) to Slurm; 2 task\\(s\\) already in the cache`),
+  );
+  const s2 = await settle(out);
+  assert.ok(
+    s2.tasks.every((t) => t.status === "done"),
+    JSON.stringify(s2.tasks.map((t) => [t.label, t.status])),
+  );
+  assertSameResults(join(out, "results.csv"), join(local, "results.csv"));
+});
+
+test("a failing task is retried in its job, then shown failed with its error; the rest are reported", {
+  skip,
+}, async () => {
+  // A back model whose head is NaN: stitching into it diverges on every attempt.
+  const ckpt = join(tmp, "ckpt", "broken.safetensors");
+  mkdirSync(join(tmp, "ckpt"), { recursive: true });
+  torch.manualSeed(0);
+  const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+  torch.noGrad(() => m.stateDict()["fc.weight"].fill_(Number.NaN));
+  saveCheckpoint(ckpt, m, { dataset: "fashion-mnist" });
+  m.dispose();
+  const broken = join(tmp, "broken.yaml");
+  writeFileSync(
+    broken,
+    TINY.replace("  b: {", "  broken: { checkpoint: ckpt/broken.safetensors }\n  b: {")
+      .replace("{ front: b, back: a, relation: cross-seed }", "{ front: a, back: broken, relation: broken }")
+      .replace("objectives: [slm]", "objectives: [slm]\nmodes: [standard]"),
+  );
+  const out = join(tmp, "s3");
+  const r = stitchlab(["run", broken, "--out", out, "--cache", join(tmp, "cache3"), "--executor", "slurm"]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /submitted 4 job\(s\) to Slurm; 0 task\(s\) already in the cache/);
+  const s = await settle(out);
+  const failed = s.tasks.filter((t) => t.status === "failed");
+  assert.equal(failed.length, 1);
+  assert.match(failed[0].label, /stitch a -> broken/);
+  assert.match(failed[0].error ?? "", /stitching diverged: loss is NaN/);
+  const log = readFileSync(failed[0].log as string, "utf8");
+  assert.match(log, /attempt 1 of 2 failed/);
+  assert.match(log, /attempt 2 of 2 failed/);
+  assert.equal(s.report?.state, "COMPLETED", "the report job runs after failures too");
+  assert.equal(csv(join(out, "results.csv")).length, 2, "header and the identical pair's row");
+  const shown = stitchlab(["status", out]);
+  assert.match(shown.stdout, /failed:\n {2}\d+\tstitch a -> broken .*loss is NaN/);
+});
