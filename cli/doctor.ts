@@ -67,13 +67,21 @@ export function doctor(): DoctorReport {
   };
 }
 
+/** Whether --device cuda can work here, and if not, which half is missing: the build or the GPU. */
+function gpuLine(r: DoctorReport): string {
+  if (r.device.cudaAvailable) return `cpu and cuda: ${r.device.cudaDevices} GPU(s) visible (--device cuda works)`;
+  if (r.libtorch.cudaBuild)
+    return "cpu only: a CUDA build of libtorch, but it sees no GPU (driver, CUDA_VISIBLE_DEVICES?)";
+  return "cpu only: a CPU build of libtorch (build against a CUDA libtorch for --device cuda)";
+}
+
 export function formatDoctor(r: DoctorReport): string {
   const yes = (b: boolean) => (b ? "yes" : "no");
   return [
     `libtorch   ${r.libtorch.version} from ${r.libtorch.source} (${r.libtorch.libDir})`,
     `build      C++11 ABI ${yes(r.libtorch.cxx11abi)}, CUDA build ${yes(r.libtorch.cudaBuild)}, oneDNN ${yes(r.build.mkldnn)}, MKL ${yes(r.build.mkl)}, OpenMP ${yes(r.build.openmp)}, LAPACK ${yes(r.build.lapack)}`,
     `blas       ${r.build.blas}`,
-    `device     cpu; cuda ${r.device.cudaAvailable ? `available (${r.device.cudaDevices} device(s))` : "not available"}`,
+    `device     ${gpuLine(r)}`,
     `threads    ${r.threads.used} (${r.threads.source})`,
     `matmul     ${r.matmul.n}x${r.matmul.n} float32: max relative error vs float64 ${r.matmul.maxRelError.toExponential(2)} ${r.matmul.ok ? "ok" : "FAILED"}, ${r.matmul.gflops.toFixed(1)} GFLOP/s`,
   ].join("\n");

@@ -20,6 +20,7 @@ import { type Experiment, experimentJsonSchema, readExperiment } from "../experi
 import { agreementTable, reading, residualTable } from "../experiments/summary.js";
 import { clearFailure, isDone, loadTask, partials, readFailure, recordFailure, runTask } from "../experiments/tasks.js";
 import { repoRoot } from "../torch/native.js";
+import { deviceArg, requireDevice } from "./device.js";
 import { int, oneOf } from "./parse.js";
 
 /** The cache experiments share: --cache, else $STITCHLAB_CACHE, else $XDG_CACHE_HOME/stitchlab (~/.cache/stitchlab). */
@@ -170,6 +171,7 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
     await report(plan, summary, cache, out, scale, Boolean(o.read));
     return Object.keys(summary.errors).length;
   }
+  requireDevice(device);
   const summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: eventPrinter() });
   await report(plan, summary, cache, o.out, scale, Boolean(o.read));
   return Object.keys(summary.errors).length;
@@ -190,7 +192,7 @@ export function registerRunCommands(program: Command): void {
     .option("--workers <n>", "tasks at once, each in its own process with its share of the cores", int, 1)
     .option("--dry-run", "print the task graph (per kind: cached, to run) and stop")
     .option("--data-dir <dir>", "the experiment dataset's root (overrides the file)")
-    .option("--device <d>", "where tasks run: cpu, cuda, cuda:N (not part of the cache keys)", "cpu")
+    .option("--device <d>", "where tasks run: cpu, cuda, cuda:N (not part of the cache keys)", deviceArg, "cpu")
     .option("--executor <e>", "local (this machine) or slurm (one sbatch job per task; returns at once)", "local")
     .option("--partition <p>", "slurm: the partition to submit to")
     .option("--gres <g>", "slurm: generic resources per job, e.g. gpu:1")
@@ -264,7 +266,7 @@ export function registerRunCommands(program: Command): void {
     )
     .option("--cache <dir>", "task cache (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--workers <n>", "tasks at once", int, 2)
-    .option("--device <d>", "cpu, cuda or cuda:N", "cpu")
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .option("--dry-run", "print the task graph and stop")
     .action(async (o) => {
       const failed = await runExperiment(join(repoRoot, "presets", "demo.yaml"), { ...o, read: true });
@@ -275,10 +277,11 @@ export function registerRunCommands(program: Command): void {
     .command("task <key>")
     .description("run one task of a planned graph (idempotent: exits at once when its output exists)")
     .option("--cache <dir>", "the cache the task was planned in", defaultCache())
-    .option("--device <d>", "cpu, cuda or cuda:N", "cpu")
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .action(async (key: string, o: { cache: string; device: string }) => {
       const cache = resolve(o.cache);
       const task = loadTask(cache, key);
+      requireDevice(o.device);
       let last = 0;
       let state: "cached" | "ran";
       try {

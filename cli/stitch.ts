@@ -2,6 +2,7 @@
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { runStitch, STITCH_CONFIG_DEFAULTS, STITCH_MODES } from "../stitch/jobs.js";
+import { deviceArg, requireDevice } from "./device.js";
 import { int, num, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
 
@@ -42,8 +43,9 @@ export function registerStitchCommand(program: Command): void {
     )
     .option("--cka-images <n>", "test images for linear CKA at the point (0: skip)", int, d.ckaImages)
     .option("--seed <n>", "seed of the batch order", int, d.seed)
-    .option("--device <d>", "cpu or cuda", d.device)
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device)
     .action(async (o) => {
+      requireDevice(o.device);
       const sink = progressSink("stitch", (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss}`);
       const r = await runStitch(
         {

@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { findLibtorch } from "./find-libtorch.mjs";
+import { findLibtorch, linkLibraries } from "./find-libtorch.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 let lt;
@@ -21,10 +21,7 @@ console.log(
   `stitchlab build: libtorch ${lt.version} from ${lt.source} (${lt.libDir}), C++11 ABI=${lt.abi}, CUDA=${lt.cuda}`,
 );
 
-const libs = ["-lc10", "-ltorch_cpu", "-ltorch"];
-// libtorch_cuda registers its kernels from static initialisers; nothing we call names it
-// directly, so --no-as-needed keeps the linker from dropping it.
-if (lt.cuda) libs.push("-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed");
+const libs = linkLibraries(lt);
 const gypi = {
   variables: {
     libtorch_include_dirs: lt.includeDirs,

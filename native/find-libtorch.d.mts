@@ -7,3 +7,4 @@ export interface FoundLibtorch {
   version: string;
 }
 export function findLibtorch(): FoundLibtorch;
+export function linkLibraries(lt: FoundLibtorch): string[];

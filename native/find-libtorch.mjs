@@ -112,3 +112,12 @@ export function findLibtorch() {
   if (!found) throw new Error(HOW);
   return found;
 }
+
+/** The linker flags for a found libtorch: the CPU libraries, and the CUDA ones when it has them. */
+export function linkLibraries(lt) {
+  const libs = ["-lc10", "-ltorch_cpu", "-ltorch"];
+  // libtorch_cuda registers its kernels from static initialisers; nothing we call names it
+  // directly, so --no-as-needed keeps the linker from dropping it.
+  if (lt.cuda) libs.push("-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed");
+  return libs;
+}
