@@ -209,6 +209,11 @@ export function submitPlan(
     result.jobs.push({ key: t.key, label: t.label, jobId, deps });
   }
   const waitFor = [...jobOf.values()];
+  // An earlier submission's report job still waiting would report a superseded state: the new
+  // one (after every job, old and new) replaces it.
+  const earlier = existsSync(slurmRunPath(out)) ? readSlurmRun(out).reportJob : null;
+  if (earlier && waitFor.length && LIVE.has(jobStates([earlier]).get(earlier)?.state ?? ""))
+    slurm("scancel", [earlier]);
   if (waitFor.length) {
     const args = sbatchArgs(
       { ...options, gres: undefined, cpusPerTask: 1 },

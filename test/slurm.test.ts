@@ -187,6 +187,19 @@ test("an experiment runs to completion through sbatch, two tasks at a time, and 
   assert.match(deps, /afterok:\d+/);
   assert.match(deps, /from-stitchlab/, "--sbatch-arg reaches sbatch");
 
+  // Submitting again while the jobs are queued or running adds no task job; the new report job
+  // replaces the old one.
+  const twice = stitchlab(["run", file, "--out", out, "--cache", cache, "--executor", "slurm"]);
+  assert.equal(twice.status, 0, twice.stderr);
+  const counts = twice.stdout.match(
+    /submitted 0 job\(s\) to Slurm; (\d+) task\(s\) already queued or running, not resubmitted; (\d+) task\(s\) already in the cache/,
+  );
+  assert.ok(counts, twice.stdout);
+  assert.equal(Number(counts[1]) + Number(counts[2]), 8);
+  const report2 = twice.stdout.match(/^ {2}(\d+)\treport/m)?.[1];
+  assert.ok(report2 && report2 !== ids[8]);
+  assert.match(squeue(["-h", "--states=all", "-j", ids[8], "-o", "%T"]), /CANCELLED/);
+
   const s = await settle(out);
   assert.deepEqual(
     s.tasks.filter((t) => t.status !== "done").map((t) => `${t.label}: ${t.status} ${t.error}`),
