@@ -8,6 +8,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   demo: () => import("./demo.js"),
   iris: () => import("./iris.js"),
   stitch: () => import("./stitch.js"),
+  slurm: () => import("./slurm.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);

@@ -1,6 +1,7 @@
 // The benchmarks stay runnable: a quick run of each on both sides (engine: batch 8, one timed
 // iteration of every workload; train and stitch: batch 16, two timed steps; iris: batch 16,
-// two timed calls of two steps). Real-scale timing is `npm run bench -- <name>`, never a test.
+// two timed calls of two steps; slurm: one held submission). Real-scale timing is
+// `npm run bench -- <name>`, never a test.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -87,4 +88,13 @@ test("an unknown benchmark name is one clear error listing the known ones", () =
   const r = bench(["nope"]);
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /unknown benchmark 'nope'; known benchmarks: engine, train, demo, iris, stitch/);
+});
+
+test("npm run bench -- slurm --quick submits a graph to a private Slurm and times it", () => {
+  const r = bench(["slurm", "--quick"]);
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(readFileSync(join(root, "bench", "results", "slurm-quick.json"), "utf8"));
+  assert.equal(out.submit_small.jobs, 9, "8 tasks and the report job");
+  assert.ok(out.submit_small.submit_s > 0 && out.submit_small.status_s > 0);
+  assert.ok(Math.abs(out.submit_small.ms_per_job - (out.submit_small.submit_s * 1000) / 9) < 2);
 });
