@@ -98,8 +98,9 @@ export function asSamples(h: Tensor, kind: "cnn" | "vit"): Tensor {
 export function leastSquaresInit(layer: StitchingLayer, xs: Tensor, ys: Tensor): { residual: number } {
   return torch.noGrad(() =>
     torch.tidy(() => {
-      const X = asSamples(layer.align(xs), layer.source.kind).double();
-      const Y = asSamples(ys, layer.target.kind).double();
+      // On the CPU whatever the model's device: gelsd is a LAPACK driver (CUDA has only gels).
+      const X = asSamples(layer.align(xs), layer.source.kind).double().to("cpu");
+      const Y = asSamples(ys, layer.target.kind).double().to("cpu");
       if (X.shape[0] !== Y.shape[0])
         throw new Error(`least squares: ${X.shape[0]} samples of A but ${Y.shape[0]} of B (same images needed)`);
       const X1 = torch.cat([X, torch.ones([X.shape[0], 1], { dtype: "float64" })], 1);
@@ -108,6 +109,7 @@ export function leastSquaresInit(layer: StitchingLayer, xs: Tensor, ys: Tensor):
       // call to call here, which made reruns of an experiment differ at 1e-4 after training.
       const W = torch.lstsq(X1, Y, { driver: "gelsd" });
       const c = layer.source.channels;
+      // copy_ moves the solution to the layer's device.
       layer.weight.copy_(W.narrow(0, 0, c).t().float());
       layer.bias.copy_(W.select(0, c).float());
       const residual = X1.matmul(W).sub(Y).norm().item() / Y.norm().item();

@@ -60,7 +60,8 @@ export async function startSlurm(dir: string): Promise<Slurm> {
     conf,
     [
       "ClusterName=stitchlab-test",
-      `SlurmctldHost=${host}`,
+      // Addresses given, so a machine whose hostname does not resolve (containers) still works.
+      `SlurmctldHost=${host}(127.0.0.1)`,
       `SlurmUser=${user}`,
       `SlurmdUser=${user}`,
       "AuthType=auth/munge",
@@ -86,7 +87,7 @@ export async function startSlurm(dir: string): Promise<Slurm> {
       // Finished jobs stay visible to squeue for 10 minutes (there is no accounting database).
       "MinJobAge=600",
       "KillWait=5",
-      `NodeName=${host} CPUs=${cpus} State=UNKNOWN`,
+      `NodeName=${host} NodeAddr=127.0.0.1 CPUs=${cpus} State=UNKNOWN`,
       "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
       "",
     ].join("\n"),
