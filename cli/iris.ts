@@ -3,7 +3,9 @@ import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
 import { IRIS_CONFIG_DEFAULTS, runIris } from "../stitch/jobs.js";
-import { fraction, int, num, oneOf } from "./parse.js";
+import { AUTOCAST_MODES } from "../torch/index.js";
+import { deviceArg, requireDevice } from "./device.js";
+import { fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 export function registerIrisCommand(program: Command): void {
@@ -30,8 +32,13 @@ export function registerIrisCommand(program: Command): void {
     .option("--keep-best", "keep each image's best iterate instead of the last")
     .option("--batch-size <n>", "images per batch", int, d.batchSize)
     .option("--seed <n>", "seed of the starting noise", int, d.seed)
-    .option("--device <d>", "cpu or cuda", IRIS_CONFIG_DEFAULTS.device)
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, IRIS_CONFIG_DEFAULTS.device)
+    .option(
+      "--autocast <mode>",
+      `mixed precision: ${AUTOCAST_MODES.join(", ")} (forward and loss under bfloat16 autocast, as torch.autocast; default float32)`,
+    )
     .action(async (o) => {
+      requireDevice(o.device);
       const sink = progressSink(
         "iris",
         (f) => `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual} mean ${f.meanResidual}`,
@@ -55,6 +62,7 @@ export function registerIrisCommand(program: Command): void {
             keepBest: Boolean(o.keepBest),
             batchSize: o.batchSize,
             seed: o.seed,
+            ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
           },
         },
         o.out,

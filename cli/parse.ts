@@ -24,3 +24,8 @@ export function oneOf<T extends string>(what: string, allowed: readonly T[], v: 
     throw new Error(`${what} must be one of ${allowed.join(", ")}, not '${v}'`);
   return v as T;
 }
+
+/** `{ [key]: value }` when value is defined, else `{}`: spread into a config so an absent option stays absent. */
+export function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
+  return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };
+}

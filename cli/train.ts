@@ -1,8 +1,10 @@
 // `stitchlab train`: trains a base model (clean, with a pixel shortcut, or adversarially).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
+import { AUTOCAST_MODES } from "../torch/index.js";
 import { TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
-import { fraction, int, num, oneOf } from "./parse.js";
+import { deviceArg, requireDevice } from "./device.js";
+import { fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 export function registerTrainCommand(program: Command): void {
@@ -28,8 +30,13 @@ export function registerTrainCommand(program: Command): void {
     .option("--batch-size <n>", "batch size", int, d.batchSize)
     .option("--lr <lr>", "learning rate", num, d.lr)
     .option("--width <w>", "width multiplier (CNNs)", num)
-    .option("--device <d>", "cpu or cuda", d.device)
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device)
+    .option(
+      "--autocast <mode>",
+      `mixed precision: ${AUTOCAST_MODES.join(", ")} (forward and loss under bfloat16 autocast, as torch.autocast; default float32)`,
+    )
     .action(async (o) => {
+      requireDevice(o.device);
       const cfg: TrainConfig = {
         ...d,
         model: o.model,
@@ -46,6 +53,7 @@ export function registerTrainCommand(program: Command): void {
         batchSize: o.batchSize,
         lr: o.lr,
         device: o.device,
+        ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
       };
       const sink = progressSink(
         "train",

@@ -171,6 +171,8 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           epochs: spec.epochs,
           batchSize: spec.batchSize ?? TRAIN_DEFAULTS.batchSize,
           lr: spec.lr ?? TRAIN_DEFAULTS.lr,
+          // Only when set: an absent autocast must leave the task key as it was.
+          ...(spec.autocast !== undefined ? { autocast: spec.autocast } : {}),
         };
         models[name] = {
           task: add({ kind: "train", deps: [], label: `train ${name}`, spec: { kind: "train", config } }),

@@ -8,9 +8,11 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { DATASET_NAMES, SHORTCUT_KINDS } from "../data/index.js";
 import { IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { AUTOCAST_MODES } from "../torch/index.js";
 
 const int = (min = 0) => z.number().int().min(min);
 const shortcut = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
+const autocast = z.enum(AUTOCAST_MODES);
 
 const datasetSchema = z
   .object({
@@ -30,6 +32,9 @@ const trainedModelSchema = z
     epochs: int(1),
     lr: z.number().positive().optional(),
     batchSize: int(1).optional(),
+    autocast: autocast
+      .optional()
+      .describe("mixed precision: bf16 runs forward and loss under bfloat16 autocast (default: float32)"),
     shortcut: shortcut.nullable().default(null).describe("train with this pixel shortcut in the images"),
     dataset: datasetSchema
       .optional()
@@ -75,6 +80,9 @@ const irisSchema = z
     keepBest: z.boolean().optional(),
     batchSize: int(1).optional(),
     seed: int().optional(),
+    autocast: autocast
+      .optional()
+      .describe("mixed precision of the descent: bf16 autocast (residuals are measured in float32; default float32)"),
   })
   .strict();
 

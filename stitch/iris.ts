@@ -39,6 +39,13 @@ export interface IriOptions {
   batchSize: number;
   /** Seeds the starts; batch b uses a seed derived from (seed, b), so a resumed run draws the same. */
   seed: number;
+  /**
+   * Mixed precision for the descent: "bf16" runs each step's forward pass and loss under
+   * bfloat16 autocast (backward outside it). The target features and the residuals that are
+   * stored and reported are always computed in float32. Absent: float32 throughout (and absent
+   * from IRI set settings and task keys, so it is never set to null in IRI_DEFAULTS).
+   */
+  autocast?: torch.AutocastMode;
 }
 
 /** PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate. */
@@ -110,6 +117,8 @@ export function generateIriBatch(
       const mean = channelTensor(norm.mean, x.device);
       const std = channelTensor(norm.std, x.device);
       const features = (p01: Tensor) => front.forwardTo(p01.sub(mean).div(std), point);
+      // The descent's forward (and loss) under autocast when asked; target and stored residuals in float32.
+      const amp = <T>(fn: () => T): T => torch.withAutocast(opts.autocast, x.device, fn);
       const x01 = x.float().div(255);
       const target = torch.noGrad(() => features(x01));
       const targetNorm = target.norm().item();
@@ -141,8 +150,10 @@ export function generateIriBatch(
       try {
         for (let t = 0; t < opts.steps; t++) {
           torch.tidy(() => {
-            const f = features(p);
-            const loss = f.sub(target).norm().div(targetNorm);
+            const { f, loss } = amp(() => {
+              const f = features(p);
+              return { f, loss: f.sub(target).norm().div(targetNorm) };
+            });
             const value = loss.item();
             if (!Number.isFinite(value)) throw new Error(`IRI generation diverged at step ${t + 1}: residual ${value}`);
             onStep(t, value);
@@ -169,7 +180,13 @@ export function generateIriBatch(
         if (opts.keepBest)
           track(
             last,
-            torch.noGrad(() => perImageResidual(features(last), target)),
+            // Measured as the iterates were (under autocast when asked), to compare like with like.
+            torch.noGrad(() =>
+              perImageResidual(
+                amp(() => features(last)),
+                target,
+              ),
+            ),
           );
         const chosen: Tensor = opts.keepBest && best ? best : last;
         // Quantise as stored, then measure what is stored.

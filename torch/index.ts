@@ -2,6 +2,18 @@
 //   import * as torch from "../torch/index.js";
 import { defaultThreads, setNumThreads } from "./runtime.js";
 
+export {
+  AUTOCAST_MODES,
+  type AutocastDeviceType,
+  type AutocastDtype,
+  type AutocastMode,
+  type AutocastOptions,
+  autocast,
+  autocastDeviceType,
+  getAutocastDtype,
+  isAutocastEnabled,
+  withAutocast,
+} from "./amp.js";
 export { enableGrad, grad, isGradEnabled, noGrad } from "./autograd.js";
 export * from "./creation.js";
 export { type DType, isFloating } from "./dtype.js";

@@ -39,6 +39,15 @@ export interface NativeAddon {
   ): (Handle | null)[];
   isGradEnabled(): boolean;
   setGradEnabled(flag: boolean): void;
+  isAutocastEnabled(deviceType: "cpu" | "cuda"): boolean;
+  setAutocastEnabled(deviceType: "cpu" | "cuda", flag: boolean): void;
+  getAutocastDtype(deviceType: "cpu" | "cuda"): number;
+  setAutocastDtype(deviceType: "cpu" | "cuda", dtype: number): void;
+  autocastIncrementNesting(): number;
+  autocastDecrementNesting(): number;
+  clearAutocastCache(): void;
+  isAutocastCacheEnabled(): boolean;
+  setAutocastCacheEnabled(flag: boolean): void;
   version(): {
     torch: string;
     cxx11abi: boolean;

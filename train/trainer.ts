@@ -52,6 +52,13 @@ export interface TrainConfig {
   /** PGD iterations for the robust evaluation of adversarially trained models. */
   robustEvalSteps: number;
   device: string;
+  /**
+   * Mixed precision: "bf16" runs each step's forward pass and loss under bfloat16 autocast
+   * (torch.autocast); backward, the optimiser (on float32 parameters), evaluation and the PGD
+   * examples stay float32. Absent: float32 throughout (and absent from task keys, so it is never
+   * set to null in TRAIN_DEFAULTS).
+   */
+  autocast?: torch.AutocastMode;
 }
 
 /** PROTOCOL.md's defaults for base models (epochs are the paper's; pass fewer for CPU runs). */
@@ -150,8 +157,11 @@ export async function trainModel(
             x = k === b.indices.length ? adv : torch.cat([adv, b.x.narrow(0, k, b.indices.length - k)]);
           }
         }
-        const logits = model.forward(x);
-        const loss = torch.crossEntropy(logits, b.y);
+        // PyTorch's mixed-precision recipe: forward and loss under autocast, backward outside.
+        const { logits, loss } = torch.withAutocast(cfg.autocast, cfg.device, () => {
+          const out = model.forward(x);
+          return { logits: out, loss: torch.crossEntropy(out, b.y) };
+        });
         const value = loss.item();
         if (!Number.isFinite(value))
           throw new Error(

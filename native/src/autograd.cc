@@ -1,5 +1,7 @@
 // Autograd entry points that are not ATen operators: requires_grad, .grad, backward, the
-// functional grad(), and grad mode (the no_grad scope).
+// functional grad(), grad mode (the no_grad scope), and autocast's state (torch.autocast).
+#include <ATen/autocast_mode.h>
+
 #include "common.h"
 
 namespace stitchlab {
@@ -88,6 +90,82 @@ static Napi::Value SetGradEnabled(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// Autocast (mixed precision) is thread-local dispatcher state, like grad mode: while a device's
+// flag is on, the AutocastCPU / Autocast (CUDA) dispatch keys cast the inputs of the ops on
+// PyTorch's lists: conv, linear, matmul, ... to the lower precision, the fp32 list (losses such
+// as cross_entropy_loss and mse_loss on the CPU) to float32. These are the primitives that
+// torch.autocast's __enter__ / __exit__ call; torch/amp.ts composes them and always restores
+// the previous state.
+static bool isCuda(Napi::Env env, const Napi::Value& v, const char* what) {
+  std::string d = v.As<Napi::String>().Utf8Value();
+  if (d == "cuda") return true;
+  if (d == "cpu") return false;
+  throw Napi::TypeError::New(env, std::string(what) + ": device type must be 'cpu' or 'cuda', not '" + d + "'");
+}
+
+// isAutocastEnabled(deviceType) (torch.is_autocast_enabled / torch.is_autocast_cpu_enabled)
+static Napi::Value IsAutocastEnabled(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool cuda = isCuda(env, info[0], "isAutocastEnabled");
+  return Napi::Boolean::New(env, cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled());
+}
+
+static Napi::Value SetAutocastEnabled(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool cuda = isCuda(env, info[0], "setAutocastEnabled");
+  bool flag = info[1].ToBoolean().Value();
+  if (cuda)
+    at::autocast::set_enabled(flag);
+  else
+    at::autocast::set_cpu_enabled(flag);
+  return env.Undefined();
+}
+
+// getAutocastDtype(deviceType) -> scalar type code (torch.get_autocast_gpu_dtype / _cpu_dtype)
+static Napi::Value GetAutocastDtype(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool cuda = isCuda(env, info[0], "getAutocastDtype");
+  auto t = cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+  return Napi::Number::New(env, static_cast<int>(t));
+}
+
+static Napi::Value SetAutocastDtype(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool cuda = isCuda(env, info[0], "setAutocastDtype");
+  auto t = static_cast<at::ScalarType>(info[1].As<Napi::Number>().Int32Value());
+  if (t != at::kBFloat16 && t != at::kHalf)
+    throw Napi::TypeError::New(env, "setAutocastDtype: autocast lowers to bfloat16 or float16 only");
+  if (cuda)
+    at::autocast::set_autocast_gpu_dtype(t);
+  else
+    at::autocast::set_autocast_cpu_dtype(t);
+  return env.Undefined();
+}
+
+// Nesting depth of autocast regions (all devices share it): the cache of casts is cleared when
+// the outermost region is left (torch.autocast_increment_nesting / _decrement_nesting).
+static Napi::Value AutocastIncrementNesting(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), at::autocast::increment_nesting());
+}
+
+static Napi::Value AutocastDecrementNesting(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), at::autocast::decrement_nesting());
+}
+
+static Napi::Value ClearAutocastCache(const Napi::CallbackInfo& info) {
+  at::autocast::clear_cache();
+  return info.Env().Undefined();
+}
+
+static Napi::Value IsAutocastCacheEnabled(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), at::autocast::is_autocast_cache_enabled());
+}
+
+static Napi::Value SetAutocastCacheEnabled(const Napi::CallbackInfo& info) {
+  at::autocast::set_autocast_cache_enabled(info[0].ToBoolean().Value());
+  return info.Env().Undefined();
+}
+
 void initAutograd(Napi::Env env, Napi::Object exports) {
   exports.Set("requiresGrad", Napi::Function::New(env, RequiresGrad));
   exports.Set("setRequiresGrad", Napi::Function::New(env, SetRequiresGrad));
@@ -98,6 +176,15 @@ void initAutograd(Napi::Env env, Napi::Object exports) {
   exports.Set("grad", Napi::Function::New(env, Grad));
   exports.Set("isGradEnabled", Napi::Function::New(env, IsGradEnabled));
   exports.Set("setGradEnabled", Napi::Function::New(env, SetGradEnabled));
+  exports.Set("isAutocastEnabled", Napi::Function::New(env, IsAutocastEnabled));
+  exports.Set("setAutocastEnabled", Napi::Function::New(env, SetAutocastEnabled));
+  exports.Set("getAutocastDtype", Napi::Function::New(env, GetAutocastDtype));
+  exports.Set("setAutocastDtype", Napi::Function::New(env, SetAutocastDtype));
+  exports.Set("autocastIncrementNesting", Napi::Function::New(env, AutocastIncrementNesting));
+  exports.Set("autocastDecrementNesting", Napi::Function::New(env, AutocastDecrementNesting));
+  exports.Set("clearAutocastCache", Napi::Function::New(env, ClearAutocastCache));
+  exports.Set("isAutocastCacheEnabled", Napi::Function::New(env, IsAutocastCacheEnabled));
+  exports.Set("setAutocastCacheEnabled", Napi::Function::New(env, SetAutocastCacheEnabled));
 }
 
 }  // namespace stitchlab
