@@ -2,24 +2,34 @@
 // the same protocol and thread count, in Python PyTorch (bench/engine_torch.py), so that the
 // ratio shows what this library's layer over libtorch costs.
 //
-//   npm run bench -- engine [--quick] [--workloads=forward,train_step] [--iters=N]
+//   npm run bench -- engine [--quick] [--device cpu|cuda|cuda:N] [--batch N]
+//                           [--workloads a,b] [--iters N]
 //
 // --quick (or STITCHLAB_BENCH_QUICK=1) runs batch 8 with one timed iteration, as a smoke test,
 // and writes bench/results/engine-quick.json so that it never overwrites the real figures; a
-// run of some workloads only (--workloads) prints its table and writes nothing. --iters=N
-// changes the number of timed iterations (5), for a closer look at one workload.
+// run of some workloads only (--workloads) prints its table and writes nothing. --iters N
+// changes the number of timed iterations (5), for a closer look at one workload; --batch N the
+// batch size (128; 8 with --quick). Value options also take the form --name=value.
+//
+// --device cuda (or cuda:N) runs both sides on that GPU: models and inputs are built on the CPU
+// from the same seeds as a CPU run, then moved there, and every timed iteration (warm-up too)
+// ends with a device synchronisation on both sides before the clock stops. It writes
+// bench/results/engine-cuda.json (engine-cuda-quick.json), never the CPU figures, and records
+// the device and the GPU's name (as PyTorch reports it). Where this libtorch cannot use the GPU
+// (a CPU build, or no GPU visible) it stops at once, before the Python side starts.
 //
 // The Python process inherits this one's environment, so settings read from it (threads via
-// STITCHLAB_THREADS, OMP_WAIT_POLICY, OPENBLAS_NUM_THREADS) apply to both sides alike.
-import { mkdirSync } from "node:fs";
+// STITCHLAB_THREADS, OMP_WAIT_POLICY, OPENBLAS_NUM_THREADS, CUDA_VISIBLE_DEVICES) apply to both
+// sides alike.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as torch from "../torch/index.js";
 import * as resnet from "./models/resnet18.js";
 import * as vit from "./models/vit_tiny.js";
+import { deviceLabel, parseDeviceOptions, positiveInt, requireBenchDevice } from "./options.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
 import { SGD } from "./sgd.js";
-import { median, type Protocol, timeOnce } from "./timing.js";
+import { deviceSync, median, type Protocol, round, timeOnce, writeResult } from "./timing.js";
 
 export const WORKLOADS = ["forward", "backward_input", "train_step", "vit_backward_input"] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
@@ -28,31 +38,56 @@ const here = dirname(fileURLToPath(import.meta.url));
 
 interface Options {
   quick: boolean;
+  device: string;
   batch: number;
   protocol: Protocol;
   workloads: WorkloadName[];
 }
 
 function parseOptions(args: string[]): Options {
-  let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
   let workloads: WorkloadName[] = [...WORKLOADS];
   let iters: number | undefined;
-  for (const a of args) {
-    if (a === "--quick") quick = true;
-    else if (a.startsWith("--iters=")) {
-      iters = Number(a.slice("--iters=".length));
-      if (!Number.isInteger(iters) || iters < 1) throw new Error(`engine: ${a}: need a positive integer`);
-    } else if (a.startsWith("--workloads=")) {
-      const names = a.slice("--workloads=".length).split(",");
-      for (const n of names)
-        if (!(WORKLOADS as readonly string[]).includes(n))
-          throw new Error(`engine: unknown workload '${n}'; known: ${WORKLOADS.join(", ")}`);
-      workloads = names as WorkloadName[];
-    } else throw new Error(`engine: unknown option '${a}'; options: --quick, --workloads=a,b, --iters=N`);
+  const o = parseDeviceOptions("engine", args, {
+    workloads: {
+      arg: "a,b",
+      set: (v) => {
+        const names = v.split(",");
+        for (const n of names)
+          if (!(WORKLOADS as readonly string[]).includes(n))
+            throw new Error(`engine: unknown workload '${n}'; known: ${WORKLOADS.join(", ")}`);
+        workloads = names as WorkloadName[];
+      },
+    },
+    iters: {
+      arg: "N",
+      set: (v) => {
+        iters = positiveInt("engine", "--iters", v);
+      },
+    },
+  });
+  return {
+    quick: o.quick,
+    device: o.device,
+    batch: o.batch ?? (o.quick ? 8 : 128),
+    protocol: { warmup: 2, iters: iters ?? (o.quick ? 1 : 5) },
+    workloads,
+  };
+}
+
+/**
+ * Moves every tensor of a model (plain objects and arrays of tensors) or an input to `device`,
+ * in place, disposing the CPU originals; the weights are those a CPU run has, whatever the device.
+ */
+function toDevice<T>(value: T, device: string): T {
+  if (device === "cpu" || value === null || typeof value !== "object") return value;
+  if (value instanceof torch.Tensor) {
+    const moved = value.to(device);
+    value.dispose();
+    return moved as T;
   }
-  return quick
-    ? { quick, batch: 8, protocol: { warmup: 2, iters: iters ?? 1 }, workloads }
-    : { quick, batch: 128, protocol: { warmup: 2, iters: iters ?? 5 }, workloads };
+  const record = value as Record<string, unknown>;
+  for (const k of Object.keys(record)) record[k] = toDevice(record[k], device);
+  return value;
 }
 
 interface Workload {
@@ -62,14 +97,15 @@ interface Workload {
   step(): void;
 }
 
-/** The models, data and optimiser shared by the workloads, built once. */
-function buildWorkloads(batch: number): { workloads: Record<WorkloadName, Workload>; dispose(): void } {
+/** The models, data and optimiser shared by the workloads, built once, on `device`. */
+function buildWorkloads(batch: number, device: string): { workloads: Record<WorkloadName, Workload>; dispose(): void } {
   torch.manualSeed(0);
-  const net = resnet.resnet18();
+  // Built on the CPU in this order (the seeded draws of a CPU run), then moved.
+  const net = toDevice(resnet.resnet18(), device);
+  const vt = toDevice(vit.vitTiny(), device);
+  const x = toDevice(torch.randn([batch, 3, 32, 32]), device);
+  const y = toDevice(torch.randint(0, 10, [batch]), device);
   const weights = resnet.parameters(net);
-  const vt = vit.vitTiny();
-  const x = torch.randn([batch, 3, 32, 32]);
-  const y = torch.randint(0, 10, [batch]);
   const xGrad = x.detach().requiresGrad_(); // the input that backward_input differentiates to
   const sgd = new SGD(weights, { lr: 0.01, momentum: 0.9, weightDecay: 5e-4, nesterov: true });
   const trainable = (flag: boolean) => {
@@ -115,32 +151,35 @@ interface Row {
   ratio: number;
 }
 
-function printTable(rows: Row[], threads: number, libtorch: string, pytorch: string): void {
+function printTable(rows: Row[], title: string, threads: number, libtorch: string, pytorch: string): void {
   const cols = ["workload", "ms TS", "ms PyTorch", "ratio"];
   const cells = rows.map((r) => [r.name, r.ms.toFixed(1), r.ms_pytorch.toFixed(1), r.ratio.toFixed(3)]);
   const width = cols.map((c, i) => Math.max(c.length, ...cells.map((row) => row[i].length)));
   const line = (row: string[]) => row.map((c, i) => (i === 0 ? c.padEnd(width[i]) : c.padStart(width[i]))).join("  ");
   const policy = process.env.OMP_WAIT_POLICY || "default";
-  console.log(`\nlibtorch ${libtorch} (PyTorch ${pytorch}), ${threads} threads, OMP_WAIT_POLICY ${policy}`);
+  console.log(`\n${title}; libtorch ${libtorch} (PyTorch ${pytorch}), ${threads} threads, OMP_WAIT_POLICY ${policy}`);
   console.log(line(cols));
   for (const row of cells) console.log(line(row));
 }
 
 export async function main(args: string[]): Promise<void> {
   const o = parseOptions(args);
+  requireBenchDevice("engine", o.device);
+  const sync = deviceSync(o.device);
   const threads = torch.getNumThreads();
   const libtorch = torch.buildInfo().torch;
   console.error(
-    `engine: batch ${o.batch}, ${o.protocol.warmup} warm-up + ${o.protocol.iters} timed iterations, ${threads} threads`,
+    `engine: ${o.device}, batch ${o.batch}, ${o.protocol.warmup} warm-up + ${o.protocol.iters} timed iterations, ${threads} threads`,
   );
 
-  const { workloads, dispose } = buildWorkloads(o.batch);
+  const { workloads, dispose } = buildWorkloads(o.batch, o.device);
   const { peer, hello } = await PyTorchPeer.start(join(here, "engine_torch.py"), [
     "--serve",
     `--batch=${o.batch}`,
     `--threads=${threads}`,
+    `--device=${o.device}`,
   ]);
-  const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
+  const { torch: pytorch, threads: pyThreads, gpu } = hello as { torch: string; threads: number; gpu?: string };
   const rows: Row[] = [];
   try {
     if (pyThreads !== threads) throw new Error(`engine: PyTorch runs ${pyThreads} threads, not ${threads}`);
@@ -153,7 +192,7 @@ export async function main(args: string[]): Promise<void> {
       const ours: number[] = [];
       const theirs: number[] = [];
       for (let i = 0; i < o.protocol.warmup + o.protocol.iters; i++) {
-        const ms = timeOnce(w.step);
+        const ms = timeOnce(w.step, sync);
         const py = ((await peer.request({ op: "step", name })) as { ms: number }).ms;
         if (i >= o.protocol.warmup) {
           ours.push(ms);
@@ -170,8 +209,7 @@ export async function main(args: string[]): Promise<void> {
     dispose();
   }
 
-  printTable(rows, threads, libtorch, pytorch);
-  const round = (v: number, digits: number) => Number(v.toFixed(digits));
+  printTable(rows, `engine on ${deviceLabel(o.device, gpu)}, batch ${o.batch}`, threads, libtorch, pytorch);
   const result = {
     workloads: rows.map((r) => ({
       name: r.name,
@@ -179,12 +217,12 @@ export async function main(args: string[]): Promise<void> {
       ms_pytorch: round(r.ms_pytorch, 2),
       ratio: round(r.ratio, 4),
     })),
+    device: o.device,
+    ...(o.device === "cpu" ? {} : { gpu: gpu ?? "unknown" }),
+    batch: o.batch,
     threads,
     libtorch,
   };
   if (o.workloads.length < WORKLOADS.length) return;
-  const path = join(here, "results", o.quick ? "engine-quick.json" : "engine.json");
-  mkdirSync(dirname(path), { recursive: true });
-  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
-  console.error(`engine: wrote ${path}`);
+  writeResult("engine", o.quick, result, o.device);
 }

@@ -1,7 +1,12 @@
 """The PyTorch side of the engine benchmark (bench/engine.ts): the same ResNet-18 and ViT-Tiny,
 built from the same ATen ops in the same composition, the same four workloads and the same
-timing protocol. Run alone, prints {"workloads": {name: median_ms}, "threads": n, "torch": version};
-bench/engine.ts runs it with --serve instead, to alternate the two sides iteration by iteration.
+timing protocol. Run alone, prints {"workloads": {name: median_ms}, "threads": n, "torch": version,
+"device": d, "gpu": name (on a GPU)}; bench/engine.ts runs it with --serve instead, to alternate
+the two sides iteration by iteration.
+
+--device cuda (or cuda:N): the models and inputs are built on the CPU from the same seed, then
+moved to the GPU, and every timed iteration (warm-up too) ends with torch.cuda.synchronize()
+before the clock stops, as on the TypeScript side.
 
 Written functionally, like the TypeScript side, rather than with torch.nn modules: modules
 would use in-place ReLU and in-place residual adds, which the TypeScript side does not do.
@@ -16,6 +21,9 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+# The script's folder is on sys.path, so the training benchmark's helpers import as a module.
+from train_torch import device_info, use_device
 
 WORKLOADS = ["forward", "backward_input", "train_step", "vit_backward_input"]
 
@@ -194,16 +202,31 @@ class SGD:
             p.add_(g if self.nesterov else buf, alpha=-self.lr)
 
 
+# ---- devices ----
+
+
+def to_device(value, device):
+    """Every tensor of a model (dicts and lists of tensors) or an input, moved to device."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_device(v, device) for v in value]
+    return value
+
+
 # ---- the workloads and the protocol ----
 
 
-def build_workloads(batch):
+def build_workloads(batch, device="cpu"):
     torch.manual_seed(0)
-    net = resnet18()
+    # Built on the CPU in this order (the seeded draws of a CPU run), then moved.
+    net = to_device(resnet18(), device)
+    vt = to_device(vit_tiny(), device)
+    x = to_device(torch.randn(batch, 3, 32, 32), device)
+    y = to_device(torch.randint(0, 10, (batch,)), device)
     weights = resnet_parameters(net)
-    vt = vit_tiny()
-    x = torch.randn(batch, 3, 32, 32)
-    y = torch.randint(0, 10, (batch,))
     x_grad = x.detach().requires_grad_()
     sgd = SGD(weights, lr=0.01, momentum=0.9, weight_decay=5e-4, nesterov=True)
 
@@ -234,22 +257,27 @@ def build_workloads(batch):
     }
 
 
-def time_iterations(fn, warmup, iters):
+def time_once(fn, sync):
+    """Milliseconds of one call of fn; sync (the device's wait) runs before the clock starts and
+    after fn, before it stops."""
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return (time.perf_counter() - t0) * 1000
+
+
+def time_iterations(fn, warmup, iters, sync=lambda: None):
     for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return times
+        time_once(fn, sync)
+    return [time_once(fn, sync) for _ in range(iters)]
 
 
-def serve(workloads):
+def serve(workloads, hello, sync):
     """Answers one JSON command per stdin line, so that bench/engine.ts can alternate its
     iterations with ours: {"op": "setup", "name": ...} -> {}, {"op": "step", "name": ...} ->
     {"ms": ...}. Both sides then see the same machine load, which a shared machine needs."""
-    print(json.dumps({"threads": torch.get_num_threads(), "torch": torch.__version__}), flush=True)
+    print(json.dumps(hello), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
         setup, step = workloads[cmd["name"]]
@@ -257,9 +285,7 @@ def serve(workloads):
             setup()
             reply = {}
         else:
-            t0 = time.perf_counter()
-            step()
-            reply = {"ms": (time.perf_counter() - t0) * 1000}
+            reply = {"ms": time_once(step, sync)}
         print(json.dumps(reply), flush=True)
 
 
@@ -270,20 +296,23 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--threads", type=int, required=True, help="the TypeScript side's torch.getNumThreads()")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     ap.add_argument("--serve", action="store_true", help="take commands on stdin (as bench/engine.ts does)")
     a = ap.parse_args()
     # Debian's PyTorch starts with one thread; match the other side exactly.
     torch.set_num_threads(a.threads)
-    workloads = build_workloads(a.batch)
+    device, sync = use_device(a.device)
+    workloads = build_workloads(a.batch, device)
+    hello = {"threads": torch.get_num_threads(), "torch": torch.__version__, **device_info(device)}
     if a.serve:
-        serve(workloads)
+        serve(workloads, hello, sync)
         return
     medians = {}
     for name in a.workloads.split(","):
         setup, step = workloads[name]
         setup()
-        medians[name] = statistics.median(time_iterations(step, a.warmup, a.iters))
-    print(json.dumps({"workloads": medians, "threads": torch.get_num_threads(), "torch": torch.__version__}))
+        medians[name] = statistics.median(time_iterations(step, a.warmup, a.iters, sync))
+    print(json.dumps({"workloads": medians, **hello}))
 
 
 if __name__ == "__main__":

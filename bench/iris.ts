@@ -3,7 +3,7 @@
 // timed here and, with the same protocol and thread count, in Python PyTorch
 // (bench/stitch_torch.py --workload=iris): the same algorithm written with plain torch.
 //
-//   npm run bench -- iris [--quick]
+//   npm run bench -- iris [--quick] [--device cpu|cuda|cuda:N] [--batch N]
 //
 // What is timed is the library itself: one generateIriBatch call per iteration, on a fixed
 // batch of synthetic CIFAR-sized uint8 images with CIFAR-10 normalisation and IRI_DEFAULTS
@@ -17,16 +17,32 @@
 // 2 warm-up + 8 timed calls of 5 steps each at batch 128 (about 4 minutes on 2 cores), the two
 // sides alternating call by call; --quick (or STITCHLAB_BENCH_QUICK=1) runs batch 16, 2 steps
 // per call, 1 warm-up + 2 timed calls, as a smoke test, and writes bench/results/iris-quick.json
-// so that it never overwrites the real figures.
+// so that it never overwrites the real figures. --batch N (or --batch=N) changes the batch size.
+//
+// --device cuda (or cuda:N) runs both sides on that GPU: the model and the batch are built on the
+// CPU from the same seeds as a CPU run, then moved there, and every call (warm-up too) ends with a
+// device synchronisation on both sides before the clock stops. It writes
+// bench/results/iris-cuda.json (iris-cuda-quick.json), never the CPU figures, and records the
+// device and the GPU's name (as PyTorch reports it). Where this libtorch cannot use the GPU (a
+// CPU build, or no GPU visible) it stops at once, before the Python side starts.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
 import { createModel } from "../models/registry.js";
 import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
+import { deviceLabel, parseDeviceOptions, requireBenchDevice } from "./options.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { isQuick } from "./synthetic.js";
-import { alternate, logTimings, median, type Protocol, printComparison, round, writeResult } from "./timing.js";
+import {
+  alternate,
+  deviceSync,
+  logTimings,
+  median,
+  type Protocol,
+  printComparison,
+  round,
+  writeResult,
+} from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -35,6 +51,7 @@ export const POINT = "layer2.1";
 
 interface Options {
   quick: boolean;
+  device: string;
   batch: number;
   /** Signed steps per generateIriBatch call. */
   steps: number;
@@ -42,17 +59,21 @@ interface Options {
 }
 
 function parseOptions(args: string[]): Options {
-  const quick = isQuick("iris", args);
+  const { quick, device, batch } = parseDeviceOptions("iris", args);
   return quick
-    ? { quick, batch: 16, steps: 2, protocol: { warmup: 1, iters: 2 } }
-    : { quick, batch: 128, steps: 5, protocol: { warmup: 2, iters: 8 } };
+    ? { quick, device, batch: batch ?? 16, steps: 2, protocol: { warmup: 1, iters: 2 } }
+    : { quick, device, batch: batch ?? 128, steps: 5, protocol: { warmup: 2, iters: 8 } };
 }
 
-/** The front model and a fixed uint8 batch, and one generateIriBatch call of `steps` steps. */
-function buildGenerator(batch: number, steps: number): { call(): void; dispose(): void } {
+/** The front model and a fixed uint8 batch on `device`, and one generateIriBatch call of `steps` steps. */
+function buildGenerator(batch: number, steps: number, device: string): { call(): void; dispose(): void } {
   torch.manualSeed(0);
-  const x = torch.randint(0, 256, [batch, 3, 32, 32], { dtype: "uint8" });
+  // Built on the CPU (the seeded draws of a CPU run), then moved.
+  const cpu = torch.randint(0, 256, [batch, 3, 32, 32], { dtype: "uint8" });
+  const x = device === "cpu" ? cpu : cpu.to(device);
+  if (x !== cpu) cpu.dispose();
   const model = createModel("resnet18", { numClasses: 10 });
+  if (device !== "cpu") model.to(device);
   const opts = { ...IRI_DEFAULTS, steps, batchSize: batch };
   let seed = 0;
   const call = () => {
@@ -81,6 +102,9 @@ export interface IrisResult {
   batch: number;
   model: string;
   point: string;
+  device: string;
+  /** The GPU's name as PyTorch reports it (torch.cuda.get_device_name), on a GPU only. */
+  gpu?: string;
   threads: number;
   libtorch: string;
   torch: string;
@@ -88,26 +112,29 @@ export interface IrisResult {
 
 export async function main(args: string[]): Promise<void> {
   const o = parseOptions(args);
+  requireBenchDevice("iris", o.device);
+  const sync = deviceSync(o.device);
   const { warmup, iters } = o.protocol;
   const threads = torch.getNumThreads();
   const libtorch = torch.buildInfo().torch;
   console.error(
-    `iris: batch ${o.batch}, ${warmup} warm-up + ${iters} timed calls of ${o.steps} steps, ${threads} threads`,
+    `iris: ${o.device}, batch ${o.batch}, ${warmup} warm-up + ${iters} timed calls of ${o.steps} steps, ${threads} threads`,
   );
 
-  const generator = buildGenerator(o.batch, o.steps);
+  const generator = buildGenerator(o.batch, o.steps, o.device);
   const { peer, hello } = await PyTorchPeer.start(join(here, "stitch_torch.py"), [
     "--workload=iris",
     `--batch=${o.batch}`,
     `--point=${POINT}`,
     `--steps=${o.steps}`,
     `--threads=${threads}`,
+    `--device=${o.device}`,
   ]);
-  const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
+  const { torch: pytorch, threads: pyThreads, gpu } = hello as { torch: string; threads: number; gpu?: string };
   let t: { ours: number[]; theirs: number[] };
   try {
     if (pyThreads !== threads) throw new Error(`iris: PyTorch runs ${pyThreads} threads, not ${threads}`);
-    t = await alternate(o.protocol, generator.call, peer);
+    t = await alternate(o.protocol, generator.call, peer, sync);
   } finally {
     await peer.close();
     generator.dispose();
@@ -127,15 +154,17 @@ export async function main(args: string[]): Promise<void> {
     batch: o.batch,
     model: "resnet18",
     point: POINT,
+    device: o.device,
+    ...(o.device === "cpu" ? {} : { gpu: gpu ?? "unknown" }),
     threads,
     libtorch,
     torch: pytorch,
   };
   printComparison(
-    `IRI generation, ResNet-18 to ${result.point}, batch ${result.batch}, median of ${result.calls} calls of ${result.steps_per_call} steps`,
+    `IRI generation on ${deviceLabel(o.device, gpu)}, ResNet-18 to ${result.point}, batch ${result.batch}, median of ${result.calls} calls of ${result.steps_per_call} steps`,
     result,
     pytorch,
     { name: "ms/call", ours: result.ms_per_call, theirs: result.ms_per_call_pytorch },
   );
-  writeResult("iris", o.quick, result);
+  writeResult("iris", o.quick, result, o.device);
 }

@@ -16,7 +16,11 @@ export class PyTorchPeer {
 
   private constructor(script: string, args: string[]) {
     this.#what = `${python()} ${script} ${args.join(" ")}`;
-    this.#child = spawn(python(), [script, ...args], { stdio: ["pipe", "pipe", "inherit"] });
+    // No bench/__pycache__ from the scripts' imports of each other (train_torch.py).
+    this.#child = spawn(python(), [script, ...args], {
+      stdio: ["pipe", "pipe", "inherit"],
+      env: { ...process.env, PYTHONDONTWRITEBYTECODE: "1" },
+    });
     this.#ended = new Promise((resolve) => {
       this.#child.once("error", (e) => resolve(e.message));
       this.#child.once("exit", (code, signal) => resolve(`it exited (${signal ?? `code ${code}`})`));

@@ -16,8 +16,13 @@ imported from there (through train_torch.py), not copied.
                      T, B's tail with the features at the same points, FuLA, backward,
                      torch.optim.Adam (lr 1e-3, weight decay 1e-4), zero_grad, .item().
 
+--device cuda (or cuda:N; iris only): the model and the batch are built on the CPU from the same
+seeds, then moved to the GPU, and each timed call ends with torch.cuda.synchronize() before the
+clock stops.
+
 Answers one JSON command per stdin line: {"op": "step"} -> {"ms": ...}, after a greeting
-{"threads": n, "torch": version, "points": the points whose features are compared}; the TypeScript side alternates its iterations with ours.
+{"threads": n, "torch": version, "points": the points whose features are compared, "device": d,
+"gpu": name (on a GPU)}; the TypeScript side alternates its iterations with ours.
 """
 
 import argparse
@@ -29,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # The script's folder is on sys.path, so the training benchmark's helpers import as a module.
-from train_torch import CIFAR10_MEAN, CIFAR10_STD, load_zoo_reference, serve
+from train_torch import CIFAR10_MEAN, CIFAR10_STD, device_info, load_zoo_reference, serve, use_device
 
 # PROTOCOL.md's IRI defaults (stitch/iris.ts's IRI_DEFAULTS): signed steps of one grey level.
 IRI_STEP_SIZE = 1 / 255
@@ -84,14 +89,15 @@ def resnet18(seed):
     return load_zoo_reference().ResNet18(num_classes=10)
 
 
-def channel(values):
-    return torch.tensor(values).reshape(1, len(values), 1, 1)
+def channel(values, device="cpu"):
+    return torch.tensor(values, device=device).reshape(1, len(values), 1, 1)
 
 
-def iris_workload(a):
+def iris_workload(a, device):
     torch.manual_seed(0)
-    x = torch.randint(0, 256, (a.batch, 3, 32, 32), dtype=torch.uint8)
-    front = Staged(resnet18(0))
+    # Built on the CPU (the seeded draws of a CPU run), then moved.
+    x = torch.randint(0, 256, (a.batch, 3, 32, 32), dtype=torch.uint8).to(device)
+    front = Staged(resnet18(0).to(device))
     # generateIriBatch: frozen weights, eval mode.
     front.model.requires_grad_(False)
     front.model.eval()
@@ -103,7 +109,7 @@ def iris_workload(a):
     def generate(seed):
         # As stitch/iris.ts's generateIriBatch with IRI_DEFAULTS (uniform start, sign steps, no
         # ball, last iterate), line by line.
-        mean, std = channel(CIFAR10_MEAN), channel(CIFAR10_STD)
+        mean, std = channel(CIFAR10_MEAN, x.device), channel(CIFAR10_STD, x.device)
 
         def features(p01):
             return front.forward_to((p01 - mean) / std, point)
@@ -130,7 +136,7 @@ def iris_workload(a):
         images = (p.detach() * 255).round().clamp(0, 255).to(torch.uint8)
         with torch.no_grad():
             stored = features(images.float() / 255)
-        residuals = per_image_residual(stored, target).numpy()
+        residuals = per_image_residual(stored, target).cpu().numpy()
         return images, residuals, (stored - target).norm().item() / target_norm
 
     calls = iter(range(1 << 30))
@@ -206,14 +212,18 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="iris: signed steps per generateIriBatch call")
     ap.add_argument("--batches", type=int, default=23, help="stitch: images in memory: batch * batches")
     ap.add_argument("--threads", type=int, required=True, help="the TypeScript side's torch.getNumThreads()")
+    ap.add_argument("--device", default="cpu", help="iris: cpu, cuda or cuda:N (stitch runs on the CPU)")
     a = ap.parse_args()
     # Debian's PyTorch starts with one thread; match the other side exactly.
     torch.set_num_threads(a.threads)
-    step, points = iris_workload(a) if a.workload == "iris" else stitch_workload(a)
+    if a.workload == "stitch" and a.device != "cpu":
+        ap.error("--device: the stitch workload runs on the CPU only")
+    device, sync = use_device(a.device)
+    step, points = iris_workload(a, device) if a.workload == "iris" else stitch_workload(a)
 
-    hello = {"threads": torch.get_num_threads(), "torch": torch.__version__, "points": points}
+    hello = {"threads": torch.get_num_threads(), "torch": torch.__version__, "points": points, **device_info(device)}
     print(json.dumps(hello), flush=True)
-    serve(step)
+    serve(step, sync)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
+import * as torch from "../torch/index.js";
 import { writeFileAtomic } from "../torch/io.js";
 
 export interface Protocol {
@@ -18,10 +19,33 @@ export function median(xs: number[]): number {
   return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 }
 
-/** Milliseconds that one call of fn takes. */
-export function timeOnce(fn: () => void): number {
+/**
+ * What ends a timed iteration on `device`: nothing on the CPU; on a GPU, where kernels run
+ * asynchronously, a wait until everything queued is done (torch.cuda.synchronize()), so that the
+ * clock stops when the work is finished rather than when it is queued.
+ */
+export function deviceSync(device: string): () => void {
+  if (device === "cpu") return () => {};
+  const index = Number(device.split(":")[1] ?? 0);
+  if (index === 0) return () => torch.cuda.synchronize();
+  // torch.cuda.synchronize() waits for the current device, GPU 0. Reading one element of a
+  // tensor on cuda:N back waits for everything queued on that GPU's stream before it.
+  const probe = torch.keep(torch.zeros([1], { device }));
+  return () => {
+    torch.cuda.synchronize();
+    probe.item();
+  };
+}
+
+/**
+ * Milliseconds that one call of fn takes. `sync` (deviceSync) runs before the clock starts, so
+ * that no earlier work is counted, and after fn, before it stops.
+ */
+export function timeOnce(fn: () => void, sync: () => void = () => {}): number {
+  sync();
   const t0 = performance.now();
   fn();
+  sync();
   return performance.now() - t0;
 }
 
@@ -33,17 +57,19 @@ interface Peer {
 /**
  * Times `step` here and one peer step (PyTorch) in turn, warm-up iterations first, and returns
  * the timed milliseconds of both sides. Alternating step by step makes a change of load on a
- * shared machine fall on both columns alike.
+ * shared machine fall on both columns alike. `sync` ends each of our steps (deviceSync); the
+ * peer synchronises its own device before it stops its clock.
  */
 export async function alternate(
   protocol: Protocol,
   step: () => void,
   peer: Peer,
+  sync: () => void = () => {},
 ): Promise<{ ours: number[]; theirs: number[] }> {
   const ours: number[] = [];
   const theirs: number[] = [];
   for (let i = 0; i < protocol.warmup + protocol.iters; i++) {
-    const ms = timeOnce(step);
+    const ms = timeOnce(step, sync);
     const py = ((await peer.request({ op: "step" })) as { ms: number }).ms;
     if (i >= protocol.warmup) {
       ours.push(ms);
@@ -61,9 +87,14 @@ export function logTimings(name: string, t: { ours: number[]; theirs: number[] }
 
 export const round = (v: number, digits: number): number => Number(v.toFixed(digits));
 
-/** Writes bench/results/NAME.json (NAME-quick.json for a quick run, so it never overwrites real figures). */
-export function writeResult(name: string, quick: boolean, result: object): void {
-  const path = join(dirname(fileURLToPath(import.meta.url)), "results", quick ? `${name}-quick.json` : `${name}.json`);
+/**
+ * Writes bench/results/NAME.json (NAME-quick.json for a quick run, so it never overwrites real
+ * figures); a run on a GPU writes NAME-cuda.json (NAME-cuda-quick.json), so that it never
+ * overwrites the CPU figures either.
+ */
+export function writeResult(name: string, quick: boolean, result: object, device = "cpu"): void {
+  const file = `${name}${device === "cpu" ? "" : "-cuda"}${quick ? "-quick" : ""}.json`;
+  const path = join(dirname(fileURLToPath(import.meta.url)), "results", file);
   mkdirSync(dirname(path), { recursive: true });
   writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
   console.error(`${name}: wrote ${path}`);

@@ -76,14 +76,41 @@ class Loader:
         return x, y
 
 
-def serve(step):
-    """Answers each {"op": "step"} line on stdin with one timed step: {"ms": ...}."""
+def use_device(name):
+    """The torch.device for --device, and the wait that ends a timed iteration on it (none on the
+    CPU; torch.cuda.synchronize on a GPU, whose kernels run asynchronously). Exits with one
+    clear line when this PyTorch cannot use the GPU."""
+    device = torch.device(name)
+    if device.type == "cpu":
+        return device, lambda: None
+    if not torch.cuda.is_available():
+        why = "a CPU build" if torch.version.cuda is None else "a CUDA build that sees no GPU"
+        sys.exit(f"--device {name}: this Python's PyTorch {torch.__version__} is {why} ({sys.executable})")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        sys.exit(f"--device {name}: PyTorch sees {torch.cuda.device_count()} GPU(s), numbered from 0")
+    return device, lambda: torch.cuda.synchronize(device)
+
+
+def device_info(device):
+    """What the greeting says of the device: its name, and the GPU's (torch.cuda.get_device_name)."""
+    info = {"device": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def serve(step, sync=lambda: None):
+    """Answers each {"op": "step"} line on stdin with one timed step: {"ms": ...}. sync (the
+    device's wait, from use_device) runs before the clock starts and after the step, before it
+    stops."""
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd["op"] != "step":
             raise ValueError(f"unknown command {cmd}")
+        sync()
         t0 = time.perf_counter()
         step()
+        sync()
         print(json.dumps({"ms": (time.perf_counter() - t0) * 1000}), flush=True)
 
 

@@ -1,12 +1,14 @@
 // The benchmarks stay runnable: a quick run of each on both sides (engine: batch 8, one timed
 // iteration of every workload; train and stitch: batch 16, two timed steps; iris: batch 16,
 // two timed calls of two steps; slurm: one held submission). Real-scale timing is
-// `npm run bench -- <name>`, never a test.
+// `npm run bench -- <name>`, never a test. engine and iris run with --device cpu here; on a
+// machine whose libtorch cannot use a GPU, --device cuda must stop at once with one clear message.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
+import * as torch from "../torch/index.js";
 import { skipUnlessPytorch } from "./helpers/pytorch.js";
 
 const root = join(import.meta.dirname, "..");
@@ -16,8 +18,10 @@ const bench = (args: string[]) =>
     cwd: root,
   });
 
-test("npm run bench -- engine --quick runs all four workloads against PyTorch", { skip: skipUnlessPytorch() }, () => {
-  const r = bench(["engine", "--quick"]);
+test("npm run bench -- engine --quick --device cpu runs all four workloads against PyTorch", {
+  skip: skipUnlessPytorch(),
+}, () => {
+  const r = bench(["engine", "--quick", "--device", "cpu"]);
   assert.equal(r.status, 0, r.stderr);
   const out = JSON.parse(readFileSync(join(root, "bench", "results", "engine-quick.json"), "utf8"));
   assert.deepEqual(
@@ -28,8 +32,12 @@ test("npm run bench -- engine --quick runs all four workloads against PyTorch", 
     assert.ok(w.ms > 0 && w.ms_pytorch > 0, `${w.name} timed on both sides`);
     assert.ok(Math.abs(w.ratio - w.ms / w.ms_pytorch) < 1e-3, `${w.name} ratio is ms / ms_pytorch`);
   }
+  assert.equal(out.device, "cpu");
+  assert.equal(out.gpu, undefined, "a GPU's name only for --device cuda");
+  assert.equal(out.batch, 8);
   assert.ok(out.threads >= 1);
   assert.equal(typeof out.libtorch, "string");
+  assert.match(r.stdout, /^engine on cpu, batch 8; libtorch /m, "the table's title names the device");
 });
 
 test("npm run bench -- train --quick trains ResNet-18 with the data pipeline against PyTorch", {
@@ -48,10 +56,10 @@ test("npm run bench -- train --quick trains ResNet-18 with the data pipeline aga
   assert.equal(typeof out.libtorch, "string");
 });
 
-test("npm run bench -- iris --quick generates IRIs at ResNet-18's middle point against PyTorch", {
+test("npm run bench -- iris --quick --device=cpu generates IRIs at ResNet-18's middle point against PyTorch", {
   skip: skipUnlessPytorch(),
 }, () => {
-  const r = bench(["iris", "--quick"]);
+  const r = bench(["iris", "--quick", "--device=cpu"]);
   assert.equal(r.status, 0, r.stderr);
   const out = JSON.parse(readFileSync(join(root, "bench", "results", "iris-quick.json"), "utf8"));
   assert.ok(out.ms > 0 && out.ms_pytorch > 0, "timed on both sides");
@@ -62,9 +70,54 @@ test("npm run bench -- iris --quick generates IRIs at ResNet-18's middle point a
   assert.equal(out.steps_per_call, 2);
   assert.equal(out.calls, 2);
   assert.equal(out.point, "layer2.1");
+  assert.equal(out.device, "cpu");
+  assert.equal(out.gpu, undefined, "a GPU's name only for --device cuda");
   assert.ok(out.threads >= 1);
   assert.equal(typeof out.libtorch, "string");
   assert.equal(typeof out.torch, "string");
+  assert.match(r.stdout, /^IRI generation on cpu, /m, "the table's title names the device");
+});
+
+test("engine and iris --device cuda stop at once, before PyTorch starts, where this libtorch cannot use a GPU", {
+  skip: torch.cuda.isAvailable() && "this libtorch sees a GPU",
+}, () => {
+  // The GPU runs' result files (never the CPU ones), left as they were: absent, or untouched.
+  const stamp = (path: string) => (existsSync(path) ? statSync(path).mtimeMs : null);
+  for (const [name, device] of [
+    ["engine", "cuda"],
+    ["iris", "cuda:1"],
+  ]) {
+    const files = [`${name}-cuda-quick.json`, `${name}-cuda.json`].map((f) => join(root, "bench", "results", f));
+    const before = files.map(stamp);
+    const r = bench([name, "--quick", "--device", device]);
+    assert.equal(r.status, 1, r.stderr);
+    const why = torch.buildInfo().builtWithCuda
+      ? "libtorch sees no GPU \\(driver\\? CUDA_VISIBLE_DEVICES\\?\\)"
+      : "this libtorch is a CPU build";
+    assert.match(
+      r.stderr,
+      new RegExp(`^${name}: --device ${device}: ${why}.*; \`stitchlab doctor\` shows what this install has$`, "m"),
+    );
+    assert.equal(r.stderr.trim().split("\n").length, 1, `one line:\n${r.stderr}`);
+    assert.deepEqual(files.map(stamp), before, "no result file written");
+  }
+});
+
+test("engine and iris reject a malformed --device, a missing value and an unknown option", () => {
+  const cases: [string[], RegExp][] = [
+    [["engine", "--device", "tpu"], /^engine: --device must be cpu, cuda or cuda:N, not 'tpu'$/m],
+    [["iris", "--batch"], /^iris: --batch needs a value \(N\)$/m],
+    [["iris", "--batch=0"], /^iris: --batch 0: need a positive integer$/m],
+    [
+      ["engine", "--bogus"],
+      /^engine: unknown option '--bogus'; options: --quick, --device cpu\|cuda\|cuda:N, --batch N, --workloads a,b, --iters N$/m,
+    ],
+  ];
+  for (const [args, message] of cases) {
+    const r = bench(args);
+    assert.equal(r.status, 1, args.join(" "));
+    assert.match(r.stderr, message);
+  }
 });
 
 test("npm run bench -- stitch --quick trains a stitching layer with FuLA against PyTorch", {
