@@ -15,27 +15,11 @@ import { fileURLToPath } from "node:url";
 import { planExperiment } from "../experiments/plan.js";
 import { SLURM_DEFAULTS, slurmStatus, submitPlan } from "../experiments/slurm.js";
 import { readExperiment } from "../experiments/spec.js";
-import { startSlurm } from "../test/helpers/slurm.js";
+import { SMALL_EXPERIMENT as SMALL, startSlurm } from "../test/helpers/slurm.js";
 import { isQuick } from "./synthetic.js";
 import { round, writeResult } from "./timing.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-
-// The small experiment of test/slurm.test.ts: train 2, iris 2, stitch 4.
-const SMALL = `
-name: small
-dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
-models:
-  a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 6 }
-  b: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
-pairs:
-  - { front: a, back: a, relation: identical }
-  - { front: b, back: a, relation: cross-seed }
-points: [layer1.0]
-objectives: [slm]
-iris: { limit: 64, steps: 3, batchSize: 32 }
-stitch: { limit: 64, epochs: 1, initImages: 32, ckaImages: 32 }
-`;
 
 function stitchlab(args: string[], env: NodeJS.ProcessEnv): string {
   const r = spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {

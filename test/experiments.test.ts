@@ -3,15 +3,13 @@
 // rerun giving the same results as an uninterrupted one, and a failed task not stopping the rest.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { after, test } from "node:test";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
-import { createModel } from "../models/registry.js";
-import { saveCheckpoint } from "../nn/checkpoint.js";
-import * as torch from "../torch/index.js";
+import { saveNanHeadCheckpoint } from "./helpers/checkpoints.js";
 
 const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
@@ -214,13 +212,7 @@ test("kill -9 in the middle, run again: the rest finishes and the results equal 
 
 test("a failed task is reported with its error, its dependants are skipped, independent tasks finish", { skip }, () => {
   // Model "broken" is a checkpoint whose head is NaN: every stitch with it as back fails.
-  const path = join(tmp, "ckpt", "broken.safetensors");
-  mkdirSync(dirname(path), { recursive: true });
-  torch.manualSeed(0);
-  const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
-  torch.noGrad(() => m.stateDict()["fc.weight"].fill_(Number.NaN));
-  saveCheckpoint(path, m, { dataset: "fashion-mnist" });
-  m.dispose();
+  saveNanHeadCheckpoint(join(tmp, "ckpt", "broken.safetensors"));
   const file = join(tmp, "fail.yaml");
   writeFileSync(
     file,

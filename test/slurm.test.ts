@@ -4,15 +4,13 @@
 // only what is missing; a failing task is retried in its job and reported with its error.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { SLURM_DEFAULTS, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
-import { createModel } from "../models/registry.js";
-import { saveCheckpoint } from "../nn/checkpoint.js";
-import * as torch from "../torch/index.js";
-import { type Slurm, startSlurm } from "./helpers/slurm.js";
+import { saveNanHeadCheckpoint } from "./helpers/checkpoints.js";
+import { type Slurm, startSlurm, SMALL_EXPERIMENT as TINY } from "./helpers/slurm.js";
 
 const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
@@ -28,23 +26,6 @@ after(() => {
   slurm?.stop();
   rmSync(tmp, { recursive: true, force: true });
 });
-
-// Two models, one point, both modes: train 2, iris 2, stitch 4. Model a trains for a few
-// seconds, long enough to be cancelled in the middle.
-const TINY = `
-name: tiny
-dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
-models:
-  a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 6 }
-  b: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
-pairs:
-  - { front: a, back: a, relation: identical }
-  - { front: b, back: a, relation: cross-seed }
-points: [layer1.0]
-objectives: [slm]
-iris: { limit: 64, steps: 3, batchSize: 32 }
-stitch: { limit: 64, epochs: 1, initImages: 32, ckaImages: 32 }
-`;
 
 function stitchlab(args: string[], env: NodeJS.ProcessEnv = {}) {
   return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
@@ -277,13 +258,7 @@ test("a failing task is retried in its job, then shown failed with its error; th
   skip,
 }, async () => {
   // A back model whose head is NaN: stitching into it diverges on every attempt.
-  const ckpt = join(tmp, "ckpt", "broken.safetensors");
-  mkdirSync(join(tmp, "ckpt"), { recursive: true });
-  torch.manualSeed(0);
-  const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
-  torch.noGrad(() => m.stateDict()["fc.weight"].fill_(Number.NaN));
-  saveCheckpoint(ckpt, m, { dataset: "fashion-mnist" });
-  m.dispose();
+  saveNanHeadCheckpoint(join(tmp, "ckpt", "broken.safetensors"));
   const broken = join(tmp, "broken.yaml");
   writeFileSync(
     broken,

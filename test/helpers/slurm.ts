@@ -148,3 +148,20 @@ function stopSlurm(dir: string): void {
     }
   }
 }
+
+// The experiment the Slurm tests and benchmark run: two models, one point, both modes: train 2,
+// iris 2, stitch 4. Model a trains for a few seconds, long enough to be cancelled in the middle.
+export const SMALL_EXPERIMENT = `
+name: tiny
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 6 }
+  b: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+pairs:
+  - { front: a, back: a, relation: identical }
+  - { front: b, back: a, relation: cross-seed }
+points: [layer1.0]
+objectives: [slm]
+iris: { limit: 64, steps: 3, batchSize: 32 }
+stitch: { limit: 64, epochs: 1, initImages: 32, ckaImages: 32 }
+`;

@@ -1,0 +1,19 @@
+// Checkpoints made for tests of what goes wrong.
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import { createModel } from "../../models/registry.js";
+import { saveCheckpoint } from "../../nn/checkpoint.js";
+import * as torch from "../../torch/index.js";
+
+/**
+ * A narrow Fashion-MNIST ResNet-18 whose head is NaN, saved at `path`: every stitch with it as
+ * the back model diverges ("loss is NaN"), on every attempt.
+ */
+export function saveNanHeadCheckpoint(path: string): void {
+  mkdirSync(dirname(path), { recursive: true });
+  torch.manualSeed(0);
+  const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+  torch.noGrad(() => m.stateDict()["fc.weight"].fill_(Number.NaN));
+  saveCheckpoint(path, m, { dataset: "fashion-mnist" });
+  m.dispose();
+}
