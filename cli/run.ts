@@ -125,6 +125,7 @@ function printSubmission(sub: Submission, out: string): void {
   for (const j of sub.jobs)
     console.log(`  ${j.jobId}\t${j.label}${j.deps.length ? `  (after ${j.deps.join(", ")})` : ""}`);
   for (const j of sub.reused) console.log(`  ${j.jobId}\t${j.label}  (queued earlier)`);
+  for (const w of sub.warnings) console.error(`warning: ${w}`);
   if (sub.reportJob) console.log(`  ${sub.reportJob}\treport: writes ${join(out, "report.html")} when all have ended`);
   console.log(`follow it with: stitchlab status ${out}`);
 }
@@ -140,6 +141,8 @@ export interface RunCommandOptions {
   device?: string;
   executor?: "local" | "slurm";
   slurm?: Partial<SlurmOptions>;
+  /** slurm: cancel this experiment's queued or running jobs and submit them again. */
+  resubmit?: boolean;
 }
 
 /**
@@ -161,7 +164,7 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
   if (o.executor === "slurm") {
     const out = resolve(o.out);
     const options: SlurmOptions = { ...SLURM_DEFAULTS, ...o.slurm, device };
-    const sub = submitPlan(plan, { file: resolve(file), scale, cache, out, options });
+    const sub = submitPlan(plan, { file: resolve(file), scale, cache, out, options, resubmit: o.resubmit });
     if (sub.jobs.length || sub.reused.length) {
       printSubmission(sub, out);
       return 0;
@@ -202,6 +205,7 @@ export function registerRunCommands(program: Command): void {
     .option("--retries <n>", "slurm: runs of a failed task again inside its job", int, SLURM_DEFAULTS.retries)
     .option("--sbatch-arg <arg>", "slurm: any other sbatch argument, e.g. --account=x (repeatable)", collect, [])
     .option("--job-setup <sh>", "slurm: shell lines each job runs first, e.g. 'module load cuda'")
+    .option("--resubmit", "slurm: cancel this experiment's queued or running jobs and submit them with these options")
     .action(async (file: string, o) => {
       const executor = oneOf("--executor", ["local", "slurm"] as const, o.executor);
       if (executor === "slurm" && o.workers !== 1)
@@ -280,14 +284,13 @@ export function registerRunCommands(program: Command): void {
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .action(async (key: string, o: { cache: string; device: string }) => {
       const cache = resolve(o.cache);
-      const task = loadTask(cache, key);
-      requireDevice(o.device);
       let last = 0;
       let state: "cached" | "ran";
       try {
+        requireDevice(o.device);
         state = await runTask(
           cache,
-          task,
+          loadTask(cache, key),
           (fields) => {
             if (Date.now() - last > 1000) {
               last = Date.now();

@@ -12,10 +12,11 @@
 //                             and `report`)
 //   <out>/slurm/logs/         one log per job: <key>.<jobid>.log
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import * as torch from "../torch/index.js";
 import type { Plan, Task } from "./plan.js";
+import { type JobState, jobStates, LIVE } from "./squeue.js";
 import { cliCommand, isDone, readFailure, saveTasks, taskCommand } from "./tasks.js";
 
 export interface SlurmOptions {
@@ -39,9 +40,6 @@ export interface SlurmOptions {
 
 export const SLURM_DEFAULTS: SlurmOptions = { cpusPerTask: 1, sbatchArgs: [], retries: 1, device: "cpu" };
 
-/** Slurm's job states that mean the job may still run the task. */
-const LIVE = new Set(["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED"]);
-
 export interface SlurmRun {
   file: string;
   scale: string;
@@ -60,6 +58,8 @@ export interface Submission {
   reused: { key: string; label: string; jobId: string }[];
   cached: number;
   reportJob: string | null;
+  /** Things the user should know (kept jobs with other options). */
+  warnings: string[];
 }
 
 const jobsPath = (cache: string, key: string) => join(cache, "jobs", `${key}.json`);
@@ -93,41 +93,6 @@ function recordJob(cache: string, key: string, jobId: string): void {
   torch.writeFileAtomic(jobsPath(cache, key), [`${JSON.stringify({ key, jobs }, null, 2)}\n`]);
 }
 
-export interface JobState {
-  state: string;
-  reason: string;
-}
-
-/**
- * Slurm's view of the given jobs: squeue (which also lists jobs finished within MinJobAge),
- * then sacct for older ones where accounting is on. Jobs Slurm no longer knows are absent.
- */
-export function jobStates(ids: string[]): Map<string, JobState> {
-  const states = new Map<string, JobState>();
-  if (!ids.length) return states;
-  const r = spawnSync("squeue", ["-h", "--states=all", "-j", ids.join(","), "-o", "%i|%T|%r"], { encoding: "utf8" });
-  if (r.error) throw new Error(`squeue could not be run (${r.error.message}): is this a Slurm login node?`);
-  // With only unknown ids squeue exits 1 ("Invalid job id specified"): none known, not an error.
-  if (r.status !== 0 && !/Invalid job id/i.test(r.stderr)) throw new Error(`squeue failed: ${r.stderr.trim()}`);
-  for (const line of r.stdout.trim().split("\n")) {
-    const [id, state, reason] = line.split("|");
-    if (id && state) states.set(id, { state, reason: reason ?? "" });
-  }
-  const unknown = ids.filter((i) => !states.has(i));
-  if (unknown.length) {
-    const a = spawnSync("sacct", ["-n", "-P", "-X", "-j", unknown.join(","), "-o", "JobIDRaw,State"], {
-      encoding: "utf8",
-    });
-    if (!a.error && a.status === 0)
-      for (const line of a.stdout.trim().split("\n")) {
-        const [id, state] = line.split("|");
-        // sacct writes "CANCELLED by 0"; the first word is the state.
-        if (id && state) states.set(id, { state: state.split(" ")[0], reason: "" });
-      }
-  }
-  return states;
-}
-
 /** sbatch's arguments for one job (everything but the script, which goes to stdin). */
 export function sbatchArgs(o: SlurmOptions, name: string, log: string, deps: string[], depKind: string): string[] {
   const args = ["--parsable", `--job-name=${name}`, `--output=${log}`, `--cpus-per-task=${o.cpusPerTask}`];
@@ -148,12 +113,14 @@ export function taskScript(o: SlurmOptions, cache: string, key: string): string 
   const cmd = [process.execPath, ...taskCommand(cache, key), "--device", o.device].map(sh).join(" ");
   return [
     "#!/bin/bash",
-    "set -u",
+    // The setup first: activate scripts and module systems may read unset variables.
     ...(o.setup ? [o.setup] : []),
+    "set -u",
     // Each job uses the cores Slurm gave it, no more.
     // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell expansion, not a template
     "export STITCHLAB_THREADS=${SLURM_CPUS_PER_TASK:-1}",
     `echo "stitchlab-job start $(date +%s.%N) job $SLURM_JOB_ID on $(hostname) task ${key}"`,
+    `echo "stitchlab-job command:" ${sh(cmd)}`,
     `for attempt in $(seq 1 ${o.retries + 1}); do`,
     `  if STITCHLAB_ATTEMPT=$attempt ${cmd}; then`,
     `    echo "stitchlab-job end $(date +%s.%N) ok attempt $attempt"`,
@@ -169,7 +136,7 @@ export function taskScript(o: SlurmOptions, cache: string, key: string): string 
 
 function reportScript(o: SlurmOptions, out: string): string {
   const cmd = [process.execPath, ...cliCommand("report", out)].map(sh).join(" ");
-  return ["#!/bin/bash", "set -u", ...(o.setup ? [o.setup] : []), cmd, ""].join("\n");
+  return ["#!/bin/bash", ...(o.setup ? [o.setup] : []), "set -u", cmd, ""].join("\n");
 }
 
 function submit(args: string[], script: string): string {
@@ -180,41 +147,85 @@ function submit(args: string[], script: string): string {
 /**
  * Submits every unfinished task of the plan whose job is not already queued or running, in
  * dependency order, then a report job after all of them. Returns at once; Slurm does the rest.
+ * A live job is kept unless `resubmit` is set or a task it needs is submitted anew now (its
+ * dependency would then point at a dead job); kept jobs keep the options they were submitted with.
+ * If sbatch fails part-way (a submit limit, say), what was submitted is recorded before the
+ * error, which says how many went in: running the command again submits the rest.
  */
 export function submitPlan(
   plan: Plan,
-  run: { file: string; scale: string; cache: string; out: string; options: SlurmOptions },
+  run: { file: string; scale: string; cache: string; out: string; options: SlurmOptions; resubmit?: boolean },
 ): Submission {
   const { cache, out, options } = run;
   saveTasks(cache, plan.tasks);
   const logs = join(out, "slurm", "logs");
   mkdirSync(logs, { recursive: true });
+  const earlier = existsSync(slurmRunPath(out)) ? readSlurmRun(out) : null;
   const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
   const latest = new Map(todo.map((t) => [t.key, taskJobs(cache, t.key).at(-1)]));
-  const states = jobStates([...latest.values()].filter((j): j is string => !!j));
+  const states = jobStates([...latest.values(), earlier?.reportJob].filter((j): j is string => !!j));
+  const live = (id: string | null | undefined) => !!id && LIVE.has(states.get(id)?.state ?? "");
   const jobOf = new Map<string, string>();
-  const result: Submission = { jobs: [], reused: [], cached: plan.tasks.length - todo.length, reportJob: null };
-  for (const t of todo) {
-    const prev = latest.get(t.key);
-    if (prev && LIVE.has(states.get(prev)?.state ?? "")) {
-      jobOf.set(t.key, prev);
-      result.reused.push({ key: t.key, label: t.label, jobId: prev });
-      continue;
+  const fresh = new Set<string>();
+  const result: Submission = {
+    jobs: [],
+    reused: [],
+    cached: plan.tasks.length - todo.length,
+    reportJob: null,
+    warnings: [],
+  };
+  const record = () => {
+    const r: SlurmRun = { ...run, plan, reportJob: result.reportJob, submitted: new Date().toISOString() };
+    torch.writeFileAtomic(slurmRunPath(out), [`${JSON.stringify(r, null, 2)}\n`]);
+  };
+  try {
+    for (const t of todo) {
+      const prev = latest.get(t.key);
+      if (prev && live(prev)) {
+        if (!run.resubmit && !t.deps.some((d) => fresh.has(d))) {
+          jobOf.set(t.key, prev);
+          result.reused.push({ key: t.key, label: t.label, jobId: prev });
+          continue;
+        }
+        slurm("scancel", [prev]);
+      }
+      const deps = [
+        ...new Set(
+          t.deps
+            .filter((d) => !isDone(cache, d))
+            .map((d) => {
+              const id = jobOf.get(d);
+              if (!id) throw new Error(`${t.label}: no job for the task it needs, ${d} (the plan is out of order)`);
+              return id;
+            }),
+        ),
+      ];
+      const args = sbatchArgs(options, jobName(t), join(logs, `${t.key}.%j.log`), deps, "afterok");
+      const jobId = submit(args, taskScript(options, cache, t.key));
+      recordJob(cache, t.key, jobId);
+      jobOf.set(t.key, jobId);
+      fresh.add(t.key);
+      result.jobs.push({ key: t.key, label: t.label, jobId, deps });
     }
-    const deps = [...new Set(t.deps.filter((d) => !isDone(cache, d)).map((d) => jobOf.get(d) as string))];
-    const args = sbatchArgs(options, jobName(t), join(logs, `${t.key}.%j.log`), deps, "afterok");
-    const jobId = submit(args, taskScript(options, cache, t.key));
-    recordJob(cache, t.key, jobId);
-    jobOf.set(t.key, jobId);
-    result.jobs.push({ key: t.key, label: t.label, jobId, deps });
+  } catch (e) {
+    record();
+    throw new Error(
+      `${(e as Error).message}\n${result.jobs.length} of the ${todo.length - result.reused.length} jobs to submit went in ` +
+        `(recorded; \`stitchlab status ${out}\` shows them); run the same command again to submit the rest`,
+    );
   }
+  if (result.reused.length && earlier && JSON.stringify(earlier.options) !== JSON.stringify(options))
+    result.warnings.push(
+      `${result.reused.length} job(s) still queued or running keep the options they were submitted with, ` +
+        "which differ from these; add --resubmit to cancel and submit them with these",
+    );
   const waitFor = [...jobOf.values()];
   // An earlier submission's report job still waiting would report a superseded state: the new
-  // one (after every job, old and new) replaces it.
-  const earlier = existsSync(slurmRunPath(out)) ? readSlurmRun(out).reportJob : null;
-  if (earlier && waitFor.length && LIVE.has(jobStates([earlier]).get(earlier)?.state ?? ""))
-    slurm("scancel", [earlier]);
+  // one (after every job, old and new) replaces it. One already running is left to finish.
+  if (earlier?.reportJob && waitFor.length && states.get(earlier.reportJob)?.state === "PENDING")
+    slurm("scancel", [earlier.reportJob]);
   if (waitFor.length) {
+    // The report needs one core and no GPU; the partition and --sbatch-arg (an account) stay.
     const args = sbatchArgs(
       { ...options, gres: undefined, cpusPerTask: 1 },
       `stitchlab-report-${plan.experiment.name}`,
@@ -224,8 +235,7 @@ export function submitPlan(
     );
     result.reportJob = submit(args, reportScript(options, out));
   }
-  const record: SlurmRun = { ...run, plan, reportJob: result.reportJob, submitted: new Date().toISOString() };
-  torch.writeFileAtomic(slurmRunPath(out), [`${JSON.stringify(record, null, 2)}\n`]);
+  record();
   return result;
 }
 
@@ -265,7 +275,9 @@ export function slurmStatus(out: string): { run: SlurmRun; tasks: TaskReport[]; 
   const tasks = plan.tasks.map((t): TaskReport => {
     const jobId = latest.get(t.key) ?? null;
     const js = jobId ? states.get(jobId) : undefined;
-    const failure = readFailure(cache, t.key);
+    // A failure recorded by an earlier job is history, not this job's error.
+    const recorded = readFailure(cache, t.key);
+    const failure = recorded && (!jobId || !recorded.job || recorded.job === jobId) ? recorded : null;
     const log = jobId ? join(out, "slurm", "logs", `${t.key}.${jobId}.log`) : null;
     const base = {
       key: t.key,
@@ -291,6 +303,11 @@ export function slurmStatus(out: string): { run: SlurmRun; tasks: TaskReport[]; 
   return { run, tasks, report: run.reportJob ? (states.get(run.reportJob) ?? null) : null };
 }
 
+function reportFile(out: string): string {
+  const p = join(out, "report.html");
+  return existsSync(p) ? `${p} (written ${statSync(p).mtime.toISOString()})` : `${p} not written yet`;
+}
+
 export function formatStatus(s: ReturnType<typeof slurmStatus>): string {
   const order: TaskStatus[] = ["done", "running", "pending", "failed", "cancelled", "missing"];
   const count = (k: TaskStatus) => s.tasks.filter((t) => t.status === k).length;
@@ -309,7 +326,7 @@ export function formatStatus(s: ReturnType<typeof slurmStatus>): string {
   }
   if (s.run.reportJob)
     lines.push(
-      `report job ${s.run.reportJob}: ${s.report ? s.report.state : "finished"}; ${join(s.run.out, "report.html")}`,
+      `report job ${s.run.reportJob}: ${s.report ? s.report.state : "unknown to Slurm now"}; ${reportFile(s.run.out)}`,
     );
   if (count("missing") + count("failed") + count("cancelled"))
     lines.push("`stitchlab run` again (same file and --out) submits only what is missing.");

@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { runIris, runStitch } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
 import { trainModel } from "../train/trainer.js";
+import { describeHolder, withLock } from "./lock.js";
 import type { ModelRef, Task, TaskKind } from "./plan.js";
 
 export const taskDir = (cache: string, kind: TaskKind, key: string): string => join(cache, kind, key);
@@ -102,6 +103,25 @@ export async function runTask(
   if (existsSync(final)) return "cached";
   for (const dep of task.deps)
     if (!isDone(cache, dep)) throw new Error(`task ${task.key} needs ${dep}, which has not finished`);
+  return withLock(
+    `${final}.lock`,
+    async () => {
+      // The holder we waited for may have finished it.
+      if (existsSync(final)) return "cached";
+      await makeTask(cache, task, final, onProgress, device);
+      return "ran";
+    },
+    (h) => console.error(`task ${task.key} (${task.label}) is being made by ${describeHolder(h)}: waiting for it`),
+  );
+}
+
+async function makeTask(
+  cache: string,
+  task: Task,
+  final: string,
+  onProgress: (fields: Record<string, number | string>) => void,
+  device: string,
+): Promise<void> {
   const partial = `${final}.partial`;
   const spec = task.spec;
   if (spec.kind !== "iris") rmSync(partial, { recursive: true, force: true });
@@ -145,7 +165,6 @@ export async function runTask(
     );
   }
   renameSync(partial, final);
-  return "ran";
 }
 
 /** Leftover partial folders (from killed runs), for `--dry-run` to mention. */

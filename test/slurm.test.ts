@@ -163,10 +163,36 @@ test("an experiment runs to completion through sbatch, two tasks at a time, and 
   assert.match(r.stdout, /report: writes .*report\.html/);
   const ids = [...r.stdout.matchAll(/^ {2}(\d+)\t/gm)].map((m) => m[1]);
   assert.equal(ids.length, 9, "8 tasks and the report");
-  // The dependencies are Slurm's: a stitch job waits on its models' and IRI set's jobs.
-  const deps = squeue(["-h", "-j", ids.join(","), "-o", "%i|%E|%k"]);
-  assert.match(deps, /afterok:\d+/);
-  assert.match(deps, /from-stitchlab/, "--sbatch-arg reaches sbatch");
+  // The dependencies are Slurm's and mirror the graph: each job waits on exactly the jobs of the
+  // tasks it needs (as printed, and as Slurm holds them).
+  const printed = new Map(
+    [...r.stdout.matchAll(/^ {2}(\d+)\t(.+?)(?: {2}\(after (.+)\))?$/gm)].map((m) => [
+      m[2],
+      { id: m[1], after: (m[3] ?? "").split(", ").filter(Boolean).sort() },
+    ]),
+  );
+  const plan = JSON.parse(readFileSync(join(out, "slurm", "run.json"), "utf8")).plan;
+  const labelOf = new Map(plan.tasks.map((t: { key: string; label: string }) => [t.key, t.label]));
+  for (const t of plan.tasks as { key: string; label: string; deps: string[] }[]) {
+    const want = [...new Set(t.deps.map((d) => printed.get(labelOf.get(d) as string)?.id))].sort();
+    assert.deepEqual(printed.get(t.label)?.after, want, t.label);
+  }
+  assert.ok(
+    [...printed.values()].some((p) => p.after.length >= 2),
+    "some job waits on two or more",
+  );
+  const held = squeue(["-h", "-j", ids.join(","), "-o", "%i|%E|%k"]);
+  const byId = new Map([...printed.values()].map((p) => [p.id, p.after]));
+  let checked = 0;
+  for (const line of held.trim().split("\n")) {
+    const [id, dep] = line.split("|");
+    const onSlurm = [...(dep ?? "").matchAll(/afterok:(\d+)/g)].map((m) => m[1]);
+    // Slurm may already have cleared a satisfied dependency; what it holds must be the graph's.
+    for (const d of onSlurm) assert.ok(byId.get(id)?.includes(d), `job ${id} waits on ${d}: ${line}`);
+    if (onSlurm.length) checked++;
+  }
+  assert.ok(checked >= 2, `Slurm holds the dependencies: ${held}`);
+  assert.match(held, /from-stitchlab/, "--sbatch-arg reaches sbatch");
 
   // Submitting again while the jobs are queued or running adds no task job; the new report job
   // replaces the old one.
@@ -236,6 +262,9 @@ test("a job cancelled mid-task cancels its dependants; a rerun submits only what
     assert.equal(t.status, "cancelled", `${t.label} is ${t.status}, not left pending`);
     assert.match(t.error ?? "", /a task it needs failed or was cancelled/);
   }
+  // The cancelled job never removed its task lock; the rerun's job must take it over.
+  const lock = join(cache, "train", `${trainA.key}.lock`);
+  assert.ok(existsSync(lock), "a job killed mid-task leaves its lock");
   const notDone = s.tasks.filter((t) => t.status !== "done").length;
   assert.equal(notDone, 6, "train a, iris a, 4 stitches");
   assert.match(stitchlab(["status", out]).stdout, /submits only what is missing/);
@@ -251,6 +280,7 @@ test("a job cancelled mid-task cancels its dependants; a rerun submits only what
     s2.tasks.every((t) => t.status === "done"),
     JSON.stringify(s2.tasks.map((t) => [t.label, t.status])),
   );
+  assert.ok(!existsSync(lock), "taken over from the cancelled job and released");
   assertSameResults(join(out, "results.csv"), join(local, "results.csv"));
 });
 

@@ -1,0 +1,102 @@
+// One process at a time per task: `<kind>/<key>.lock` next to the task's folder, created
+// exclusively (O_EXCL, which also holds on NFS v3+), naming its holder. Two experiments that share
+// a cache, a Slurm job and a hand-run `stitchlab task KEY`, or two local runs, would otherwise
+// make the same task in one partial folder at once. A second process waits for the holder and
+// then finds the task done (or runs it, if the holder failed). A lock whose holder is gone (a
+// killed process, a cancelled or finished Slurm job) is taken over: a killed job never gets to
+// remove its lock.
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { hostname } from "node:os";
+import { dirname } from "node:path";
+import { jobStates, LIVE } from "./squeue.js";
+
+export interface LockHolder {
+  host: string;
+  pid: number;
+  /** The Slurm job the holder runs in, if any. */
+  job: string | null;
+  at: string;
+}
+
+function readHolder(path: string): LockHolder | null {
+  try {
+    return JSON.parse(readFileSync(path, "utf8")) as LockHolder;
+  } catch {
+    return null; // gone, or not yet written: look again
+  }
+}
+
+/** Whether the holder may still be working: its job is live, or its process runs on this machine. */
+export function holderAlive(h: LockHolder): boolean {
+  if (h.job) {
+    try {
+      const s = jobStates([h.job]).get(h.job);
+      if (s) return LIVE.has(s.state);
+    } catch {
+      // no Slurm commands here: decide by the process below
+    }
+  }
+  if (h.host !== hostname()) return true; // another machine, no job to ask: assume it works
+  try {
+    process.kill(h.pid, 0);
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+  // A live pid; make sure it was not reused by something else since.
+  try {
+    return readFileSync(`/proc/${h.pid}/cmdline`, "utf8").includes("node");
+  } catch {
+    return true;
+  }
+}
+
+export function describeHolder(h: LockHolder): string {
+  return `${h.host} pid ${h.pid}${h.job ? ` (Slurm job ${h.job})` : ""} since ${h.at}`;
+}
+
+/**
+ * Runs fn holding the lock at `path`, waiting while a live holder has it (polling every
+ * `pollMs`; onWait hears of each holder once). The lock is removed when fn ends, thrown or not.
+ */
+export async function withLock<T>(
+  path: string,
+  fn: () => Promise<T>,
+  onWait: (holder: LockHolder) => void = () => {},
+  pollMs = 5000,
+): Promise<T> {
+  mkdirSync(dirname(path), { recursive: true });
+  const me: LockHolder = {
+    host: hostname(),
+    pid: process.pid,
+    job: process.env.SLURM_JOB_ID ?? null,
+    at: new Date().toISOString(),
+  };
+  const heard = new Set<string>();
+  for (;;) {
+    try {
+      writeFileSync(path, `${JSON.stringify(me)}\n`, { flag: "wx" });
+      break;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    }
+    const h = readHolder(path);
+    if (h && !holderAlive(h)) {
+      // Remove it only if it is still the same stale lock (another waiter may have taken over).
+      const again = readHolder(path);
+      if (again && again.pid === h.pid && again.at === h.at && again.host === h.host) rmSync(path, { force: true });
+      continue;
+    }
+    if (h && !heard.has(h.at + h.pid)) {
+      heard.add(h.at + h.pid);
+      onWait(h);
+    }
+    await new Promise((r) => setTimeout(r, h ? pollMs : 50));
+  }
+  try {
+    return await fn();
+  } finally {
+    // Ours unless it was broken as stale meanwhile (then whoever holds it now keeps it).
+    const h = readHolder(path);
+    if (h && h.pid === me.pid && h.at === me.at && h.host === me.host) rmSync(path, { force: true });
+  }
+}

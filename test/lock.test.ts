@@ -1,0 +1,80 @@
+// The task lock (experiments/lock.ts): a live holder is waited for, a dead one is taken over,
+// and the lock goes when the work ends, thrown or not.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { hostname, tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { holderAlive, type LockHolder, withLock } from "../experiments/lock.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-lock-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+const holder = (pid: number, job: string | null = null): LockHolder => ({
+  host: hostname(),
+  pid,
+  job,
+  at: new Date().toISOString(),
+});
+
+test("a live holder is waited for; the work runs once it lets go, and the lock is removed", async () => {
+  const path = join(tmp, "train", "k1.lock");
+  const waits: LockHolder[] = [];
+  const order: string[] = [];
+  let second: Promise<void> | undefined;
+  await withLock(path, async () => {
+    // Held (by this very process, which is alive): a second taker must wait.
+    second = withLock(
+      path,
+      async () => {
+        order.push("second");
+      },
+      (h) => waits.push(h),
+      20,
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    order.push("first done");
+  });
+  await second;
+  assert.deepEqual(order, ["first done", "second"]);
+  assert.equal(waits.length, 1, "told once whom it waits for");
+  assert.equal(waits[0].pid, process.pid);
+  assert.ok(!existsSync(path), "removed when the work ended");
+});
+
+test("a lock whose process is gone is taken over at once", async () => {
+  const path = join(tmp, "k2.lock");
+  const dead = spawnSync("true").pid as number;
+  assert.ok(!holderAlive(holder(dead)));
+  writeFileSync(path, JSON.stringify(holder(dead)));
+  let waited = false;
+  const r = await withLock(
+    path,
+    async () => "ran",
+    () => {
+      waited = true;
+    },
+    20,
+  );
+  assert.equal(r, "ran");
+  assert.equal(waited, false);
+  assert.ok(!existsSync(path));
+});
+
+test("the lock is removed when the work throws, and the error passes through", async () => {
+  const path = join(tmp, "k3.lock");
+  await assert.rejects(
+    withLock(path, async () => {
+      assert.ok(existsSync(path));
+      throw new Error("boom");
+    }),
+    /boom/,
+  );
+  assert.ok(!existsSync(path));
+});
+
+test("a holder on another machine without a Slurm job is assumed alive; this process is alive", () => {
+  assert.ok(holderAlive({ ...holder(1), host: "elsewhere.invalid" }));
+  assert.ok(holderAlive(holder(process.pid)));
+});
