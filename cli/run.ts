@@ -83,8 +83,10 @@ async function report(
   out: string,
   scale: string,
   read: boolean,
+  device: string,
 ): Promise<void> {
-  const { rows, iris } = await writeResults(plan, summary, cache, out, { scale });
+  // The device the tasks ran on (not where this report is written: a Slurm report job has no GPU).
+  const { rows, iris } = await writeResults(plan, summary, cache, out, { scale, device });
   console.log(`agreement probability (larger = more similar):\n${agreementTable(rows)}`);
   if (iris.length) console.log(`\nIRI residuals (relative; 0.1 or less is a good IRI):\n${residualTable(iris)}`);
   if (read)
@@ -171,12 +173,12 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
     }
     console.log("every task is in the cache; nothing to submit");
     const summary = summaryFromCache(plan, cache);
-    await report(plan, summary, cache, out, scale, Boolean(o.read));
+    await report(plan, summary, cache, out, scale, Boolean(o.read), device);
     return Object.keys(summary.errors).length;
   }
   requireDevice(device);
   const summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: eventPrinter() });
-  await report(plan, summary, cache, o.out, scale, Boolean(o.read));
+  await report(plan, summary, cache, o.out, scale, Boolean(o.read), device);
   return Object.keys(summary.errors).length;
 }
 
@@ -254,7 +256,7 @@ export function registerRunCommands(program: Command): void {
       const summary = summaryFromCache(run.plan, run.cache);
       // Exits 0 when the report is written, failed tasks or not (the report job's own state
       // should say whether the report was made); `stitchlab status` shows the failures.
-      await report(run.plan, summary, run.cache, out, run.scale, true);
+      await report(run.plan, summary, run.cache, out, run.scale, true, run.options.device);
     });
 
   program

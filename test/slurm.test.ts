@@ -4,7 +4,7 @@
 // only what is missing; a failing task is retried in its job and reported with its error.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -312,4 +312,56 @@ test("a failing task is retried in its job, then shown failed with its error; th
   assert.equal(csv(join(out, "results.csv")).length, 2, "header and the identical pair's row");
   const shown = stitchlab(["status", out]);
   assert.match(shown.stdout, /failed:\n {2}\d+\tstitch a -> broken .*loss is NaN/);
+});
+
+test("sbatch failing part-way records what went in and says so; running again submits the rest; --resubmit replaces queued jobs", {
+  skip,
+}, () => {
+  // An sbatch that takes three jobs, then refuses as a per-user submit limit would.
+  const bin = join(tmp, "limited-bin");
+  mkdirSync(bin, { recursive: true });
+  const count = join(bin, "count");
+  const real = spawnSync("sh", ["-c", "command -v sbatch"], { encoding: "utf8" }).stdout.trim();
+  writeFileSync(
+    join(bin, "sbatch"),
+    `#!/bin/sh\nn=$(cat ${count} 2>/dev/null || echo 0); echo $((n+1)) > ${count}\n` +
+      `if [ "$n" -ge 3 ]; then echo "sbatch: error: QOSMaxSubmitJobPerUserLimit" >&2; exit 1; fi\nexec ${real} "$@"\n`,
+    { mode: 0o755 },
+  );
+  const out = join(tmp, "s4");
+  const exp = join(tmp, "tiny4.yaml");
+  writeFileSync(exp, TINY);
+  const args = ["run", exp, "--out", out, "--cache", join(tmp, "cache4"), "--executor", "slurm", "--sbatch-arg=--hold"];
+  const r = stitchlab(args, { PATH: `${bin}:${process.env.PATH}` });
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /QOSMaxSubmitJobPerUserLimit/);
+  assert.match(r.stderr, /3 of the 8 jobs to submit went in .*run the same command again to submit the rest/);
+  const s = slurmStatus(out);
+  assert.equal(s.tasks.filter((t) => t.status === "pending").length, 3, "status shows the three held jobs");
+  assert.equal(s.tasks.filter((t) => t.status === "missing").length, 5);
+
+  const again = stitchlab(args);
+  assert.equal(again.status, 0, again.stderr);
+  assert.match(again.stdout, /submitted 5 job\(s\) to Slurm; 3 task\(s\) already queued or running/);
+  const jobs = slurmStatus(out).tasks.map((t) => t.jobId as string);
+  assert.equal(new Set(jobs).size, 8);
+
+  // Other options keep the queued jobs, with a warning; --resubmit replaces them.
+  const changed = stitchlab([...args, "--time", "10"]);
+  assert.equal(changed.status, 0, changed.stderr);
+  assert.match(changed.stdout, /submitted 0 job\(s\)/);
+  assert.match(changed.stderr, /warning: 8 job\(s\) still queued or running keep the options .* --resubmit/);
+  const replaced = stitchlab([...args, "--time", "10", "--resubmit"]);
+  assert.equal(replaced.status, 0, replaced.stderr);
+  assert.match(replaced.stdout, /submitted 8 job\(s\) to Slurm; 0 task\(s\) already in the cache/);
+  assert.equal(
+    squeue(["-h", "--states=all", "-j", jobs.join(","), "-o", "%T"])
+      .trim()
+      .split("\n")
+      .filter((l) => l === "CANCELLED").length,
+    8,
+  );
+  const now = slurmStatus(out).tasks.map((t) => t.jobId as string);
+  assert.ok(now.every((j) => !jobs.includes(j)));
+  spawnSync("scancel", now, { env: slurm.env });
 });
