@@ -1,6 +1,7 @@
 // --device: its form (cpu, cuda, cuda:N) is checked when parsed; whether this process can use it
 // when a command is about to compute, so `run --executor slurm --device cuda` can be submitted
 // from a login node without a GPU.
+import type { Command } from "commander";
 import * as torch from "../torch/index.js";
 
 export function deviceArg(v: string): string {
@@ -20,4 +21,14 @@ export function requireDevice(device: string): void {
   const n = Number(device.split(":")[1] ?? 0);
   if (n >= torch.cuda.deviceCount())
     throw new Error(`--device ${device}: there are ${torch.cuda.deviceCount()} GPU(s), numbered from 0`);
+}
+
+/** --device and --autocast, for the commands that train or generate IRIs. */
+export function computeOptions(cmd: Command, defaultDevice: string): Command {
+  return cmd
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, defaultDevice)
+    .option(
+      "--autocast <mode>",
+      `mixed precision: ${torch.AUTOCAST_MODES.join(", ")} (forward and loss under bfloat16 autocast, as torch.autocast; default float32)`,
+    );
 }

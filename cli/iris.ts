@@ -4,13 +4,13 @@ import { SHORTCUT_KINDS } from "../data/index.js";
 import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
 import { IRIS_CONFIG_DEFAULTS, runIris } from "../stitch/jobs.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
-import { deviceArg, requireDevice } from "./device.js";
+import { computeOptions, requireDevice } from "./device.js";
 import { fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 export function registerIrisCommand(program: Command): void {
   const d = IRI_DEFAULTS;
-  program
+  const cmd = program
     .command("iris")
     .description(
       "identically represented inputs: for each training image x, an x' the front model represents as x at the point " +
@@ -31,62 +31,57 @@ export function registerIrisCommand(program: Command): void {
     .option("--ball <eps>", "L-inf radius around the start, in pixel units (e.g. 16/255)", fraction)
     .option("--keep-best", "keep each image's best iterate instead of the last")
     .option("--batch-size <n>", "images per batch", int, d.batchSize)
-    .option("--seed <n>", "seed of the starting noise", int, d.seed)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, IRIS_CONFIG_DEFAULTS.device)
-    .option(
-      "--autocast <mode>",
-      `mixed precision: ${AUTOCAST_MODES.join(", ")} (forward and loss under bfloat16 autocast, as torch.autocast; default float32)`,
-    )
-    .action(async (o) => {
-      requireDevice(o.device);
-      const sink = progressSink(
-        "iris",
-        (f) => `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual} mean ${f.meanResidual}`,
-      );
-      const info = await runIris(
-        {
-          front: o.front,
-          point: o.point,
-          dataset: o.dataset,
-          root: o.root,
-          limit: o.limit ?? null,
-          shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-          device: o.device,
-          options: {
-            steps: o.steps,
-            stepSize: o.stepSize,
-            optimizer: oneOf("--optimizer", IRI_OPTIMIZERS, o.optimizer) ?? d.optimizer,
-            lr: o.lr,
-            start: oneOf("--start", IRI_STARTS, o.start) ?? d.start,
-            ball: o.ball ?? null,
-            keepBest: Boolean(o.keepBest),
-            batchSize: o.batchSize,
-            seed: o.seed,
-            ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
-          },
+    .option("--seed <n>", "seed of the starting noise", int, d.seed);
+  computeOptions(cmd, IRIS_CONFIG_DEFAULTS.device).action(async (o) => {
+    requireDevice(o.device);
+    const sink = progressSink(
+      "iris",
+      (f) => `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual} mean ${f.meanResidual}`,
+    );
+    const info = await runIris(
+      {
+        front: o.front,
+        point: o.point,
+        dataset: o.dataset,
+        root: o.root,
+        limit: o.limit ?? null,
+        shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
+        device: o.device,
+        options: {
+          steps: o.steps,
+          stepSize: o.stepSize,
+          optimizer: oneOf("--optimizer", IRI_OPTIMIZERS, o.optimizer) ?? d.optimizer,
+          lr: o.lr,
+          start: oneOf("--start", IRI_STARTS, o.start) ?? d.start,
+          ball: o.ball ?? null,
+          keepBest: Boolean(o.keepBest),
+          batchSize: o.batchSize,
+          seed: o.seed,
+          ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
         },
-        o.out,
-        (p) =>
-          sink.update((p.batch - 1) * p.steps + p.step, p.batches * p.steps, {
-            batch: p.batch,
-            batches: p.batches,
-            step: p.step,
-            steps: p.steps,
-            images: p.images,
-            resumed: p.resumed,
-            residual: Number(p.residual.toFixed(4)),
-            meanResidual: Number(p.meanResidual.toFixed(4)),
-          }),
-      );
-      sink.stop();
-      console.log(
-        JSON.stringify({
-          event: "done",
-          out: o.out,
-          count: info.count,
-          residuals: info.residuals,
-          seconds: info.seconds,
+      },
+      o.out,
+      (p) =>
+        sink.update((p.batch - 1) * p.steps + p.step, p.batches * p.steps, {
+          batch: p.batch,
+          batches: p.batches,
+          step: p.step,
+          steps: p.steps,
+          images: p.images,
+          resumed: p.resumed,
+          residual: Number(p.residual.toFixed(4)),
+          meanResidual: Number(p.meanResidual.toFixed(4)),
         }),
-      );
-    });
+    );
+    sink.stop();
+    console.log(
+      JSON.stringify({
+        event: "done",
+        out: o.out,
+        count: info.count,
+        residuals: info.residuals,
+        seconds: info.seconds,
+      }),
+    );
+  });
 }

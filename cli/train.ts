@@ -3,13 +3,13 @@ import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
 import { TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
-import { deviceArg, requireDevice } from "./device.js";
+import { computeOptions, requireDevice } from "./device.js";
 import { fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 export function registerTrainCommand(program: Command): void {
   const d = TRAIN_DEFAULTS;
-  program
+  const cmd = program
     .command("train")
     .description("train a base model (defaults from PROTOCOL.md: SGD Nesterov, lr 0.1, wd 1e-4, crop+flip)")
     .requiredOption("--model <name>", "zoo model (see `stitchlab layers`)")
@@ -29,48 +29,43 @@ export function registerTrainCommand(program: Command): void {
     .option("--epochs <n>", "epochs", int, d.epochs)
     .option("--batch-size <n>", "batch size", int, d.batchSize)
     .option("--lr <lr>", "learning rate", num, d.lr)
-    .option("--width <w>", "width multiplier (CNNs)", num)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device)
-    .option(
-      "--autocast <mode>",
-      `mixed precision: ${AUTOCAST_MODES.join(", ")} (forward and loss under bfloat16 autocast, as torch.autocast; default float32)`,
-    )
-    .action(async (o) => {
-      requireDevice(o.device);
-      const cfg: TrainConfig = {
-        ...d,
-        model: o.model,
-        dataset: o.dataset,
-        root: o.root,
-        limit: o.limit,
-        testLimit: o.testLimit,
-        modelOptions: o.width !== undefined ? { width: o.width } : {},
-        shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-        adversarial: o.adversarial ? { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction } : null,
-        robustEvalSteps: o.robustEvalSteps ?? (o.adversarial ? d.robustEvalSteps : 0),
-        seed: o.seed,
-        epochs: o.epochs,
-        batchSize: o.batchSize,
-        lr: o.lr,
-        device: o.device,
-        ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
-      };
-      const sink = progressSink(
-        "train",
-        (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss} acc ${f.accuracy} ${f.imagesPerSecond} img/s`,
-      );
-      const result = await trainModel(cfg, o.out, (p) =>
-        sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
-          epoch: p.epoch,
-          epochs: p.epochs,
-          loss: Number(p.loss.toFixed(4)),
-          accuracy: Number(p.accuracy.toFixed(4)),
-          imagesPerSecond: Math.round(p.imagesPerSecond),
-          etaSeconds: Math.round(p.etaSeconds),
-          lr: p.lr,
-        }),
-      );
-      sink.stop();
-      console.log(JSON.stringify({ event: "done", ...result }));
-    });
+    .option("--width <w>", "width multiplier (CNNs)", num);
+  computeOptions(cmd, d.device).action(async (o) => {
+    requireDevice(o.device);
+    const cfg: TrainConfig = {
+      ...d,
+      model: o.model,
+      dataset: o.dataset,
+      root: o.root,
+      limit: o.limit,
+      testLimit: o.testLimit,
+      modelOptions: o.width !== undefined ? { width: o.width } : {},
+      shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
+      adversarial: o.adversarial ? { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction } : null,
+      robustEvalSteps: o.robustEvalSteps ?? (o.adversarial ? d.robustEvalSteps : 0),
+      seed: o.seed,
+      epochs: o.epochs,
+      batchSize: o.batchSize,
+      lr: o.lr,
+      device: o.device,
+      ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
+    };
+    const sink = progressSink(
+      "train",
+      (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss} acc ${f.accuracy} ${f.imagesPerSecond} img/s`,
+    );
+    const result = await trainModel(cfg, o.out, (p) =>
+      sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
+        epoch: p.epoch,
+        epochs: p.epochs,
+        loss: Number(p.loss.toFixed(4)),
+        accuracy: Number(p.accuracy.toFixed(4)),
+        imagesPerSecond: Math.round(p.imagesPerSecond),
+        etaSeconds: Math.round(p.etaSeconds),
+        lr: p.lr,
+      }),
+    );
+    sink.stop();
+    console.log(JSON.stringify({ event: "done", ...result }));
+  });
 }
