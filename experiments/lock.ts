@@ -1,11 +1,11 @@
-// One process at a time per task: `<kind>/<key>.lock` next to the task's folder, created
-// exclusively (O_EXCL, which also holds on NFS v3+), naming its holder. Two experiments that share
+// One process at a time per task: `<kind>/<key>.lock` next to the task's folder, naming its
+// holder, created whole by a hard link (which fails when the name exists, on NFS too). Two experiments that share
 // a cache, a Slurm job and a hand-run `stitchlab task KEY`, or two local runs, would otherwise
 // make the same task in one partial folder at once. A second process waits for the holder and
 // then finds the task done (or runs it, if the holder failed). A lock whose holder is gone (a
 // killed process, a cancelled or finished Slurm job) is taken over: a killed job never gets to
 // remove its lock.
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { linkSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { dirname } from "node:path";
 import { jobStates, LIVE } from "./squeue.js";
@@ -16,6 +16,15 @@ export interface LockHolder {
   /** The Slurm job the holder runs in, if any. */
   job: string | null;
   at: string;
+}
+
+/** Milliseconds since the file at path was last changed (0 when it is gone). */
+function unreadableFor(path: string): number {
+  try {
+    return Date.now() - statSync(path).mtimeMs;
+  } catch {
+    return 0;
+  }
 }
 
 function readHolder(path: string): LockHolder | null {
@@ -72,14 +81,28 @@ export async function withLock<T>(
     at: new Date().toISOString(),
   };
   const heard = new Set<string>();
+  // The lock appears with its content in one step: written to a file of our own, then hard-linked
+  // to its name (link fails if the name exists, on NFS too). Created empty and then written, a
+  // process killed in between would leave a lock naming nobody.
+  const mine = `${path}.${me.host}.${me.pid}`;
+  writeFileSync(mine, `${JSON.stringify(me)}\n`);
   for (;;) {
     try {
-      writeFileSync(path, `${JSON.stringify(me)}\n`, { flag: "wx" });
+      linkSync(mine, path);
+      rmSync(mine, { force: true });
       break;
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") {
+        rmSync(mine, { force: true });
+        throw e;
+      }
     }
     const h = readHolder(path);
+    if (!h && unreadableFor(path) > 30_000) {
+      // Not ours to read after 30 s (a lock from an older stitchlab, or a damaged file): stale.
+      rmSync(path, { force: true });
+      continue;
+    }
     if (h && !holderAlive(h)) {
       // Remove it only if it is still the same stale lock (another waiter may have taken over).
       const again = readHolder(path);

@@ -2,7 +2,7 @@
 // and the lock goes when the work ends, thrown or not.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -77,4 +77,18 @@ test("the lock is removed when the work throws, and the error passes through", a
 test("a holder on another machine without a Slurm job is assumed alive; this process is alive", () => {
   assert.ok(holderAlive({ ...holder(1), host: "elsewhere.invalid" }));
   assert.ok(holderAlive(holder(process.pid)));
+});
+
+test("a lock naming nobody (empty, from a process killed as it wrote) is taken over once 30 s old", async () => {
+  const path = join(tmp, "k4.lock");
+  writeFileSync(path, "");
+  const old = new Date(Date.now() - 60_000);
+  utimesSync(path, old, old);
+  assert.equal(await withLock(path, async () => "ran", undefined, 20), "ran");
+  assert.ok(!existsSync(path));
+  assert.deepEqual(
+    readdirSync(tmp).filter((f) => f.startsWith("k4")),
+    [],
+    "no file of its own left behind",
+  );
 });
