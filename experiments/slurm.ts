@@ -208,6 +208,8 @@ export function submitPlan(
       result.jobs.push({ key: t.key, label: t.label, jobId, deps });
     }
   } catch (e) {
+    // An earlier report job, if any, was left alone: it is still the one to show.
+    result.reportJob = earlier?.reportJob ?? null;
     record();
     throw new Error(
       `${(e as Error).message}\n${result.jobs.length} of the ${todo.length - result.reused.length} jobs to submit went in ` +
