@@ -7,10 +7,11 @@
 //
 //   npm run bench -- demo [--cache DIR]      (default: a fresh temporary cache)
 import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { csvRows } from "../test/helpers/csv.js";
 import * as torch from "../torch/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -32,11 +33,6 @@ function timeDemo(cache: string, out: string): number {
 }
 
 type Row = Record<string, string>;
-function readCsv(path: string): Row[] {
-  const [head, ...lines] = readFileSync(path, "utf8").trim().split("\n");
-  const cols = head.split(",");
-  return lines.map((l) => Object.fromEntries(l.split(",").map((v, i) => [cols[i], v])));
-}
 
 export async function main(args: string[]): Promise<void> {
   let cache = mkdtempSync(join(tmpdir(), "stitchlab-demo-cache-"));
@@ -47,7 +43,7 @@ export async function main(args: string[]): Promise<void> {
   const out = mkdtempSync(join(tmpdir(), "stitchlab-demo-out-"));
   const first = timeDemo(cache, join(out, "first"));
   const second = timeDemo(cache, join(out, "second"));
-  const rows = readCsv(join(out, "second", "results.csv"));
+  const rows = csvRows(join(out, "second", "results.csv"));
   const prob = (f: (r: Row) => boolean) => rows.filter(f).map((r) => Number(r.agreement_prob));
   const points = [...new Map(rows.map((r) => [r.point, Number(r.point_index)])).entries()]
     .sort((a, b) => a[1] - b[1])

@@ -10,6 +10,7 @@ import { after, test } from "node:test";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
 import { saveNanHeadCheckpoint } from "./helpers/checkpoints.js";
+import { csvRows, REQUIRED_COLUMNS } from "./helpers/csv.js";
 
 const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
@@ -112,12 +113,6 @@ function stitchlab(args: string[]) {
   });
 }
 
-function csvRows(path: string): Record<string, string>[] {
-  const [head, ...lines] = readFileSync(path, "utf8").trim().split("\n");
-  const cols = head.split(",");
-  return lines.map((l) => Object.fromEntries(l.split(",").map((v, i) => [cols[i], v])));
-}
-
 test("stitchlab run: the graph runs, writes results.csv and report.html, and a second run is served from the cache", {
   skip,
 }, () => {
@@ -134,20 +129,7 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   assert.equal(first.status, 0, first.stderr);
   const rows = csvRows(join(tmp, "out1", "results.csv"));
   assert.equal(rows.length, 8);
-  for (const c of [
-    "front",
-    "back",
-    "pair",
-    "point",
-    "objective",
-    "mode",
-    "accuracy",
-    "hard_agreement",
-    "agreement_prob",
-    "soft_error_consistency",
-    "cka",
-  ])
-    assert.ok(c in rows[0], `column ${c}`);
+  for (const c of REQUIRED_COLUMNS) assert.ok(c in rows[0], `column ${c}`);
   assert.deepEqual([...new Set(rows.map((r) => r.pair))].sort(), ["cross-seed", "identical"]);
   for (const r of rows.filter((r) => r.pair === "identical"))
     assert.ok(Number(r.agreement_prob) > 0.95, JSON.stringify(r));

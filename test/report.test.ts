@@ -18,20 +18,7 @@ import {
   type StitchRow,
   writeReport,
 } from "../report/index.js";
-
-const REQUIRED = [
-  "front",
-  "back",
-  "pair",
-  "point",
-  "objective",
-  "mode",
-  "accuracy",
-  "hard_agreement",
-  "agreement_prob",
-  "soft_error_consistency",
-  "cka",
-];
+import { REQUIRED_COLUMNS } from "./helpers/csv.js";
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
   return {
@@ -89,7 +76,7 @@ function parseCsv(text: string): string[][] {
 describe("resultsCsv", () => {
   test("header starts with the required columns, in order", () => {
     const [header] = parseCsv(resultsCsv([]));
-    assert.deepEqual(header.slice(0, REQUIRED.length), REQUIRED);
+    assert.deepEqual(header.slice(0, REQUIRED_COLUMNS.length), REQUIRED_COLUMNS);
     assert.deepEqual(header, [...CSV_COLUMNS]);
     assert.equal(new Set(header).size, header.length, "no column twice");
   });
