@@ -15,6 +15,7 @@ import { fileURLToPath } from "node:url";
 import { planExperiment } from "../experiments/plan.js";
 import { SLURM_DEFAULTS, slurmStatus, submitPlan } from "../experiments/slurm.js";
 import { readExperiment } from "../experiments/spec.js";
+import { cliCommand } from "../experiments/tasks.js";
 import { SMALL_EXPERIMENT as SMALL, startSlurm } from "../test/helpers/slurm.js";
 import { isQuick } from "./synthetic.js";
 import { round, writeResult } from "./timing.js";
@@ -22,7 +23,7 @@ import { round, writeResult } from "./timing.js";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 function stitchlab(args: string[], env: NodeJS.ProcessEnv): string {
-  const r = spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
+  const r = spawnSync(process.execPath, cliCommand(...args), {
     encoding: "utf8",
     env: { ...process.env, ...env },
   });

@@ -4,19 +4,15 @@
 // `npm run bench -- <name>`, never a test. engine and iris run with --device cpu here; on a
 // machine whose libtorch cannot use a GPU, --device cuda must stop at once with one clear message.
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import * as torch from "../torch/index.js";
+import { runTs } from "./helpers/cli.js";
 import { skipUnlessPytorch } from "./helpers/pytorch.js";
 
 const root = join(import.meta.dirname, "..");
-const bench = (args: string[]) =>
-  spawnSync(process.execPath, ["--import", "tsx", join(root, "bench", "run.ts"), ...args], {
-    encoding: "utf8",
-    cwd: root,
-  });
+const bench = (args: string[]) => runTs(join(root, "bench", "run.ts"), args, { cwd: root });
 
 test("npm run bench -- engine --quick --device cpu runs all four workloads against PyTorch", {
   skip: skipUnlessPytorch(),

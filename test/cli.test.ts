@@ -1,18 +1,17 @@
 // The command line as a user runs it, and the build's libtorch discovery.
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { findLibtorch, linkLibraries } from "../native/find-libtorch.mjs";
 import * as torch from "../torch/index.js";
+import { runCli } from "./helpers/cli.js";
 
 const root = join(import.meta.dirname, "..");
 
 function stitchlab(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
-    encoding: "utf8",
+  return runCli(args, {
     cwd: root,
     env: { ...process.env, ...env },
   });

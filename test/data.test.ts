@@ -30,6 +30,7 @@ import {
   validRange,
 } from "../data/index.js";
 import * as torch from "../torch/index.js";
+import { runCli } from "./helpers/cli.js";
 
 const root = join(import.meta.dirname, "..");
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-data-"));
@@ -480,10 +481,7 @@ test("stitchlab data preview writes a PNG grid with markers", async () => {
   const args = haveFashion
     ? ["data", "preview", "fashion-mnist", "--shortcut", "pixel", "--out", out]
     : ["data", "preview", "cifar10", "--root", cifarDir, "--shortcut", "pixel", "--out", out];
-  const r = spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
-    encoding: "utf8",
-    cwd: root,
-  });
+  const r = runCli(args, { cwd: root });
   assert.equal(r.status, 0, r.stderr);
   const png = readFileSync(out);
   assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -491,22 +489,7 @@ test("stitchlab data preview writes a PNG grid with markers", async () => {
   // 64 images of 32 px upscaled x4 in an 8x8 grid with 2 px gaps.
   assert.equal(meta.width, 8 * 128 + 9 * 2);
   assert.equal(meta.height, 8 * 128 + 9 * 2);
-  const bad = spawnSync(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      join(root, "cli", "main.ts"),
-      "data",
-      "preview",
-      "cifar10",
-      "--root",
-      join(dir, "x"),
-      "--out",
-      out,
-    ],
-    { encoding: "utf8", cwd: root },
-  );
+  const bad = runCli(["data", "preview", "cifar10", "--root", join(dir, "x"), "--out", out], { cwd: root });
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /^stitchlab: .*x: not found\. Download the binary version/);
 });

@@ -2,14 +2,16 @@
 // their path in the file, a second run served from the cache, a run killed with SIGKILL and
 // rerun giving the same results as an uninterrupted one, and a failed task not stopping the rest.
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
+import { cliCommand } from "../experiments/tasks.js";
 import { saveNanHeadCheckpoint } from "./helpers/checkpoints.js";
+import { runCli } from "./helpers/cli.js";
 import { csvRows, REQUIRED_COLUMNS } from "./helpers/csv.js";
 
 const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
@@ -107,10 +109,7 @@ test("task keys hash settings and inputs, not names or paths; scales merge over 
 });
 
 function stitchlab(args: string[]) {
-  return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
-    encoding: "utf8",
-    cwd: tmp,
-  });
+  return runCli(args, { cwd: tmp });
 }
 
 test("stitchlab run: the graph runs, writes results.csv and report.html, and a second run is served from the cache", {
@@ -165,13 +164,9 @@ test("kill -9 in the middle, run again: the rest finishes and the results equal 
   const file = join(tmp, "tiny.yaml");
   writeFileSync(file, TINY);
   const cache = join(tmp, "killed");
-  const child = spawn(
-    process.execPath,
-    ["--import", "tsx", join(root, "cli", "main.ts"), "run", file, "--out", join(tmp, "k1"), "--cache", cache],
-    {
-      stdio: ["ignore", "ignore", "pipe"],
-    },
-  );
+  const child = spawn(process.execPath, cliCommand("run", file, "--out", join(tmp, "k1"), "--cache", cache), {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   // After the models and at least one IRI set, while later tasks are under way.
   await waitFor(child, /iris .*: done/);
   child.kill("SIGKILL");

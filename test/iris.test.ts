@@ -20,12 +20,12 @@ import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { TRAIN_DEFAULTS, trainModel } from "../train/trainer.js";
+import { runCli } from "./helpers/cli.js";
 import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
 
 const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
 const norm = normalizationFor("fashion-mnist");
-const root = join(import.meta.dirname, "..");
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-iris-"));
 const WIDTH = 0.125;
 
@@ -406,10 +406,7 @@ test("runStitch: missing points, unstitchable pairs and a NaN loss are clear err
 });
 
 function stitchlab(args: string[]) {
-  return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
-    encoding: "utf8",
-    cwd: tmp,
-  });
+  return runCli(args, { cwd: tmp });
 }
 
 test("stitchlab iris and stitchlab stitch as a user runs them", { skip }, () => {

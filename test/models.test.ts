@@ -3,12 +3,13 @@
 // the same logits, and strict loading that lists every mismatch.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { createModel, type ModelOptions, modelNames } from "../models/registry.js";
 import * as torch from "../torch/index.js";
+import { runCli } from "./helpers/cli.js";
 import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
 
 // Tiny variants, so every point of every model runs in a few hundred milliseconds.
@@ -142,30 +143,21 @@ for (const [arch, opts] of PARITY) {
   });
 }
 
-test("stitchlab layers --json prints the stitch points", () => {
-  const r = spawnSync(
-    process.execPath,
-    [
-      "--import",
-      "tsx",
-      join(import.meta.dirname, "..", "cli", "main.ts"),
-      "layers",
-      "vit_tiny_patch4_32",
-      "--json",
-      "--embed-dim",
-      "24",
-    ],
-    { encoding: "utf8" },
-  );
-  assert.equal(r.status, 0, r.stderr);
-  const pts = JSON.parse(r.stdout);
-  assert.equal(pts.length, 13);
-  assert.deepEqual(pts[12], { name: "norm", channels: 24, height: 65, width: 1 });
-  const bad = spawnSync(
-    process.execPath,
-    ["--import", "tsx", join(import.meta.dirname, "..", "cli", "main.ts"), "layers", "nope"],
-    { encoding: "utf8" },
-  );
+test("stitchlab layers --json prints the stitch points, started from / and from a fresh temporary folder", () => {
+  // The CLI must not depend on its working directory (a node_modules above it, say): issue 17.
+  const fresh = mkdtempSync(join(tmpdir(), "stitchlab-cwd-"));
+  try {
+    for (const cwd of ["/", fresh]) {
+      const r = runCli(["layers", "vit_tiny_patch4_32", "--json", "--embed-dim", "24"], { cwd });
+      assert.equal(r.status, 0, `from ${cwd}: ${r.stderr}`);
+      const pts = JSON.parse(r.stdout);
+      assert.equal(pts.length, 13);
+      assert.deepEqual(pts[12], { name: "norm", channels: 24, height: 65, width: 1 });
+    }
+  } finally {
+    rmSync(fresh, { recursive: true, force: true });
+  }
+  const bad = runCli(["layers", "nope"], { cwd: "/" });
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /stitchlab: unknown model 'nope'/);
 });

@@ -10,11 +10,11 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { SLURM_DEFAULTS, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
 import { saveNanHeadCheckpoint } from "./helpers/checkpoints.js";
+import { runCli } from "./helpers/cli.js";
 import { type Slurm, startSlurm, SMALL_EXPERIMENT as TINY } from "./helpers/slurm.js";
 
 const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
-const root = join(import.meta.dirname, "..");
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-slurm-"));
 let slurm: Slurm;
 
@@ -28,8 +28,7 @@ after(() => {
 });
 
 function stitchlab(args: string[], env: NodeJS.ProcessEnv = {}) {
-  return spawnSync(process.execPath, ["--import", "tsx", join(root, "cli", "main.ts"), ...args], {
-    encoding: "utf8",
+  return runCli(args, {
     cwd: tmp,
     env: { ...process.env, ...slurm.env, ...env },
   });
