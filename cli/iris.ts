@@ -1,7 +1,7 @@
 // `stitchlab iris`: an IRI set for a front model at a stitch point (stitch/iriset.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { defaultIriStepSize, IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
 import { IRIS_CONFIG_DEFAULTS, runIris } from "../stitch/jobs.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
 import { computeOptions, requireDevice } from "./device.js";
@@ -21,10 +21,15 @@ export function registerIrisCommand(program: Command): void {
     .requiredOption("--out <dir>", "IRI set folder: iris.safetensors, iris.json, preview.png")
     .option("--dataset <name>", "source images (default: the dataset the front model was trained on)")
     .option("--root <path>", "dataset location")
+    .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
     .option("--limit <n>", "only the first n training images", int)
     .option("--shortcut <kind>", `mark the source images with a shortcut: ${SHORTCUT_KINDS.join(", ")}`)
     .option("--steps <n>", "descent steps", int, d.steps)
-    .option("--step-size <s>", "signed step in pixel units", fraction, d.stepSize)
+    .option(
+      "--step-size <s>",
+      "signed step in pixel units (default 1/255; about 5.4/255 from 224 px, as the reference)",
+      fraction,
+    )
     .option("--optimizer <o>", `${IRI_OPTIMIZERS.join(" or ")} (adam: cosine-decayed lr)`, d.optimizer)
     .option("--lr <lr>", "Adam's learning rate in pixel units", num, d.lr)
     .option("--start <s>", `starting point: ${IRI_STARTS.join(", ")}`, d.start)
@@ -44,12 +49,13 @@ export function registerIrisCommand(program: Command): void {
         point: o.point,
         dataset: o.dataset,
         root: o.root,
+        imageSize: o.imageSize,
         limit: o.limit ?? null,
         shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
         device: o.device,
         options: {
           steps: o.steps,
-          stepSize: o.stepSize,
+          stepSize: o.stepSize ?? defaultIriStepSize(o.imageSize ?? 32),
           optimizer: oneOf("--optimizer", IRI_OPTIMIZERS, o.optimizer) ?? d.optimizer,
           lr: o.lr,
           start: oneOf("--start", IRI_STARTS, o.start) ?? d.start,

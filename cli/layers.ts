@@ -13,7 +13,10 @@ export function registerLayersCommand(program: Command): void {
     .command("layers")
     .description(`list a model's stitch points (models: ${modelNames().join(", ")})`)
     .argument("<model>", "model name")
-    .option("--json", 'print [{"name","channels","height","width"}] (ViTs: dimension, tokens, 1)')
+    .option(
+      "--json",
+      'print [{"name","kind","channels","height","width"}] (kind vit: dimension, tokens, 1; vector: dimension, 1, 1)',
+    )
     .option("--width <w>", "width multiplier (CNNs)", positive)
     .option("--stem <stem>", "resnet18 stem: cifar or imagenet")
     .option("--depth <n>", "number of blocks (ViTs)", positive)
@@ -44,17 +47,25 @@ export function registerLayersCommand(program: Command): void {
         model.dispose();
         if (o.json) {
           console.log(
-            JSON.stringify(points.map(({ name, channels, height, width }) => ({ name, channels, height, width }))),
+            JSON.stringify(
+              points.map(({ name, kind, channels, height, width }) => ({ name, kind, channels, height, width })),
+            ),
           );
           return;
         }
         console.log(`${name}: ${describeModel(name)}`);
-        const vit = points[0]?.kind === "vit";
-        console.log(vit ? "point        tokens x dim" : "point        channels x height x width");
-        for (const p of points)
-          console.log(
-            `${p.name.padEnd(12)} ${vit ? `${p.height} x ${p.channels}` : `${p.channels} x ${p.height} x ${p.width}`}`,
-          );
+        // Each point's feature shape for one image. A ViT lists token sequences and then its
+        // head input, a vector, so the header names the layout of every kind present.
+        const layout = { cnn: "channels x height x width", vit: "tokens x dim", vector: "dim (vector)" };
+        const shape = (p: (typeof points)[number]) =>
+          p.kind === "cnn"
+            ? `${p.channels} x ${p.height} x ${p.width}`
+            : p.kind === "vit"
+              ? `${p.height} x ${p.channels}`
+              : `${p.channels} (vector)`;
+        const kinds = [...new Set(points.map((p) => p.kind))];
+        console.log(`point        ${kinds.map((k) => layout[k]).join("; ")}`);
+        for (const p of points) console.log(`${p.name.padEnd(12)} ${shape(p)}`);
       },
     );
 }

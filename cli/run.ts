@@ -17,7 +17,7 @@ import {
   submitPlan,
 } from "../experiments/slurm.js";
 import { type Experiment, experimentJsonSchema, readExperiment } from "../experiments/spec.js";
-import { agreementTable, reading, residualTable } from "../experiments/summary.js";
+import { agreementTable, residualTable } from "../experiments/summary.js";
 import { clearFailure, isDone, loadTask, partials, readFailure, recordFailure, runTask } from "../experiments/tasks.js";
 import { repoRoot } from "../torch/native.js";
 import { deviceArg, requireDevice } from "./device.js";
@@ -86,15 +86,12 @@ async function report(
   device: string,
 ): Promise<void> {
   // The device the tasks ran on (not where this report is written: a Slurm report job has no GPU).
-  const { rows, iris } = await writeResults(plan, summary, cache, out, { scale, device });
-  console.log(`agreement probability (larger = more similar):\n${agreementTable(rows)}`);
+  const { rows, iris, reading } = await writeResults(plan, summary, cache, out, { scale, device });
+  console.log(
+    `agreement probability (larger = more similar; mean ± 95% half-width over replicates):\n${agreementTable(rows)}`,
+  );
   if (iris.length) console.log(`\nIRI residuals (relative; 0.1 or less is a good IRI):\n${residualTable(iris)}`);
-  if (read)
-    console.log(
-      `\nReading:\n${reading(rows)
-        .map((l) => `- ${l}`)
-        .join("\n")}`,
-    );
+  if (read) console.log(`\nReading:\n${reading.map((l) => `- ${l}`).join("\n")}`);
   const failed = Object.keys(summary.errors).length;
   console.log(
     `\n${out}: report.html, results.csv (${rows.length} runs); ${summary.seconds.toFixed(0)} s` +

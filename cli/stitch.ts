@@ -2,6 +2,7 @@
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { runStitch, STITCH_CONFIG_DEFAULTS, STITCH_MODES } from "../stitch/jobs.js";
+import { BN_MODES } from "../stitch/train.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { int, num, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
@@ -26,11 +27,15 @@ export function registerStitchCommand(program: Command): void {
     .option("--root <path>", "dataset location")
     .option("--limit <n>", "only the first n training images (standard mode's training set, init pool)", int)
     .option("--test-limit <n>", "only the first n test images", int)
-    .option("--shortcut <kind>", `mark the real training images: ${SHORTCUT_KINDS.join(", ")}`)
+    .option(
+      "--shortcut <kind>",
+      `mark the real training and init images and the test set (the IRI set must come from the same marked images): ${SHORTCUT_KINDS.join(", ")}`,
+    )
     .option(
       "--excess <kind>",
       `also score on marked and rolled test sets (excess agreement): ${SHORTCUT_KINDS.join(", ")}`,
     )
+    .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
     .option("--epochs <n>", "epochs (default 30; 12 for image folders)", int)
     .option("--batch-size <n>", "batch size", int, d.batchSize)
     .option("--lr <lr>", "Adam learning rate", num, d.lr)
@@ -39,7 +44,7 @@ export function registerStitchCommand(program: Command): void {
     .option("--init-images <k>", "real images for the least-squares start", int, d.initImages)
     .option(
       "--bn-mode <m>",
-      "frozen networks' batch norm while T trains: batch or eval (default: batch standard, eval iris)",
+      `frozen networks' batch norm while T trains: ${BN_MODES.join(", ")} (default: adapt standard, eval iris)`,
     )
     .option("--cka-images <n>", "test images for linear CKA at the point (0: skip)", int, d.ckaImages)
     .option("--seed <n>", "seed of the batch order", int, d.seed)
@@ -59,6 +64,7 @@ export function registerStitchCommand(program: Command): void {
           iris: o.iris,
           dataset: o.dataset,
           root: o.root,
+          imageSize: o.imageSize,
           limit: o.limit ?? null,
           testLimit: o.testLimit ?? null,
           shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
@@ -69,7 +75,7 @@ export function registerStitchCommand(program: Command): void {
           weightDecay: o.weightDecay,
           init: oneOf("--init", ["lstsq", "random", "identity"] as const, o.init) ?? d.init,
           initImages: o.initImages,
-          bnMode: oneOf("--bn-mode", ["batch", "eval"] as const, o.bnMode),
+          bnMode: oneOf("--bn-mode", BN_MODES, o.bnMode),
           ckaImages: o.ckaImages,
           seed: o.seed,
           device: o.device,
@@ -96,6 +102,7 @@ export function registerStitchCommand(program: Command): void {
           cka: r.cka,
           excessAgreement: r.excess?.excessAgreement ?? null,
           bnMode: r.config.bnMode,
+          testData: r.testData,
           seconds: Number(r.training.seconds.toFixed(1)),
         }),
       );

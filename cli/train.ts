@@ -2,7 +2,8 @@
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
-import { TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
+import { ROBUST_EVAL_ATTACKS } from "../train/evaluate.js";
+import { defaultLr, TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
@@ -11,7 +12,9 @@ export function registerTrainCommand(program: Command): void {
   const d = TRAIN_DEFAULTS;
   const cmd = program
     .command("train")
-    .description("train a base model (defaults from PROTOCOL.md: SGD Nesterov, lr 0.1, wd 1e-4, crop+flip)")
+    .description(
+      "train a base model (defaults from PROTOCOL.md: SGD Nesterov, lr 0.1 (0.01 for VGG and ViTs) x0.1 at 1/3 and 2/3, wd 1e-4, crop+flip)",
+    )
     .requiredOption("--model <name>", "zoo model (see `stitchlab layers`)")
     .requiredOption("--dataset <name>", "fashion-mnist, mnist, cifar10 or imagefolder")
     .requiredOption("--out <dir>", "run folder: model.safetensors + model.json, config.json, metrics.jsonl")
@@ -24,11 +27,24 @@ export function registerTrainCommand(program: Command): void {
     .option("--pgd-step <s>", "PGD step in pixel units", fraction, 2 / 255)
     .option("--pgd-steps <n>", "PGD iterations in training", int, 10)
     .option("--adv-fraction <f>", "share of each batch made adversarial", num, 0.5)
-    .option("--robust-eval-steps <n>", "PGD iterations of the robust evaluation (0: none for clean models)", int)
+    .option(
+      "--random-start",
+      "start each training attack from a random point in the ball (default: from the image, as the reference)",
+    )
+    .option(
+      "--robust-eval-attack <name>",
+      `robust evaluation: ${ROBUST_EVAL_ATTACKS.join(" or ")} (apgd: APGD-CE and APGD-DLR, worst case per image)`,
+      d.robustEvalAttack,
+    )
+    .option(
+      "--robust-eval-steps <n>",
+      `iterations of each robust-evaluation attack (default ${d.robustEvalSteps} for adversarial models; clean models: 0, none)`,
+      int,
+    )
     .option("--seed <n>", "seed of initialisation, order and augmentation", int, d.seed)
     .option("--epochs <n>", "epochs", int, d.epochs)
     .option("--batch-size <n>", "batch size", int, d.batchSize)
-    .option("--lr <lr>", "learning rate", num, d.lr)
+    .option("--lr <lr>", "learning rate (default: 0.1; 0.01 for VGG and ViTs)", num)
     .option("--width <w>", "width multiplier (CNNs)", num);
   computeOptions(cmd, d.device).action(async (o) => {
     requireDevice(o.device);
@@ -41,12 +57,21 @@ export function registerTrainCommand(program: Command): void {
       testLimit: o.testLimit,
       modelOptions: o.width !== undefined ? { width: o.width } : {},
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-      adversarial: o.adversarial ? { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction } : null,
+      adversarial: o.adversarial
+        ? {
+            eps: o.eps,
+            step: o.pgdStep,
+            steps: o.pgdSteps,
+            fraction: o.advFraction,
+            randomStart: Boolean(o.randomStart),
+          }
+        : null,
       robustEvalSteps: o.robustEvalSteps ?? (o.adversarial ? d.robustEvalSteps : 0),
+      robustEvalAttack: oneOf("--robust-eval-attack", ROBUST_EVAL_ATTACKS, o.robustEvalAttack) ?? d.robustEvalAttack,
       seed: o.seed,
       epochs: o.epochs,
       batchSize: o.batchSize,
-      lr: o.lr,
+      lr: o.lr ?? defaultLr(o.model),
       device: o.device,
       ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
     };

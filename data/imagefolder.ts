@@ -5,10 +5,23 @@
 // from a full ImageNet folder. Without one, every sub-folder is a class, sorted by name
 // (torchvision's ImageFolder rule).
 //
-// Everything is held in memory as uint8: fine for LS-ImageNet-10 (13,000 images at 32 px is
-// 40 MB), but ImageNet-100's train split at 224 px would be about 19 GB; use `limit` or a
-// smaller `size` until a streaming reader exists.
+// Resizing, as the reference's test transform Resize(resize) + CenterCrop(size)
+// (athaioan/invariance-aware-stitching, dataloaders/dataset.py, the 'imagenet' configs): the
+// shorter side goes to `resize` and the longer to floor(resize * long / short), as torchvision
+// computes it, with a linear (triangle) filter widened with the reduction, which is what PIL's
+// antialiased bilinear Resize does (sharp's JPEG shrink-on-load is off: it would box-filter
+// first); then the centre size x size crop, offset round((H - size) / 2) half to even, as
+// torchvision's CenterCrop. Default `resize`: size / 0.875 for sizes above 64 px (256 for 224:
+// the reference's ImageNet-100 transform), `size` itself at 64 px and below (LS-ImageNet-10's
+// images are stored at 32 px, nothing to cut).
+//
+// Everything is held in memory as uint8 [N, 3, size, size]: 3 KB per image at 32 px
+// (LS-ImageNet-10's 13,000 images: 40 MB), 150 KB at 224 px (ImageNet-100's 126,689 training
+// images: 19 GB). A split over `maxBytes` (default a quarter of the machine's memory, since a
+// marked copy or a subset doubles it) is refused before decoding, with the number of images
+// that would fit; pass `limit`, a smaller size, or a larger `maxBytes`.
 import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { totalmem } from "node:os";
 import { extname, join } from "node:path";
 import sharp from "sharp";
 import * as torch from "../torch/index.js";
@@ -23,8 +36,10 @@ export const IMAGEFOLDER_HOW_TO_GET =
 export interface ImageFolderOptions {
   /** Output side in pixels: images are square, size x size (default 32). */
   size?: number;
-  /** Shorter side after resizing, before the centre crop to `size` (default: size, i.e. no margin; 256 for the usual 224 crop). */
+  /** Shorter side after resizing, before the centre crop to `size` (default defaultResize(size): 256 for 224, size at 64 px and below). */
   resize?: number;
+  /** Refuse a split whose uint8 images would need more bytes than this (default defaultMaxBytes()). */
+  maxBytes?: number;
   /** Class-list file; default root/classes.txt when it exists, else every sub-folder sorted. */
   classList?: string;
   /** Sub-folder of each split (defaults: train -> "train", test -> "val", or "test" when there is no "val"). */
@@ -52,20 +67,46 @@ export function readClassList(path: string): { wnids: string[]; names: string[] 
   return { wnids, names };
 }
 
+/** The shorter side before the centre crop when none is given: size / 0.875 above 64 px (256 for 224), else size. */
+export function defaultResize(size: number): number {
+  return size > 64 ? Math.round(size / 0.875) : size;
+}
+
+/** The default memory limit of an in-memory image folder: a quarter of the machine's memory. */
+export function defaultMaxBytes(): number {
+  return Math.floor(totalmem() / 4);
+}
+
+/** Python's round(): halves go to the even neighbour (torchvision's CenterCrop offsets). */
+function roundHalfEven(v: number): number {
+  const f = Math.floor(v);
+  if (v - f !== 0.5) return Math.round(v);
+  return f % 2 === 0 ? f : f + 1;
+}
+
 /** Decodes one image to size x size RGB (resize the shorter side to `resize`, centre crop), HWC bytes. */
 export async function decodeImage(path: string, size: number, resize = size): Promise<Buffer> {
   try {
-    let img = sharp(path).rotate().removeAlpha().toColourspace("srgb");
-    img = img.resize({ width: resize, height: resize, fit: "outside" });
-    const resized = await img.raw().toBuffer({ resolveWithObject: true });
-    const { width, height } = resized.info;
-    // Centre crop of the resized image; a second pipeline keeps the crop offsets exact.
-    const left = Math.floor((width - size) / 2);
-    const top = Math.floor((height - size) / 2);
-    const out = await sharp(resized.data, { raw: { width, height, channels: 3 } })
-      .extract({ left, top, width: size, height: size })
+    // Decode once (auto-oriented, RGB), then resize the raw pixels: the output size is known
+    // only once the oriented input size is.
+    const full = await sharp(path)
+      .rotate()
+      .removeAlpha()
+      .toColourspace("srgb")
       .raw()
-      .toBuffer();
+      .toBuffer({ resolveWithObject: true });
+    const [w0, h0] = [full.info.width, full.info.height];
+    const short = Math.min(w0, h0);
+    const long = Math.floor((resize * Math.max(w0, h0)) / short);
+    const [width, height] = w0 <= h0 ? [resize, long] : [long, resize];
+    const left = roundHalfEven((width - size) / 2);
+    const top = roundHalfEven((height - size) / 2);
+    let img = sharp(full.data, { raw: { width: w0, height: h0, channels: full.info.channels } });
+    // An image already at the target size is only cropped (as torchvision, which skips the resize).
+    if (width !== w0 || height !== h0)
+      img = img.resize({ width, height, fit: "fill", kernel: "linear", fastShrinkOnLoad: false });
+    // extract after resize crops the resized image.
+    const out = await img.extract({ left, top, width: size, height: size }).raw().toBuffer();
     return out;
   } catch (e) {
     throw new DataError(path, `cannot decode image (${(e as Error).message})`, IMAGEFOLDER_HOW_TO_GET);
@@ -75,7 +116,7 @@ export async function decodeImage(path: string, size: number, resize = size): Pr
 /** Reads a split of an ImageNet-layout folder, resized to `size` px, into memory. */
 export async function readImageFolder(root: string, split: Split, opts: ImageFolderOptions = {}): Promise<Dataset> {
   const size = opts.size ?? 32;
-  const resize = opts.resize ?? size;
+  const resize = opts.resize ?? defaultResize(size);
   if (!(Number.isInteger(size) && size > 0 && Number.isInteger(resize) && resize >= size))
     throw new RangeError(`imagefolder: need integers size > 0 and resize >= size, got size ${size}, resize ${resize}`);
   if (!isDirectory(root)) throw new DataError(root, "image folder not found", IMAGEFOLDER_HOW_TO_GET);
@@ -104,17 +145,41 @@ export async function readImageFolder(root: string, split: Split, opts: ImageFol
   if (n === 0) throw new DataError(dir, "no images found in the class folders", IMAGEFOLDER_HOW_TO_GET);
 
   const plane = size * size * 3;
-  const hwc = new Uint8Array(n * plane);
+  const maxBytes = opts.maxBytes ?? defaultMaxBytes();
+  if (n * plane > maxBytes) {
+    const gb = (b: number) => (b >= 1e9 ? `${(b / 1e9).toFixed(1)} GB` : `${(b / 1e6).toFixed(1)} MB`);
+    throw new DataError(
+      dir,
+      `${n} images at ${size} px need ${gb(n * plane)} in memory as uint8, over the ${gb(maxBytes)} limit of ` +
+        `in-memory datasets (maxBytes; default a quarter of this machine's memory). Pass limit (at most ` +
+        `${Math.floor(maxBytes / plane)} images fit; limit takes the first images in class order), a smaller ` +
+        "image size, or a larger maxBytes",
+    );
+  }
   const labels = new BigInt64Array(n);
-  let next = 0;
-  const worker = async () => {
-    for (let i = next++; i < n; i = next++) {
-      hwc.set(await decodeImage(files[i].path, size, resize), i * plane);
-      labels[i] = BigInt(files[i].label);
+  for (let i = 0; i < n; i++) labels[i] = BigInt(files[i].label);
+  // Decoded in chunks into one preallocated tensor: a JS typed array stops at 4 GiB, and the
+  // peak memory stays one dataset plus one chunk.
+  const chunk = Math.max(1, Math.floor(256e6 / plane));
+  const images = torch.empty([n, 3, size, size], { dtype: "uint8" });
+  try {
+    for (let start = 0; start < n; start += chunk) {
+      const len = Math.min(chunk, n - start);
+      const hwc = new Uint8Array(len * plane);
+      let next = 0;
+      const worker = async () => {
+        for (let i = next++; i < len; i = next++)
+          hwc.set(await decodeImage(files[start + i].path, size, resize), i * plane);
+      };
+      await Promise.all(Array.from({ length: Math.max(1, opts.concurrency ?? 8) }, worker));
+      // sharp gives HWC; a permute makes it channels first.
+      torch.tidy(() => {
+        images.narrow(0, start, len).copy_(torch.fromBytes(hwc, "uint8", [len, size, size, 3]).permute(0, 3, 1, 2));
+      });
     }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, opts.concurrency ?? 8) }, worker));
-  // sharp gives HWC; one permute over the whole set makes it channels first.
-  const images = torch.tidy(() => torch.fromBytes(hwc, "uint8", [n, size, size, 3]).permute(0, 3, 1, 2).contiguous());
+  } catch (e) {
+    images.dispose();
+    throw e;
+  }
   return { images, labels: torch.tensor(labels), classes: names, name: `imagefolder/${split}` };
 }

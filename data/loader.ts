@@ -4,10 +4,15 @@
 // after use (`torch.dispose(batch)`), or draw and use each batch inside a `torch.tidy` that
 // does not return it. Intermediate tensors made while building a batch are freed here.
 // The dataset itself is only read.
+//
+// A batch is built in this order: select the images, move them to the device, augment (crop and
+// flip, uint8), paint shortcut markers (uint8, after augmentation so they are never cut or
+// mirrored: PROTOCOL.md), normalise to float32.
 import * as torch from "../torch/index.js";
 import { type Dataset, datasetSize } from "./dataset.js";
 import { Rng } from "./rng.js";
-import { type Normalization, normalize, randomCropFlip } from "./transforms.js";
+import { type MarkerPlan, paintBatchMarkers } from "./shortcuts.js";
+import { type AugmentOptions, augmentBatch, type Normalization, normalize } from "./transforms.js";
 
 export interface Batch {
   /** float32 [B, C, H, W] normalised (or uint8 when `normalization` is null). */
@@ -27,8 +32,18 @@ export interface LoaderOptions {
   epoch?: number;
   /** Drop the last incomplete batch (default false). */
   dropLast?: boolean;
-  /** Random crop with this zero padding and horizontal flip (training augmentation); default none. */
-  augment?: { padding?: number; flip?: boolean } | null;
+  /**
+   * Training augmentation, default none: random crop with zero padding and horizontal flip
+   * ({padding: 4, flip: true}), or random resized crop and flip ({resizedCrop: true, flip: true});
+   * standardAugment(imageSize) gives PROTOCOL's choice for an image size.
+   */
+  augment?: AugmentOptions | null;
+  /**
+   * Shortcut markers to paint after augmentation and before normalisation: a plan for the whole
+   * dataset (planDatasetMarkers(ds, {kind, seed})), indexed by dataset position, so each image
+   * keeps its location and colour across epochs while the crops change. Default none.
+   */
+  markers?: MarkerPlan | null;
   /** Normalise to float32 with these statistics; null keeps uint8 (default null). */
   normalization?: Normalization | null;
   /** Device of the batches ("cpu", "cuda"); the uint8 batch is moved before conversion. */
@@ -53,6 +68,8 @@ export function* batches(ds: Dataset, opts: LoaderOptions): Generator<Batch> {
   if (!(Number.isInteger(batchSize) && batchSize > 0))
     throw new RangeError(`batchSize must be a positive integer, got ${batchSize}`);
   const n = datasetSize(ds);
+  if (opts.markers && opts.markers.ys.length !== n)
+    throw new Error(`${ds.name}: marker plan for ${opts.markers.ys.length} images, dataset has ${n}`);
   const order = epochOrder(n, opts);
   // A separate stream for augmentation, so turning shuffling on or off does not change the crops.
   const augRng = new Rng(opts.seed ?? 0, opts.epoch ?? 0, 0xa06);
@@ -64,7 +81,8 @@ export function* batches(ds: Dataset, opts: LoaderOptions): Generator<Batch> {
       let x = ds.images.indexSelect(0, idx);
       const y = ds.labels.indexSelect(0, idx);
       if (opts.device && opts.device !== x.device) x = x.to(opts.device);
-      if (opts.augment) x = randomCropFlip(x, augRng, opts.augment);
+      if (opts.augment) x = augmentBatch(x, augRng, opts.augment);
+      if (opts.markers) x = paintBatchMarkers(x, opts.markers, indices);
       if (opts.normalization) x = normalize(x, opts.normalization);
       return { x, y: opts.device ? y.to(opts.device) : y };
     });

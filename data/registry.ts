@@ -13,8 +13,16 @@
 //   limit      read only the first `limit` images of the split, in file order (for quick runs)
 //   pad32      IDX only: pad 28 px to 32 px with zeros (default true)
 //   rgb        IDX only: replicate grey to 3 channels (default true)
-//   size       imagefolder only: output side in px (default 32: LS-ImageNet-10; 224 for ImageNet-100)
-//   resize     imagefolder only: shorter side before the centre crop (default = size; 256 with size 224)
+//   imageSize  output side in px. imagefolder: images are resized to it (default 32, as
+//              LS-ImageNet-10; ImageNet-100 needs 224); the other datasets have a fixed size
+//              (32, or 28 for IDX without pad32) and only accept that value, so experiment
+//              files can pass one imageSize for every dataset.
+//   resize     imagefolder only: shorter side before the centre crop (default 256 for 224,
+//              imageSize / 0.875 above 64 px, imageSize itself at 64 px and below)
+//   maxBytes   imagefolder only: refuse a split whose uint8 images need more memory than
+//              this (default a quarter of the machine's memory; ImageNet-100's training
+//              split at 224 px is 19 GB); the error says how many images would fit
+//   size       deprecated spelling of imageSize
 //   classList  imagefolder only: class-list file, one wnid per line in label order
 //              (default root/classes.txt when present, else every class folder sorted)
 // The caller owns the returned tensors (dispose them, or call inside torch.tidy and return them).
@@ -41,9 +49,28 @@ export interface LoadOptions {
   limit?: number;
   pad32?: boolean;
   rgb?: boolean;
+  /** Output side in px (imagefolder: default 32; other datasets: must equal their own size). */
+  imageSize?: number;
+  /** @deprecated use imageSize (the same option under its old name). */
   size?: number;
   resize?: number;
   classList?: string;
+  maxBytes?: number;
+}
+
+/** The side of the images loadDataset(name, opts) returns (without reading any file). */
+export function datasetImageSize(name: string, opts: Pick<LoadOptions, "imageSize" | "size" | "pad32">): number {
+  if (opts.imageSize !== undefined && opts.size !== undefined && opts.imageSize !== opts.size)
+    throw new Error(`imageSize ${opts.imageSize} and size ${opts.size} disagree (size is the old name of imageSize)`);
+  const asked = opts.imageSize ?? opts.size;
+  if (asked !== undefined && !(Number.isInteger(asked) && asked > 0))
+    throw new RangeError(`imageSize must be a positive integer, got ${asked}`);
+  const fixed =
+    name === "cifar10" ? 32 : name === "fashion-mnist" || name === "mnist" ? (opts.pad32 === false ? 28 : 32) : null;
+  if (fixed === null) return asked ?? 32;
+  if (asked !== undefined && asked !== fixed)
+    throw new Error(`${name} images are ${fixed} px; imageSize ${asked} applies to image folders only`);
+  return fixed;
 }
 
 function requireRoot(name: string, root: string | undefined, howToGet: string): string {
@@ -55,6 +82,7 @@ export async function loadDataset(name: string, opts: LoadOptions): Promise<Data
   const split = checkSplit(opts.split);
   if (opts.limit !== undefined && !(Number.isInteger(opts.limit) && opts.limit > 0))
     throw new RangeError(`limit must be a positive integer, got ${opts.limit}`);
+  const imageSize = DATASET_NAMES.includes(name as DatasetName) ? datasetImageSize(name, opts) : undefined;
   const idx = { pad32: opts.pad32, rgb: opts.rgb, limit: opts.limit };
   switch (name) {
     case "fashion-mnist":
@@ -75,10 +103,11 @@ export async function loadDataset(name: string, opts: LoadOptions): Promise<Data
       return readCifar10(requireRoot(name, opts.root, CIFAR10_HOW_TO_GET), split, opts.limit);
     case "imagefolder":
       return readImageFolder(requireRoot(name, opts.root, "Point it at an ImageNet-layout folder"), split, {
-        size: opts.size,
+        size: imageSize,
         resize: opts.resize,
         classList: opts.classList,
         limit: opts.limit,
+        maxBytes: opts.maxBytes,
       });
     default:
       throw new Error(`unknown dataset '${name}' (known: ${DATASET_NAMES.join(", ")})`);

@@ -4,9 +4,18 @@
 //   pixel      class colour, random location per image (seeded)
 //   pixel-loc  class colour at a fixed class-specific location
 //   rand       a random colour per image, random location: the control (no class information)
-// The rolled test set for excess agreement gives class k the colour of class (k + 1) mod K and
-// keeps the locations rule (pixel-loc: the location of the image's own class; pixel: the same
-// seeded locations), so only the colour-class link is broken.
+// The rolled test set for excess agreement gives class c the WHOLE marker of class c - 1 (mod K):
+// its colour and, for pixel-loc, its location; pixel keeps its seeded random locations and takes
+// the previous class's colour. The direction follows the reference's Backdoor(shuffle=True)
+// (athaioan/invariance-aware-stitching, dataloaders/shortcut_markers.py), which indexes the
+// class markers and class locations with roll(arange(K), shifts=1) = [K-1, 0, ..., K-2].
+//
+// Markers are painted after augmentation (PROTOCOL.md), so they are never cut or mirrored: the
+// reference paints them after its crop/flip transform (dataloaders/cifar.py, imagenet.py,
+// `joint_transform` after `transform`). Here a MarkerPlan fixes each dataset image's location
+// and colour once (seeded), and data/loader.ts's `batches({markers})` paints the plan onto each
+// batch after the crop and flip, before normalisation (paintBatchMarkers). applyShortcut paints a
+// whole dataset at once: right for sets that are not augmented (test sets, IRI sources).
 //
 // Class colours: farthest-point sampling on the RGB grid {0, 51, 102, 153, 204, 255}^3 (216
 // colours, enough for ImageNet-100), then permuted across classes with a fixed seed. Black counts
@@ -84,7 +93,7 @@ export interface ShortcutOptions {
   kind: ShortcutKind;
   /** Seed of the random locations (pixel, rand) and colours (rand); default 0. */
   seed?: number;
-  /** Give class k the colour of class (k + 1) mod K (the rolled test set); not for rand. */
+  /** Give class c the marker of class c - 1 mod K: colour, and location for pixel-loc (the rolled test set); not for rand. */
   rolled?: boolean;
   /** Seed of the colour permutation over classes; default COLOR_PERMUTATION_SEED. */
   colorSeed?: number;
@@ -92,6 +101,9 @@ export interface ShortcutOptions {
 
 /** Where each image's marker goes and its colour. */
 export interface MarkerPlan {
+  /** Size of the images the plan is for (a batch must match it). */
+  height: number;
+  width: number;
   side: number;
   /** Top-left corners per image. */
   ys: Int32Array;
@@ -125,53 +137,88 @@ export function planMarkers(
   const xs = new Int32Array(n);
   const colors = new Uint8Array(3 * n);
   for (let i = 0; i < n; i++) {
-    const k = labels[i];
+    const label = labels[i];
+    if (!(Number.isInteger(label) && label >= 0 && label < numClasses))
+      throw new RangeError(`marker plan: label ${label} of image ${i} is outside 0..${numClasses - 1}`);
+    // The class whose marker this image carries: its own, or the previous one when rolled.
+    const k = opts.rolled ? (label + numClasses - 1) % numClasses : label;
     if (opts.kind === "pixel-loc") [ys[i], xs[i]] = classLocation(k, numClasses, h, w);
     else {
       ys[i] = locRng.int(h - side + 1);
       xs[i] = locRng.int(w - side + 1);
     }
-    const c: RGB =
-      opts.kind === "rand"
-        ? [colRng.int(256), colRng.int(256), colRng.int(256)]
-        : classColors[opts.rolled ? (k + 1) % numClasses : k];
+    const c: RGB = opts.kind === "rand" ? [colRng.int(256), colRng.int(256), colRng.int(256)] : classColors[k];
     colors.set(c, 3 * i);
   }
-  return { side, ys, xs, colors };
+  return { height: h, width: w, side, ys, xs, colors };
+}
+
+/** The marker plan of a whole dataset (labels, class count and image size read from it). */
+export function planDatasetMarkers(ds: Dataset, opts: ShortcutOptions): MarkerPlan {
+  const [, , h, w] = ds.images.shape;
+  const labels = Array.from(ds.labels.toTypedArray() as BigInt64Array, Number);
+  return planMarkers(labels, ds.classes.length, h, w, opts);
+}
+
+/**
+ * Paints the plan's markers onto a uint8 batch [B, 3, H, W] whose images are the dataset images
+ * at `indices` (the positions the plan was made for, e.g. a Batch's `indices`): a new tensor on
+ * the batch's device, one torch.where over the batch. Call it after augmentation and before
+ * normalisation, so the marker is whole and unmirrored in every image.
+ */
+export function paintBatchMarkers(x: torch.Tensor, plan: MarkerPlan, indices: ArrayLike<number>): torch.Tensor {
+  const [b, c, h, w] = x.shape;
+  if (c !== 3) throw new Error(`markers need 3-channel images, got ${c} (load IDX data with rgb)`);
+  if (x.dtype !== "uint8")
+    throw new Error(`markers are painted on uint8 batches (before normalisation), got ${x.dtype}`);
+  if (h !== plan.height || w !== plan.width)
+    throw new Error(`marker plan made for ${plan.height}x${plan.width} images, batch images are ${h}x${w}`);
+  if (indices.length !== b) throw new Error(`paintBatchMarkers: ${indices.length} indices for a batch of ${b}`);
+  const ys = new BigInt64Array(b);
+  const xs = new BigInt64Array(b);
+  const colors = new Uint8Array(3 * b);
+  for (let i = 0; i < b; i++) {
+    const j = indices[i];
+    if (!(Number.isInteger(j) && j >= 0 && j < plan.ys.length))
+      throw new RangeError(`paintBatchMarkers: index ${j} outside the plan's 0..${plan.ys.length - 1}`);
+    ys[i] = BigInt(plan.ys[j]);
+    xs[i] = BigInt(plan.xs[j]);
+    colors.set(plan.colors.subarray(3 * j, 3 * j + 3), 3 * i);
+  }
+  return torch.tidy(() => {
+    const dev = { device: x.device };
+    const y0 = torch.tensor(ys, { shape: [b, 1, 1, 1], ...dev });
+    const x0 = torch.tensor(xs, { shape: [b, 1, 1, 1], ...dev });
+    const rows = torch.arange(0, h, 1, dev).reshape(1, 1, h, 1);
+    const cols = torch.arange(0, w, 1, dev).reshape(1, 1, 1, w);
+    const inRows = rows.ge(y0).logicalAnd(rows.lt(y0.add(plan.side)));
+    const inCols = cols.ge(x0).logicalAnd(cols.lt(x0.add(plan.side)));
+    const fill = torch.tensor(colors, { shape: [b, 3, 1, 1], ...dev });
+    return torch.where(inRows.logicalAnd(inCols), fill, x);
+  });
 }
 
 /** A new dataset with the planned markers painted in (the input is not changed). */
 export function paintMarkers(ds: Dataset, plan: MarkerPlan, name: string): Dataset {
-  const [n, c, h, w] = ds.images.shape;
+  const [n, c] = ds.images.shape;
   if (c !== 3) throw new Error(`${ds.name}: markers need 3-channel images, got ${c} (load IDX data with rgb)`);
-  // One pass over a copy of the bytes: a marker touches 3 * side^2 bytes per image, so this
-  // is dominated by the two copies, not by JS work.
-  const src = ds.images.contiguous();
-  const px = src.toTypedArray() as Uint8Array;
-  src.dispose();
-  const plane = h * w;
-  for (let i = 0; i < n; i++) {
-    for (let ch = 0; ch < 3; ch++) {
-      const v = plan.colors[3 * i + ch];
-      const base = (i * 3 + ch) * plane;
-      for (let r = 0; r < plan.side; r++) {
-        const row = base + (plan.ys[i] + r) * w + plan.xs[i];
-        px.fill(v, row, row + plan.side);
-      }
+  if (plan.ys.length !== n) throw new Error(`${ds.name}: marker plan for ${plan.ys.length} images, dataset has ${n}`);
+  // In chunks, so the temporary masks stay small next to the dataset.
+  const chunk = 4096;
+  const images = torch.tidy(() => {
+    const parts: torch.Tensor[] = [];
+    for (let s = 0; s < n; s += chunk) {
+      const len = Math.min(chunk, n - s);
+      const idx = Int32Array.from({ length: len }, (_, i) => s + i);
+      parts.push(paintBatchMarkers(ds.images.narrow(0, s, len), plan, idx));
     }
-  }
-  return {
-    images: torch.fromBytes(px, "uint8", [n, c, h, w]),
-    labels: ds.labels.clone(),
-    classes: ds.classes,
-    name,
-  };
+    return parts.length === 1 ? parts[0] : torch.cat(parts);
+  });
+  return { images, labels: ds.labels.clone(), classes: ds.classes, name };
 }
 
 /** The dataset with shortcut markers (a new dataset; the caller owns its tensors). */
 export function applyShortcut(ds: Dataset, opts: ShortcutOptions): Dataset {
-  const [, , h, w] = ds.images.shape;
-  const labels = Array.from(ds.labels.toTypedArray() as BigInt64Array, Number);
-  const plan = planMarkers(labels, ds.classes.length, h, w, opts);
+  const plan = planDatasetMarkers(ds, opts);
   return paintMarkers(ds, plan, `${ds.name}+${opts.kind}${opts.rolled ? "-rolled" : ""}`);
 }

@@ -10,14 +10,18 @@ import { dirname, isAbsolute, resolve } from "node:path";
 import type { ShortcutKind } from "../data/index.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { sidecarPath } from "../nn/checkpoint.js";
-import { IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
+import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
 import { STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
 import { parseObjective } from "../stitch/objectives.js";
-import { TRAIN_DEFAULTS, type TrainConfig } from "../train/trainer.js";
+import { defaultLr, TRAIN_DEFAULTS, type TrainConfig } from "../train/trainer.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
 /** Bumped when a task kind's output changes meaning, so old cache entries are not reused. */
-export const TASK_FORMAT = { train: 1, iris: 1, stitch: 1 } as const;
+// train 2: markers painted after augmentation, lr steps at 1/3 and 2/3; stitch 2: marked test
+// sets, batch-norm "adapt", augmentation, dropped last batch, random init images, soft kappa;
+// iris 2 (and all three): the ViT head point is the [N, D] class token, the ImageNet stem point
+// precedes the max-pool, VGG-16-BN has torchvision's layout.
+export const TASK_FORMAT = { train: 2, iris: 2, stitch: 2 } as const;
 export type TaskKind = keyof typeof TASK_FORMAT;
 
 /** A model as a task input: made by a train task, or a checkpoint file identified by its bytes. */
@@ -33,6 +37,7 @@ export interface IrisTask {
   point: string;
   dataset: string;
   root?: string;
+  imageSize?: number;
   shortcut: ShortcutKind | null;
   limit: number | null;
   options: IriOptions;
@@ -64,9 +69,17 @@ export interface StitchRole {
   pointIndex: number;
   objective: string;
   mode: "standard" | "iris";
+  /** The stitching seed as the file gives it (the task uses seed + REPLICATE_SEED_STRIDE replicate). */
   seed: number;
+  /** 0-based replicate (front models, IRI and stitching seeds of their own). */
+  replicate: number;
   irisKey: string | null;
 }
+
+/** Seeds of replicate r: the file's seed + REPLICATE_SEED_STRIDE r (models, IRI starts, stitching). */
+export const REPLICATE_SEED_STRIDE = 1000;
+
+const rep = (r: number) => (r > 0 ? ` rep ${r}` : "");
 
 export interface Plan {
   experiment: Experiment;
@@ -143,6 +156,19 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     return key;
   };
   const points: Record<string, { arch: string; points: string[] }> = {};
+  const trainConfigs: Record<string, TrainConfig> = {};
+  /**
+   * A model in replicate r: replicate 0 is the model as the file gives it; replicate r > 0 of a
+   * trained model that varies is the same recipe with seed + REPLICATE_SEED_STRIDE r. A
+   * checkpoint cannot be retrained: every replicate shares it (they differ in IRI and stitching
+   * seeds only).
+   */
+  const replicaRef = (name: string, r: number, vary: boolean): ModelRef => {
+    const base = trainConfigs[name];
+    if (r === 0 || !vary || !base) return models[name];
+    const config = { ...base, seed: base.seed + REPLICATE_SEED_STRIDE * r };
+    return { task: add({ kind: "train", deps: [], label: `train ${name} rep ${r}`, spec: { kind: "train", config } }) };
+  };
 
   for (const [name, spec] of Object.entries(exp.models)) {
     try {
@@ -162,21 +188,24 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           },
           dataset: (spec.dataset ?? data).name,
           root: (spec.dataset ?? data).root,
+          ...((spec.dataset ?? data).imageSize !== undefined ? { imageSize: (spec.dataset ?? data).imageSize } : {}),
           limit: (spec.dataset ?? data).limit,
           testLimit: (spec.dataset ?? data).testLimit,
           shortcut: spec.shortcut,
           adversarial: spec.adversarial,
-          robustEvalSteps: spec.adversarial ? TRAIN_DEFAULTS.robustEvalSteps : 0,
+          robustEvalSteps: spec.adversarial ? (spec.robustEval?.steps ?? TRAIN_DEFAULTS.robustEvalSteps) : 0,
+          robustEvalAttack: spec.robustEval?.attack ?? TRAIN_DEFAULTS.robustEvalAttack,
           seed: spec.seed,
           epochs: spec.epochs,
           batchSize: spec.batchSize ?? TRAIN_DEFAULTS.batchSize,
-          lr: spec.lr ?? TRAIN_DEFAULTS.lr,
+          lr: spec.lr ?? defaultLr(spec.arch),
           // Only when set: an absent autocast must leave the task key as it was.
           ...(spec.autocast !== undefined ? { autocast: spec.autocast } : {}),
         };
         models[name] = {
           task: add({ kind: "train", deps: [], label: `train ${name}`, spec: { kind: "train", config } }),
         };
+        trainConfigs[name] = config;
       }
       points[name] = pointNames(spec, baseDir);
     } catch (e) {
@@ -193,7 +222,12 @@ export function planExperiment(exp: Experiment, file: string): Plan {
   }
 
   const stitches: StitchRole[] = [];
-  const irisOptions: IriOptions = { ...IRI_DEFAULTS, ...stripUndefined({ ...exp.iris, limit: undefined }) };
+  const irisOptions: IriOptions = {
+    ...IRI_DEFAULTS,
+    // At 224 px the reference steps larger (stitch/iris.ts IRI_STEP_SIZE_224).
+    ...(data.imageSize !== undefined ? { stepSize: defaultIriStepSize(data.imageSize) } : {}),
+    ...stripUndefined({ ...exp.iris, limit: undefined }),
+  };
   for (const [i, pair] of exp.pairs.entries()) {
     const where = `pairs[${i}]`;
     for (const side of ["front", "back"] as const)
@@ -214,80 +248,93 @@ export function planExperiment(exp: Experiment, file: string): Plan {
       );
       continue;
     }
-    for (const point of list) {
-      let irisKey: string | null = null;
-      if (exp.modes.includes("iris")) {
-        const spec: IrisTask = {
-          kind: "iris",
-          front: models[pair.front],
-          point,
-          dataset: data.name,
-          root: data.root,
-          shortcut: exp.stitch.shortcut,
-          limit: exp.iris.limit,
-          options: irisOptions,
-        };
-        const deps = "task" in models[pair.front] ? [(models[pair.front] as { task: string }).task] : [];
-        irisKey = add({ kind: "iris", deps, label: `iris ${pair.front} @ ${point}`, spec });
+    // Which data carry markers: the pair's own choice, else the experiment's (PROTOCOL.md).
+    const shortcut = pair.shortcut !== undefined ? pair.shortcut : exp.stitch.shortcut;
+    const excess = exp.excess === true ? shortcut : exp.excess || null;
+    if (exp.excess === true && !shortcut)
+      problems.push(`${where}: excess: true scores each pair on its own markers, and this pair has no shortcut`);
+    for (let r = 0; r < exp.replicates; r++) {
+      // The back is shared unless replicateBack; the front is the replicate's own, except in the
+      // identical pair, whose front is its back (replicates then differ in IRI and stitching seeds).
+      const backRef = replicaRef(pair.back, r, exp.replicateBack);
+      const frontRef = pair.front === pair.back ? backRef : replicaRef(pair.front, r, true);
+      const modelDeps = [frontRef, backRef].filter((m): m is { task: string } => "task" in m).map((m) => m.task);
+      for (const point of list) {
+        let irisKey: string | null = null;
+        if (exp.modes.includes("iris")) {
+          const spec: IrisTask = {
+            kind: "iris",
+            front: frontRef,
+            point,
+            dataset: data.name,
+            root: data.root,
+            // Only when set: an absent image size leaves the keys of 32 px IRI sets as they were.
+            ...(data.imageSize !== undefined ? { imageSize: data.imageSize } : {}),
+            shortcut,
+            limit: exp.iris.limit,
+            options: r === 0 ? irisOptions : { ...irisOptions, seed: irisOptions.seed + REPLICATE_SEED_STRIDE * r },
+          };
+          const deps = "task" in frontRef ? [frontRef.task] : [];
+          irisKey = add({ kind: "iris", deps, label: `iris ${pair.front} @ ${point}${rep(r)}`, spec });
+        }
+        for (const objective of exp.objectives)
+          for (const mode of exp.modes)
+            for (const seed of exp.seeds) {
+              const st = exp.stitch;
+              const config: StitchTask["config"] = {
+                ...STITCH_CONFIG_DEFAULTS,
+                ...stripUndefined({
+                  batchSize: st.batchSize,
+                  lr: st.lr,
+                  weightDecay: st.weightDecay,
+                  init: st.init,
+                  initImages: st.initImages,
+                  ckaImages: st.ckaImages,
+                }),
+                frontPoint: point,
+                backPoint: point,
+                objective,
+                mode,
+                dataset: data.name,
+                root: data.root,
+                ...(data.imageSize !== undefined ? { imageSize: data.imageSize } : {}),
+                limit: st.limit,
+                shortcut,
+                testLimit: data.testLimit ?? null,
+                epochs: st.epochs,
+                bnMode: st.bnMode?.[mode],
+                excess,
+                seed: seed + REPLICATE_SEED_STRIDE * r,
+              };
+              const deps = [...new Set(modelDeps)];
+              const spec: StitchTask = {
+                kind: "stitch",
+                front: frontRef,
+                back: backRef,
+                iris: mode === "iris" ? irisKey : null,
+                config,
+              };
+              const key = add({
+                kind: "stitch",
+                deps: mode === "iris" && irisKey ? [...deps, irisKey] : deps,
+                label: `stitch ${pair.front} -> ${pair.back} @ ${point} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}${rep(r)}`,
+                spec,
+              });
+              stitches.push({
+                key,
+                front: pair.front,
+                back: pair.back,
+                relation: pair.relation,
+                point,
+                pointIndex: back.points.indexOf(point),
+                objective,
+                mode,
+                seed,
+                replicate: r,
+                irisKey: mode === "iris" ? irisKey : null,
+              });
+            }
       }
-      for (const objective of exp.objectives)
-        for (const mode of exp.modes)
-          for (const seed of exp.seeds) {
-            const st = exp.stitch;
-            const config: StitchTask["config"] = {
-              ...STITCH_CONFIG_DEFAULTS,
-              ...stripUndefined({
-                batchSize: st.batchSize,
-                lr: st.lr,
-                weightDecay: st.weightDecay,
-                init: st.init,
-                initImages: st.initImages,
-                ckaImages: st.ckaImages,
-              }),
-              frontPoint: point,
-              backPoint: point,
-              objective,
-              mode,
-              dataset: data.name,
-              root: data.root,
-              limit: st.limit,
-              shortcut: st.shortcut,
-              testLimit: data.testLimit ?? null,
-              epochs: st.epochs,
-              bnMode: st.bnMode?.[mode],
-              excess: exp.excess,
-              seed,
-            };
-            const deps = [pair.front, pair.back]
-              .map((n) => models[n])
-              .filter((r): r is { task: string } => "task" in r)
-              .map((r) => r.task);
-            const spec: StitchTask = {
-              kind: "stitch",
-              front: models[pair.front],
-              back: models[pair.back],
-              iris: mode === "iris" ? irisKey : null,
-              config,
-            };
-            const key = add({
-              kind: "stitch",
-              deps: mode === "iris" && irisKey ? [...deps, irisKey] : deps,
-              label: `stitch ${pair.front} -> ${pair.back} @ ${point} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}`,
-              spec,
-            });
-            stitches.push({
-              key,
-              front: pair.front,
-              back: pair.back,
-              relation: pair.relation,
-              point,
-              pointIndex: back.points.indexOf(point),
-              objective,
-              mode,
-              seed,
-              irisKey: mode === "iris" ? irisKey : null,
-            });
-          }
     }
   }
   if (problems.length) throw new ExperimentError(file, problems);

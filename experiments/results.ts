@@ -12,9 +12,25 @@ import * as torch from "../torch/index.js";
 import { repoRoot } from "../torch/native.js";
 import type { Plan } from "./plan.js";
 import type { RunSummary } from "./runner.js";
+import { reading, settingsLines, type Warning, warnings } from "./summary.js";
 import { modelPath, taskDir } from "./tasks.js";
 
 const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
+
+/** The best of a model's recorded accuracies (a shortcut model's clean accuracy alone would undersell it). */
+function bestAccuracy(acc: Record<string, number> | undefined): number | null {
+  const vs = Object.values(acc ?? {}).filter((v) => Number.isFinite(v));
+  return vs.length ? Math.max(...vs) : null;
+}
+
+/** The number of classes the stitches were scored on (10 when none has finished). */
+function numClassesOf(plan: Plan, cache: string): number {
+  for (const s of plan.stitches) {
+    const path = join(taskDir(cache, "stitch", s.key), "scores.json");
+    if (existsSync(path)) return readJson<StitchResult>(path).scores.numClasses;
+  }
+  return 10;
+}
 
 /** One row per finished stitch task. */
 export function stitchRows(plan: Plan, cache: string): StitchRow[] {
@@ -39,10 +55,14 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       soft_error_consistency: r.scores.softErrorConsistency,
       cka: r.cka,
       excess_agreement: r.excess?.excessAgreement ?? null,
+      test_data: r.testData,
       iri_residual: r.iris?.residuals.mean ?? null,
       bn_mode: r.config.bnMode,
       epochs: r.config.epochs,
       seed: s.seed,
+      replicate: s.replicate,
+      front_accuracy: bestAccuracy(r.front.accuracies),
+      train_steps: r.config.epochs * Math.floor(r.training.trainImages / r.config.batchSize),
     });
   }
   return rows;
@@ -85,7 +105,7 @@ export function irisSummaries(plan: Plan, cache: string): (IriPreview & { key: s
     const info = readJson<IriSetInfo>(join(dir, "iris.json"));
     out.push({
       key: s.irisKey,
-      front: s.front,
+      front: s.replicate > 0 ? `${s.front} (replicate ${s.replicate})` : s.front,
       point: s.point,
       residuals: info.residuals,
       png: readFileSync(join(dir, "preview.png")),
@@ -129,10 +149,13 @@ export async function writeResults(
   cache: string,
   out: string,
   extra: Record<string, string | number | boolean> = {},
-): Promise<{ rows: StitchRow[]; iris: (IriPreview & { key: string })[] }> {
+): Promise<{ rows: StitchRow[]; iris: (IriPreview & { key: string })[]; reading: string[]; warnings: Warning[] }> {
   mkdirSync(out, { recursive: true });
   const rows = stitchRows(plan, cache);
   const iris = irisSummaries(plan, cache);
+  // One reading for the terminal and the report (experiments/summary.ts).
+  const warned = warnings(rows, numClassesOf(plan, cache));
+  const read = reading(rows, { settings: settingsLines(plan.experiment), warnings: warned });
   const env = environment({ cache, ...extra });
   const failed = Object.entries(summary.errors).map(([k, e]) => `${k}: ${e}`);
   torch.writeFileAtomic(join(out, "plan.json"), [
@@ -149,6 +172,8 @@ export async function writeResults(
       models: modelRows(plan, cache),
       iris,
       environment: env,
+      reading: read,
+      warnings: warned.map((w) => `${w.where}: ${w.what}`),
       notes: [
         ...(plan.experiment.description ? [plan.experiment.description] : []),
         ...(failed.length ? [`${failed.length} task(s) failed or were skipped: ${failed.join("; ")}`] : []),
@@ -156,5 +181,5 @@ export async function writeResults(
     },
     out,
   );
-  return { rows, iris };
+  return { rows, iris, reading: read, warnings: warned };
 }

@@ -8,6 +8,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { DATASET_NAMES, SHORTCUT_KINDS } from "../data/index.js";
 import { IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { BN_MODES } from "../stitch/train.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
 
 const int = (min = 0) => z.number().int().min(min);
@@ -20,6 +21,9 @@ const datasetSchema = z
     root: z.string().optional().describe("where the files are (Fashion-MNIST defaults to Debian's)"),
     limit: int(1).optional().describe("first n training images only"),
     testLimit: int(1).optional().describe("first n test images only"),
+    imageSize: int(1)
+      .optional()
+      .describe("image folders: the side images are resized to (default 32, as LS-ImageNet-10; ImageNet-100: 224)"),
   })
   .strict();
 
@@ -39,12 +43,23 @@ const trainedModelSchema = z
     dataset: datasetSchema
       .optional()
       .describe("train on another dataset than the experiment's (e.g. a front from LS-ImageNet-10)"),
+    robustEval: z
+      .object({ attack: z.enum(["apgd", "pgd"]).optional(), steps: int().optional() })
+      .strict()
+      .optional()
+      .describe(
+        "robust evaluation of an adversarially trained model: APGD-CE and APGD-DLR (default) or PGD, 100 iterations each by default",
+      ),
     adversarial: z
       .object({
         eps: z.number().positive(),
         step: z.number().positive(),
         steps: int(1),
         fraction: z.number().min(0).max(1),
+        randomStart: z
+          .boolean()
+          .default(false)
+          .describe("start each attack from a random point in the ball (default: from the image, as the reference)"),
       })
       .strict()
       .nullable()
@@ -65,6 +80,12 @@ const pairSchema = z
     back: z.string(),
     relation: z.string().describe("what the pair is: identical, cross-seed, cross-bias, robust-vs-clean, ..."),
     points: pointsSchema.optional().describe("overrides the experiment's points for this pair"),
+    shortcut: shortcut
+      .nullable()
+      .optional()
+      .describe(
+        "mark this pair's stitching data (real training images, the IRIs' sources, the test set) with this shortcut, as the reference's cross-bias configs do; overrides stitch.shortcut (null: clean)",
+      ),
   })
   .strict();
 
@@ -93,17 +114,21 @@ const stitchSchema = z
     shortcut: shortcut
       .nullable()
       .default(null)
-      .describe("mark the stitching's training images (real ones and the IRIs' sources) with this shortcut"),
+      .describe(
+        "mark every pair's stitching data (real training images, the IRIs' sources and the test set) with this shortcut; a pair's own shortcut overrides it",
+      ),
     batchSize: int(1).optional(),
     lr: z.number().positive().optional(),
     weightDecay: z.number().min(0).optional(),
     init: z.enum(["lstsq", "random", "identity"]).optional(),
     initImages: int(1).optional(),
     bnMode: z
-      .object({ standard: z.enum(["batch", "eval"]).optional(), iris: z.enum(["batch", "eval"]).optional() })
+      .object({ standard: z.enum(BN_MODES).optional(), iris: z.enum(BN_MODES).optional() })
       .strict()
       .optional()
-      .describe("frozen networks' batch norm per mode (default: batch for standard, eval for iris)"),
+      .describe(
+        "frozen networks' batch norm per mode: adapt, batch or eval (default: adapt for standard, eval for iris)",
+      ),
     ckaImages: int().optional(),
   })
   .strict();
@@ -122,7 +147,24 @@ export const experimentSchema = z
       .min(1)
       .default(["standard", "iris"]),
     seeds: z.array(int()).min(1).default([0]).describe("stitching seeds (batch order)"),
-    excess: shortcut.nullable().default(null).describe("also score on marked and rolled test sets"),
+    replicates: int(1)
+      .default(1)
+      .describe(
+        "replicates: each trains its own front models (seed + 1000 r), makes its own IRI sets and stitches with its own seed; scores are reported as means with 95% intervals",
+      ),
+    replicateBack: z
+      .boolean()
+      .default(false)
+      .describe(
+        "also train a back model per replicate (default false: one back model shared by every replicate, as the reference's curves average three fronts against one back)",
+      ),
+    excess: z
+      .union([z.boolean(), shortcut])
+      .nullable()
+      .default(null)
+      .describe(
+        "also score on test sets with class-consistent markers and with rolled ones (excess agreement): a marker kind, or true for each pair's own shortcut",
+      ),
     iris: irisSchema.default({ limit: null }),
     stitch: stitchSchema.default({ limit: null, shortcut: null }),
     scales: z

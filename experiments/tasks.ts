@@ -137,6 +137,7 @@ async function makeTask(
         point: spec.point,
         dataset: spec.dataset,
         root: spec.root,
+        imageSize: spec.imageSize,
         shortcut: spec.shortcut,
         limit: spec.limit,
         options: spec.options,

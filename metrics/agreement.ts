@@ -14,17 +14,12 @@
 //   than independent models of these accuracies, negative: less. Larger = more similar.
 // - softErrorConsistency: (c_obs - c_exp) / (1 - c_exp) with PROTOCOL's
 //   c_exp = q_s q_B + (1-q_s)(1-q_B)/(K-1), q = mean probability of the true class
-//   (softAccuracy, backSoftAccuracy), and c_obs = mean of sum_k p_s(k) p_B(k)
-//   = p_s(y) p_B(y) + sum_{k≠y} p_s(k) p_B(k): the probability that labels drawn independently
-//   from the two models agree (both right, or both wrong with the same wrong label).
-//   Why this c_obs: PROTOCOL's c_exp is exactly the chance of such agreement for models whose
-//   correctness is independent across images and whose wrong mass is spread uniformly over the
-//   K-1 wrong classes, so c_obs must count "both wrong" only when the wrong labels coincide.
-//   For one-hot probabilities c_obs is labelAgreement, and the soft kappa equals the hard kappa
-//   exactly when K = 2 (both wrong then means the same wrong label, and K-1 = 1); for K > 2 the
-//   soft score is the stricter one (a shared mistake counts only if it is the same mistake).
-//   Identical one-hot outputs give 1. Larger = more similar.
-// Kappas are NaN when 1 - c_exp = 0 (e.g. both models always right): undefined, not 0 or 1.
+//   (softAccuracy, backSoftAccuracy), and c_obs = agreementProbability (the normalised dot
+//   product above), as the reference computes it (evaluation/metrics.py, soft_error_consistency
+//   fed by agreement's normalised soft agreement). So a model stitched with itself scores
+//   exactly 1, whatever its confidence. Larger = more similar.
+//   softObservedConsistency keeps the unnormalised mean of sum_k p_s(k) p_B(k) for reference.
+// Kappas are 1 where c_exp = 1 (both models always right, or always wrong), as in the reference.
 import * as torch from "../torch/index.js";
 
 export interface AgreementResult {
@@ -42,15 +37,15 @@ export interface AgreementResult {
   softAccuracy: number;
   /** Mean probability of the true class under B (q_B). */
   backSoftAccuracy: number;
-  /** Mean over images of sum_k p_s(k) p_B(k): the soft c_obs. */
+  /** Mean over images of sum_k p_s(k) p_B(k), unnormalised (the soft c_obs is agreementProbability). */
   softObservedConsistency: number;
   softErrorConsistency: number;
 }
 
-/** (c_obs - c_exp) / (1 - c_exp); NaN when c_exp is 1 (kappa undefined). */
+/** (c_obs - c_exp) / (1 - c_exp); 1 where c_exp is 1 (the reference's convention, evaluation/metrics.py). */
 export function kappa(cObs: number, cExp: number): number {
   const denom = 1 - cExp;
-  return denom === 0 ? Number.NaN : (cObs - cExp) / denom;
+  return denom === 0 ? 1 : (cObs - cExp) / denom;
 }
 
 // Order of the per-batch sums computed by sums().
@@ -112,7 +107,7 @@ export class AgreementMeter {
       softAccuracy: qS,
       backSoftAccuracy: qB,
       softObservedConsistency: softObs,
-      softErrorConsistency: kappa(softObs, softExp),
+      softErrorConsistency: kappa(m(AGREE_PROB), softExp),
     };
   }
 }

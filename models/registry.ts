@@ -13,7 +13,7 @@ const REGISTRY: Record<string, { describe: string; create: (o: ModelOptions) => 
     create: (o) => new ResNet18(o),
   },
   vgg16_bn: {
-    describe: "VGG-16 with batch norm for 32 px; 6 points: the 5 conv-stage ends + the classifier input",
+    describe: "VGG-16 with batch norm, torchvision's layout; 6 points: features.2, .5, .12, .22, .32, .42 (post-ReLU)",
     create: (o) => new Vgg16Bn(o),
   },
   vit_tiny_patch4_32: {

@@ -1,6 +1,8 @@
 // ResNet-18 with torchvision's parameter names (conv1, bn1, layer1.0.conv1, ..., fc). The CIFAR
 // stem (3x3 conv, stride 1, no max-pool) is the default; the ImageNet stem (7x7 stride 2 and a
-// 3x3 max-pool) is an option. Stitch points: the stem output and the 8 BasicBlock outputs.
+// 3x3 max-pool) is an option. Stitch points: the stem output (after its ReLU; with the ImageNet
+// stem before the max-pool, which then runs on the way to layer1.0, as the reference hooks the
+// stem's ReLU: models/model_utils.py, resnet 'post_act') and the 8 BasicBlock outputs.
 import { AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Linear, MaxPool2d, Sequential } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
 import type * as torch from "../torch/index.js";
@@ -88,19 +90,19 @@ export class ResNet18 extends StitchableModel {
         : new Conv2d(3, widths[0], 3, { stride: 1, padding: 1, bias: false }),
     );
     this.bn1 = this.child("bn1", new BatchNorm2d(widths[0]));
-    let size = imagenet ? Math.floor((Math.floor((c.imageSize - 1) / 2) + 1 - 1) / 2) + 1 : c.imageSize;
+    // Both the 7x7 stride-2 conv (padding 3) and the 3x3 stride-2 max-pool (padding 1) map a
+    // size s to floor((s - 1) / 2) + 1.
+    const half = (s: number) => Math.floor((s - 1) / 2) + 1;
+    let size = imagenet ? half(c.imageSize) : c.imageSize;
     const point = (name: string, channels: number) =>
       ({ name, channels, height: size, width: size, kind: "cnn" }) as const;
     this.stageList = [
-      {
-        name: "stem",
-        point: point("stem", widths[0]),
-        run: (x) => {
-          const h = this.bn1.forward(this.conv1.forward(x)).relu();
-          return imagenet ? this.#maxpool.forward(h) : h;
-        },
-      },
+      { name: "stem", point: point("stem", widths[0]), run: (x) => this.bn1.forward(this.conv1.forward(x)).relu() },
     ];
+    if (imagenet) {
+      this.stageList.push({ name: "maxpool", point: null, run: (h) => this.#maxpool.forward(h) });
+      size = half(size);
+    }
     this.layers = [];
     let inPlanes = widths[0];
     widths.forEach((planes, li) => {

@@ -6,14 +6,29 @@ import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
 
-/** A named place in a network. CNNs: channels x height x width; ViTs: dimension x tokens x 1. */
+/**
+ * What a stitch point holds, by the shape of its features (the reference's conv / token / vector
+ * formats, models/model_utils.py get_stitch_transform):
+ *   "cnn"    [N, C, H, W] maps: channels C, height H, width W;
+ *   "vit"    [N, tokens, dim] token sequences: channels dim, height tokens, width 1;
+ *   "vector" [N, D] vectors (the ViT head input): channels D, height 1, width 1.
+ */
+export type PointKind = "cnn" | "vit" | "vector";
+
+/** A named place in a network; `kind` says how channels, height and width map to its shape. */
 export interface StitchPoint {
   name: string;
   channels: number;
   height: number;
   width: number;
-  /** "cnn" points hold [N, C, H, W] maps, "vit" points [N, tokens, dim] token sequences. */
-  kind: "cnn" | "vit";
+  kind: PointKind;
+}
+
+/** The shape of a point's features for a batch of n: what forwardTo(x, point) returns. */
+export function pointShape(p: StitchPoint, n: number): number[] {
+  if (p.kind === "cnn") return [n, p.channels, p.height, p.width];
+  if (p.kind === "vit") return [n, p.height, p.channels];
+  return [n, p.channels];
 }
 
 export interface Stage {

@@ -1,12 +1,19 @@
-// VGG-16 with batch norm for CIFAR, named as torchvision's vgg16_bn features ("features.0" is the
-// first conv, "features.1" its BN, ...) with one linear classifier on the 512-d pooled features
-// (the usual CIFAR variant; torchvision's 4096-wide ImageNet head would dwarf the network).
-// Stitch points: the ends of the five conv stages (after each max-pool) and the classifier
-// input (after global average pooling, [N, 512, 1, 1]).
+// VGG-16 with batch norm in torchvision's layout (torchvision.models.vgg16_bn), so a torchvision
+// state dict loads as it is: `features` (conv / BN / ReLU triples and max-pools, numbered as
+// nn.Sequential numbers them), `avgpool` (adaptive average pool to 7x7) and `classifier`
+// (Linear 25088-4096, ReLU, Dropout, Linear 4096-4096, ReLU, Dropout, Linear 4096-K: parameters
+// classifier.0, classifier.3, classifier.6). The paper's VGG is this torchvision model on
+// CIFAR-sized inputs (the reference's models/vgg/vgg_architecture.py): at 32 px the features
+// end at 1x1 and the adaptive pool repeats that pixel into the 7x7 grid the classifier expects.
+//
+// Stitch points (PROTOCOL.md, "Stitch points"; the reference's models/model_utils.py, 'vgg16'),
+// all post-ReLU: features.2 (conv1_1's ReLU), then the last ReLU of each stage, before its
+// max-pool: features.5, .12, .22, .32, .42.
 import {
   AdaptiveAvgPool2d,
   BatchNorm2d,
   Conv2d,
+  Dropout,
   Linear,
   MaxPool2d,
   ReLU,
@@ -14,17 +21,47 @@ import {
   Sequential,
 } from "../nn/layers.js";
 import type { Module } from "../nn/module.js";
-import type * as torch from "../torch/index.js";
+import * as torch from "../torch/index.js";
 import { type Stage, StitchableModel } from "./stitchable.js";
 
 type Tensor = torch.Tensor;
 
+// torchvision's cfgs["D"].
 const CFG: (number | "M")[] = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"];
+/** Indices in `features` of the ReLUs that are stitch points. */
+const POINTS = [2, 5, 12, 22, 32, 42];
+/** torchvision's avgpool output size and classifier width. */
+const POOL = 7;
+const HIDDEN = 4096;
 
 export interface VggOptions {
   numClasses?: number;
+  /**
+   * Width multiplier for small CPU runs: conv channels become round(64w) ... round(512w) and the
+   * classifier's hidden width round(4096w), so the whole network shrinks together (at 1/8 the
+   * classifier would otherwise hold 30M of the model's 31M parameters). 1 is torchvision's.
+   */
   width?: number;
+  /** Input height and width, for the stitch points' spatial sizes (32 for CIFAR). */
   imageSize?: number;
+}
+
+/**
+ * torchvision's VGG initialisation (torchvision/models/vgg.py, init_weights): convolutions
+ * kaiming_normal_(mode="fan_out", nonlinearity="relu") with zero bias, batch norm 1 and 0 (as
+ * built), linear layers N(0, 0.01) with zero bias.
+ */
+function initLikeTorchvision(features: Module[], classifier: Module[]): void {
+  const init = (m: Module, std: number) => {
+    const p = Object.fromEntries(m.namedParameters());
+    p.weight.normal_(0, std);
+    p.bias.zero_();
+  };
+  torch.noGrad(() => {
+    for (const m of features)
+      if (m instanceof Conv2d) init(m, Math.sqrt(2 / (m.outChannels * m.kernelSize * m.kernelSize)));
+    for (const m of classifier) if (m instanceof Linear) init(m, 0.01);
+  });
 }
 
 export class Vgg16Bn extends StitchableModel {
@@ -32,8 +69,8 @@ export class Vgg16Bn extends StitchableModel {
   readonly config: Required<VggOptions>;
   protected readonly stageList: Stage[] = [];
   readonly features: Sequential;
-  readonly classifier: Linear;
-  readonly #pool = new AdaptiveAvgPool2d(1);
+  readonly avgpool = new AdaptiveAvgPool2d(POOL);
+  readonly classifier: Sequential;
 
   constructor(opts: VggOptions = {}) {
     super();
@@ -43,39 +80,62 @@ export class Vgg16Bn extends StitchableModel {
       imageSize: opts.imageSize ?? 32,
     };
     this.config = c;
+    const scaled = (v: number) => Math.max(1, Math.round(v * c.width));
+    // torchvision's make_layers(cfg, batch_norm=True); sizes[i] is the spatial size after layer i.
     const layers: Module[] = [];
+    const channels: number[] = [];
+    const sizes: number[] = [];
     let inCh = 3;
     let size = c.imageSize;
-    let stageStart = 0;
-    const stages: { end: number; channels: number; size: number; from: number }[] = [];
     for (const v of CFG) {
       if (v === "M") {
         layers.push(new MaxPool2d(2, 2));
         size = Math.floor(size / 2);
-        stages.push({ from: stageStart, end: layers.length - 1, channels: inCh, size });
-        stageStart = layers.length;
+        channels.push(inCh);
+        sizes.push(size);
       } else {
-        const out = Math.max(1, Math.round(v * c.width));
+        const out = scaled(v);
         layers.push(new Conv2d(inCh, out, 3, { padding: 1 }), new BatchNorm2d(out), new ReLU());
         inCh = out;
+        channels.push(out, out, out);
+        sizes.push(size, size, size);
       }
     }
     this.features = this.child("features", new Sequential(...layers));
-    for (const s of stages) {
-      const name = `features.${s.end}`;
-      const mods = this.features.layers.slice(s.from, s.end + 1);
+    this.child("avgpool", this.avgpool); // no parameters; registered as torchvision's module is
+    const hidden = scaled(HIDDEN);
+    this.classifier = this.child(
+      "classifier",
+      new Sequential(
+        new Linear(inCh * POOL * POOL, hidden),
+        new ReLU(),
+        new Dropout(0.5),
+        new Linear(hidden, hidden),
+        new ReLU(),
+        new Dropout(0.5),
+        new Linear(hidden, c.numClasses),
+      ),
+    );
+    initLikeTorchvision(layers, this.classifier.layers);
+
+    // One stage per point (the layers after the previous point up to its ReLU), then the rest
+    // of `features` (the last max-pool) and the pool; the classifier is the head.
+    let from = 0;
+    for (const end of POINTS) {
+      const name = `features.${end}`;
+      const mods = layers.slice(from, end + 1);
       this.stageList.push({
         name,
-        point: { name, channels: s.channels, height: s.size, width: s.size, kind: "cnn" },
+        point: { name, channels: channels[end], height: sizes[end], width: sizes[end], kind: "cnn" },
         run: (h) => runInOrder(h, mods),
       });
+      from = end + 1;
     }
-    this.stageList.push({
-      name: "avgpool",
-      point: { name: "avgpool", channels: inCh, height: 1, width: 1, kind: "cnn" },
-      run: (h) => this.#pool.forward(h),
-    });
-    this.classifier = this.child("classifier", new Linear(inCh, c.numClasses));
+    const rest = layers.slice(from);
+    this.stageList.push(
+      { name: `features.${from}`, point: null, run: (h) => runInOrder(h, rest) },
+      { name: "avgpool", point: null, run: (h) => this.avgpool.forward(h) },
+    );
   }
 
   protected head(h: Tensor): Tensor {

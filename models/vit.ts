@@ -1,8 +1,11 @@
 // Vision Transformers with timm's parameter names (patch_embed.proj, cls_token, pos_embed,
 // blocks.N.norm1 / attn.qkv / attn.proj / norm2 / mlp.fc1 / mlp.fc2, norm, head), pre-norm
 // blocks with LayerNorm eps 1e-6 and exact GELU, a class token and a learned position embedding.
-// Stitch points hold the token sequence [N, tokens, dim]: chosen block outputs and the head
-// input ("norm", the final LayerNorm's output, of which the head reads the class token).
+// Stitch points: chosen block outputs, which hold the token sequence [N, tokens, dim], and the
+// head input "norm": the pooled class token after the final LayerNorm, a vector [N, dim]. That
+// is what timm's head_drop receives (forward_head: pool, fc_norm, head_drop, head; the
+// reference's models/model_utils.py hooks 'head_drop'), so least squares, DM/FuLA, IRI targets
+// and CKA at the head point see only what the head reads, not the patch tokens it ignores.
 import { Attention } from "../nn/attention.js";
 import { truncNormal } from "../nn/init.js";
 import { Conv2d, GELU, LayerNorm, Linear, Sequential } from "../nn/layers.js";
@@ -105,6 +108,7 @@ export class VisionTransformer extends StitchableModel {
     this.norm = this.child("norm", new LayerNorm(d, 1e-6));
     this.headLinear = this.child("head", new Linear(d, c.numClasses));
     const point = (name: string) => ({ name, channels: d, height: tokens, width: 1, kind: "vit" }) as const;
+    const headInput = { name: "norm", channels: d, height: 1, width: 1, kind: "vector" } as const;
     this.stageList = [
       {
         name: "embed",
@@ -120,11 +124,15 @@ export class VisionTransformer extends StitchableModel {
         point: c.pointBlocks.includes(i) ? point(`blocks.${i}`) : null,
         run: (h: Tensor) => b.forward(h),
       })),
-      { name: "norm", point: point("norm"), run: (h) => this.norm.forward(h) },
+      // timm normalises every token and then pools the class token; LayerNorm acts on each
+      // token alone, so normalising the class token only gives the same vector at 1/tokens
+      // of the cost.
+      { name: "norm", point: headInput, run: (h) => this.norm.forward(h.select(1, 0)) },
     ];
   }
 
+  /** From the head input [N, dim] to the logits (timm's head_drop is the identity at rate 0). */
   protected head(h: Tensor): Tensor {
-    return this.headLinear.forward(h.select(1, 0));
+    return this.headLinear.forward(h);
   }
 }

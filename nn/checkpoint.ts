@@ -16,7 +16,7 @@ export interface CheckpointMeta {
   options: ModelOptions;
   dataset?: string;
   shortcut?: string | null;
-  adversarial?: Record<string, number> | null;
+  adversarial?: Record<string, number | boolean> | null;
   seed?: number;
   epochs?: number;
   accuracies?: Record<string, number>;

@@ -3,6 +3,7 @@
 // dashed = invariance-aware (trained on IRIs). Each spec carries its data, so a figure's
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
+import { groupKey, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
 export interface Figure {
@@ -84,8 +85,12 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
     ...panels.map((p) => distinct(used.filter((r) => labels.get(r.pair) === p).map((r) => r.point)).length),
   );
   const width = Math.min(420, Math.max(180, 32 * maxPoints));
+  // The 95% interval over replicates of each point's mean, drawn as a band around the line.
+  const bands = new Map(summarize(used).map((s) => [`${groupKey(s)}\t${s.point}`, s.scores[f.field]] as const));
+  const band = (r: StitchRow) => bands.get(`${groupKey(r)}\t${r.point}`);
   const values = used.map((r) => ({
     panel: labels.get(r.pair)!,
+    ...(Number.isFinite(band(r)?.lo) ? { lo: band(r)!.lo, hi: band(r)!.hi } : {}),
     point: r.point,
     pointIndex: r.pointIndex,
     objective: r.objective,
@@ -121,6 +126,17 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
         "field" in f.reference
           ? { y: { field: f.reference.field, aggregate: "mean", type: "quantitative" } }
           : { y: { datum: f.reference.value } },
+    });
+  if (values.some((v) => "lo" in v))
+    layers.push({
+      mark: { type: "area", opacity: 0.18 },
+      encoding: {
+        x,
+        y: { field: "lo", aggregate: "mean", type: "quantitative", title: f.yTitle },
+        y2: { field: "hi", aggregate: "mean" },
+        color,
+        detail: { field: "mode", type: "nominal" },
+      },
     });
   layers.push(
     {
@@ -162,7 +178,8 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
   return { name: f.name, title: f.title, caption: f.caption, spec };
 }
 
-const SEVERAL = "Where several runs share a panel, objective, mode and point, the mean is drawn.";
+const SEVERAL =
+  "Where several replicates share a panel, objective, mode and point, the line is their mean and the band its 95% Student-t interval.";
 
 /** The report's figures for these rows, those without data left out. */
 export function reportFigures(rows: StitchRow[]): Figure[] {
@@ -172,7 +189,7 @@ export function reportFigures(rows: StitchRow[]): Figure[] {
       title: "Agreement probability vs stitch point",
       subtitle: "larger = more similar; solid: standard stitching, dashed: invariance-aware (IRIs)",
       caption:
-        "Agreement probability between the stitched model and the back model on the clean test set, " +
+        "Agreement probability between the stitched model and the back model on the test set (marked where the pair's data are), " +
         "against the stitch point, one panel per pair of models; colour is the objective, solid lines are " +
         `standard stitching and dashed lines invariance-aware stitching. Larger agreement = more similar. ${SEVERAL}`,
       field: "agreement_prob",

@@ -20,10 +20,14 @@ export const CSV_COLUMNS = [
   "back_accuracy",
   "hard_error_consistency",
   "excess_agreement",
+  "test_data",
   "iri_residual",
   "bn_mode",
   "epochs",
   "seed",
+  "replicate",
+  "front_accuracy",
+  "train_steps",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

@@ -2,6 +2,7 @@
 // CSS, the figures as inline SVG, the IRI grids as data: URLs, and plain tables. Every piece
 // of text that comes from the input is escaped.
 import type { Figure } from "./charts.js";
+import { formatInterval, summarize } from "./summary.js";
 import type { IriPreview, ModelRow, ReportInput, StitchRow } from "./types.js";
 
 /** A figure ready for the page: its spec's description and the rendered SVG text. */
@@ -63,6 +64,8 @@ th, td { padding: 3px 9px; border-bottom: 1px solid #eee; text-align: left; whit
 th { background: #f6f7f9; font-weight: 600; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr:hover td { background: #fafbfd; }
+.reading li { margin: 4px 0; }
+.warnings li { color: #a33; }
 .muted { color: #888; }
 `;
 
@@ -129,6 +132,7 @@ function resultsSection(rows: StitchRow[]): string {
     "BN",
     "epochs",
     "seed",
+    "replicate",
   ];
   const body = sortedRows(rows).map((r) => [
     cell(r.pair),
@@ -149,13 +153,66 @@ function resultsSection(rows: StitchRow[]): string {
     cell(r.bn_mode),
     cell(String(r.epochs), true),
     cell(String(r.seed), true),
+    cell(String(r.replicate), true),
   ]);
   return (
-    "<p>Scores on the clean test set (excess agreement: on the marked and the rolled test sets); for " +
+    "<p>Scores on the test set named in the summary's test-data column (excess agreement: on the marked and the rolled test sets); for " +
     "agreement, error consistency (EC), CKA and excess agreement, " +
     "larger = more similar. Every row is also in <code>results.csv</code>, unrounded.</p>\n" +
     table(headers, body)
   );
+}
+
+/** Mean ± 95% half-width over replicates, one row per (pair, point, objective, mode, test data). */
+function summarySection(rows: StitchRow[]): string {
+  if (rows.length === 0) return '<p class="muted">No stitched runs.</p>';
+  const summary = summarize(rows);
+  const headers = [
+    "pair",
+    "front → back",
+    "point",
+    "objective",
+    "mode",
+    "test data",
+    "n",
+    "agreement prob.",
+    "accuracy",
+    "soft EC",
+    "CKA",
+    "excess agr.",
+  ];
+  const body = summary.map((s) => [
+    cell(s.pair),
+    cell(`${s.front} → ${s.back}`),
+    cell(s.point),
+    cell(s.objective),
+    cell(s.mode),
+    cell(s.test_data),
+    cell(String(s.n), true),
+    cell(formatInterval(s.scores.agreement_prob), true),
+    cell(formatInterval(s.scores.accuracy), true),
+    cell(formatInterval(s.scores.soft_error_consistency), true),
+    cell(formatInterval(s.scores.cka), true),
+    cell(formatInterval(s.scores.excess_agreement), true),
+  ]);
+  return (
+    "<p>Means over replicates ± the half-width of their 95% Student-t interval (no interval for one replicate); " +
+    "larger = more similar. Two values differ only where their intervals do not overlap. " +
+    "Also in <code>summary.csv</code>, unrounded, with standard deviations.</p>\n" +
+    table(headers, body)
+  );
+}
+
+function readingSection(input: ReportInput): string {
+  const lines = input.reading ?? [];
+  const warned = input.warnings ?? [];
+  if (lines.length === 0 && warned.length === 0) return "";
+  const items = lines
+    .filter((l) => !l.startsWith("Warning: "))
+    .map((l) => `<li>${h(l)}</li>`)
+    .join("\n");
+  const warn = warned.map((w) => `<li class="warning">${h(w)}</li>`).join("\n");
+  return `<ul class="reading">\n${items}\n</ul>${warn ? `\n<h3>Warnings</h3>\n<ul class="warnings">\n${warn}\n</ul>` : ""}`;
 }
 
 function modelsSection(models: ModelRow[]): string {
@@ -207,9 +264,12 @@ function environmentSection(env: ReportInput["environment"]): string {
 
 /** The whole page. `figures` are in the order they appear; their SVGs are inlined. */
 export function reportHtml(input: ReportInput, figures: PageFigure[]): string {
+  const read = readingSection(input);
   const sections: [string, string, string][] = [
+    ...(read ? ([["reading", "Reading", read]] as [string, string, string][]) : []),
     ["figures", "Figures", chartsSection(figures)],
-    ["results", "Results", resultsSection(input.rows)],
+    ["summary", "Summary over replicates", summarySection(input.rows)],
+    ["results", "Every run", resultsSection(input.rows)],
     ["models", "Base models", modelsSection(input.models)],
     ["iris", "IRIs", irisSection(input.iris)],
     ["environment", "Environment", environmentSection(input.environment)],

@@ -3,5 +3,15 @@ export { type Figure, reportFigures } from "./charts.js";
 export { CSV_COLUMNS, csvField, resultsCsv } from "./csv.js";
 export { escapeHtml, type PageFigure, reportHtml } from "./html.js";
 export { type Rendered, renderFigure, renderSvg } from "./render.js";
+export {
+  formatInterval,
+  groupKey,
+  pointsOf,
+  SUMMARY_SCORES,
+  type SummaryRow,
+  type SummaryScore,
+  summarize,
+  summaryCsv,
+} from "./summary.js";
 export type { IriPreview, ModelRow, ReportInput, StitchMode, StitchRow } from "./types.js";
 export { type WrittenReport, writeReport } from "./write.js";

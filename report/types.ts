@@ -26,11 +26,19 @@ export interface StitchRow {
   soft_error_consistency: number;
   cka: number | null;
   excess_agreement: number | null;
+  /** The test set scored: "clean", or the shortcut kind its images carry (never compare the two by accident). */
+  test_data: string;
   /** Mean relative residual of the IRI set used (iris mode). */
   iri_residual: number | null;
   bn_mode: string;
   epochs: number;
   seed: number;
+  /** 0-based replicate (its own front models, IRI and stitching seeds). */
+  replicate: number;
+  /** The front model's best recorded accuracy (clean or marked; null when its checkpoint records none). */
+  front_accuracy: number | null;
+  /** Optimiser steps T was trained for (epochs x full batches). */
+  train_steps: number;
 }
 
 /** A base model and its accuracies, by test set name ("clean", "pgd", ...). */
@@ -59,5 +67,9 @@ export interface ReportInput {
   models: ModelRow[];
   iris: IriPreview[];
   environment: Record<string, string | number | boolean>;
+  /** The reading in words (experiments/summary.ts makes it; the terminal prints the same lines). */
+  reading?: string[];
+  /** Sanity warnings ("where: what"), shown above the results. */
+  warnings?: string[];
   notes?: string[];
 }

@@ -1,4 +1,5 @@
-// Writes an experiment's report directory: results.csv, report.html and figures/ (each figure
+// Writes an experiment's report directory: results.csv (one row per run), summary.csv (means and
+// 95% intervals over replicates), report.html and figures/ (each figure
 // as <name>.vl.json, <name>.svg, <name>.png). Every file is written atomically (temporary
 // sibling, then rename), so an interrupted run never leaves a half-written report.
 import { mkdirSync } from "node:fs";
@@ -8,6 +9,7 @@ import { reportFigures } from "./charts.js";
 import { resultsCsv } from "./csv.js";
 import { type PageFigure, reportHtml } from "./html.js";
 import { renderFigure } from "./render.js";
+import { summarize, summaryCsv } from "./summary.js";
 import type { ReportInput, StitchRow } from "./types.js";
 
 export interface WrittenReport {
@@ -49,6 +51,7 @@ export async function writeReport(input: ReportInput, outDir: string): Promise<W
 
   const csv = join(outDir, "results.csv");
   writeFileAtomic(csv, [resultsCsv(input.rows)]);
+  writeFileAtomic(join(outDir, "summary.csv"), [summaryCsv(summarize(input.rows))]);
   const html = join(outDir, "report.html");
   writeFileAtomic(html, [reportHtml(input, page)]);
   return { html, csv, figures: page.map((f) => f.name) };

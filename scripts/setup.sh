@@ -16,7 +16,7 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 
-PKGS=(libtorch-dev python3-torch dataset-fashion-mnist libopenblas0-pthread build-essential python3 binutils chromium)
+PKGS=(libtorch-dev python3-torch python3-torchvision dataset-fashion-mnist libopenblas0-pthread build-essential python3 binutils chromium)
 for arg in "$@"; do
   case "$arg" in
     --tests) PKGS+=(slurmctld slurmd slurm-client munge) ;;

@@ -1,5 +1,6 @@
 // Scores of a stitched model against B on a test set (PROTOCOL.md, "Scores"), streamed batch by
-// batch. Both frozen networks run in eval mode here, whatever mode T was trained in.
+// batch. The frozen networks run in eval mode here, whatever mode T was trained in: with
+// batch-norm mode "adapt" the stitched model uses its adapted statistics and B its own.
 import { batches, type Dataset, type Normalization } from "../data/index.js";
 import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
 import { inEvalMode } from "../nn/module.js";
@@ -12,7 +13,7 @@ export function evaluateStitch(
   opts: { normalization: Normalization; batchSize?: number; device?: string },
 ): AgreementResult {
   const meter = new AgreementMeter();
-  inEvalMode([s.front, s.back], () => {
+  inEvalMode(s.networks, () => {
     for (const b of batches(test, {
       batchSize: opts.batchSize ?? 256,
       normalization: opts.normalization,
@@ -20,7 +21,7 @@ export function evaluateStitch(
     })) {
       torch.tidy(() =>
         torch.noGrad(() => {
-          meter.update(s.forward(b.x), s.back.forward(b.x), b.y);
+          meter.update(s.forward(b.x), s.backForward(b.x), b.y);
         }),
       );
       torch.dispose(b);

@@ -61,6 +61,16 @@ export const IRI_DEFAULTS: IriOptions = {
   seed: 0,
 };
 
+/**
+ * The signed step at 224 px, in pixel units. The reference's high-resolution configs step
+ * 5 x 4.758/255 in ImageNet-normalised space (the high_resolution configs of the IRI runs,
+ * iris_step_size 0.0933); times ImageNet's mean std of 0.226 that is about 5.4/255 in pixels.
+ */
+export const IRI_STEP_SIZE_224 = ((5 * 4.758) / 255) * 0.226;
+
+/** The default signed step for images of this side: 1/255 at 32 px, IRI_STEP_SIZE_224 from 224 px. */
+export const defaultIriStepSize = (imageSize: number): number => (imageSize >= 224 ? IRI_STEP_SIZE_224 : 1 / 255);
+
 export interface IriBatch {
   /** uint8 [B, C, H, W]: the IRIs quantised to 8 bits, as they are stored and used. */
   images: Tensor;

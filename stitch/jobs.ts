@@ -2,8 +2,12 @@
 // (and later the experiment planner) runs them:
 //   runIris    an IRI set for (front checkpoint, point) over a training split (stitch/iriset.ts)
 //   runStitch  train T between front and back at a point, standard or invariance-aware, score it
-//              on the clean test set; writes layer.safetensors, then scores.json (last: a run
-//              folder with scores.json is complete; a failed run writes neither).
+//              on the test set (clean, or marked as the stitching data are); writes
+//              layer.safetensors, then scores.json (last: a run folder with scores.json is
+//              complete; a failed run writes neither).
+// Which data carry markers follows the reference's stitching configs (`backdoor: True` marks the
+// training, init and validation sets): one `shortcut` marks the real training images, the IRIs'
+// sources and the test set alike, and the result says which test data it was scored on.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import {
@@ -12,9 +16,14 @@ import {
   datasetSize,
   disposeDataset,
   loadDataset,
+  type Normalization,
   normalizationFor,
   normalize,
+  paintMarkers,
+  pixelScale,
+  planDatasetMarkers,
   type ShortcutKind,
+  standardAugment,
   subset,
 } from "../data/index.js";
 import {
@@ -41,18 +50,30 @@ import {
 import type { StitchInit } from "./layer.js";
 import { type ObjectiveWeights, parseObjective } from "./objectives.js";
 import { StitchedModel } from "./stitched.js";
-import { type BnMode, type StitchTrainProgress, trainStitch } from "./train.js";
+import { type BnMode, defaultBnMode, type StitchTrainProgress, trainStitch } from "./train.js";
 
 /** Where the images come from: a dataset's split, optionally marked with a shortcut, optionally only the first `limit`. */
-interface Source {
+export interface Source {
   dataset: string;
   root?: string;
   shortcut: ShortcutKind | null;
   limit: number | null;
+  /** Image folders only: the side the images are resized to (default 32; ImageNet-100: 224). */
+  imageSize?: number;
 }
 
-async function loadSource(src: Source, split: "train" | "test", limit = src.limit): Promise<Dataset> {
-  const clean = await loadDataset(src.dataset, { root: src.root, split, limit: limit ?? undefined });
+/**
+ * The images of a stitch or IRI job: the split, marked with the source's shortcut when it has one (seed 0
+ * for the training split, 1 for the test split: the IRIs' sources and the stitching's real images are
+ * the same marked images).
+ */
+export async function loadSource(src: Source, split: "train" | "test", limit = src.limit): Promise<Dataset> {
+  const clean = await loadDataset(src.dataset, {
+    root: src.root,
+    split,
+    limit: limit ?? undefined,
+    imageSize: src.imageSize,
+  });
   if (!src.shortcut) return clean;
   const marked = applyShortcut(clean, { kind: src.shortcut, seed: split === "train" ? 0 : 1 });
   disposeDataset(clean);
@@ -66,6 +87,19 @@ function datasetOf(meta: CheckpointMeta, given: string | undefined, what: string
   return d;
 }
 
+/**
+ * The statistics a model's inputs are normalised with: the ones it was trained with (recorded in
+ * its checkpoint, or those of the dataset it names). A front from LS-ImageNet-10 and a back from
+ * CIFAR-10 each get their own (PROTOCOL.md, "Which data carry markers", last point).
+ */
+export function inputNormalization(meta: CheckpointMeta, what: string): Normalization {
+  const recorded = meta.normalization as Normalization | undefined;
+  if (recorded && Array.isArray(recorded.mean) && Array.isArray(recorded.std)) return recorded;
+  if (!meta.dataset)
+    throw new Error(`${what} checkpoint records neither its input normalisation nor the dataset it was trained on`);
+  return normalizationFor(meta.dataset);
+}
+
 function loadModel(path: string, device: string): { model: StitchableModel; meta: CheckpointMeta } {
   const loaded = loadCheckpoint(path);
   if (device !== "cpu") loaded.model.to(device);
@@ -77,6 +111,8 @@ export interface IrisConfig {
   point: string;
   dataset?: string;
   root?: string;
+  /** Image folders: the side images are resized to (default 32). */
+  imageSize?: number;
   shortcut: ShortcutKind | null;
   limit: number | null;
   options: IriOptions;
@@ -119,7 +155,7 @@ export async function runIris(
           count: datasetSize(images),
           classes: images.classes,
           imageShape: images.images.shape.slice(1),
-          normalization: normalizationFor(dataset),
+          normalization: inputNormalization(meta, "the front"),
           options: cfg.options,
         },
         { device: cfg.device, onProgress },
@@ -149,7 +185,9 @@ export interface StitchConfig {
   /** Default: the back checkpoint's dataset. */
   dataset?: string;
   root?: string;
-  /** Shortcut markers on the real training (and init) images; also excess agreement's kind when `excess` is set. */
+  /** Image folders: the side images are resized to (default 32; ImageNet-100: 224). */
+  imageSize?: number;
+  /** Shortcut markers on the real training and init images and on the test set (the IRI set must be made from the same marked images). */
   shortcut: ShortcutKind | null;
   /** Real training images: the first `limit` (standard mode's training set and the init pool). */
   limit: number | null;
@@ -161,7 +199,7 @@ export interface StitchConfig {
   weightDecay: number;
   init: StitchInit;
   initImages: number;
-  /** Default: "batch" in standard mode, "eval" in iris mode (the reference's choices). */
+  /** Default: "adapt" in standard mode, "eval" in iris mode (the reference's choices; stitch/train.ts). */
   bnMode?: BnMode;
   seed: number;
   /** Also score on the test set with class-consistent markers of this kind and with rolled ones. */
@@ -188,8 +226,10 @@ export const STITCH_CONFIG_DEFAULTS: Omit<StitchConfig, "front" | "back" | "fron
 
 export interface StitchResult {
   config: StitchConfig & { backPoint: string; epochs: number; bnMode: BnMode; objectiveWeights: ObjectiveWeights };
-  /** Scores on the clean test set (metrics/agreement.ts documents each and its direction). */
+  /** Scores on the test set (metrics/agreement.ts documents each and its direction). */
   scores: AgreementResult;
+  /** What the test set carried: "clean", or the shortcut kind its images are marked with. */
+  testData: "clean" | ShortcutKind;
   /** Linear CKA between A and B at the point (larger = more similar), or null when skipped. */
   cka: number | null;
   /** T's weight: rank, relative rank (larger = T keeps more directions), condition number (smaller = better conditioned). */
@@ -206,17 +246,17 @@ function defaultEpochs(dataset: string): number {
 }
 
 /** Linear CKA of A's and B's features at the points over the first n test images (each image a sample). */
-function ckaAt(s: StitchedModel, test: Dataset, n: number, cfg: StitchConfig, dataset: string): number {
+function ckaAt(s: StitchedModel, test: Dataset, n: number, cfg: StitchConfig): number {
   const part = subset(
     test,
     Array.from({ length: Math.min(n, datasetSize(test)) }, (_, i) => i),
   );
   try {
-    return inEvalMode([s.front, s.back], () =>
+    return inEvalMode(s.networks, () =>
       torch.tidy(() =>
         torch.noGrad(() => {
-          const x = normalize(part.images.to(cfg.device), normalizationFor(dataset));
-          return linearCka(s.front.forwardTo(x, s.frontPoint), s.back.forwardTo(x, s.backPoint));
+          const x = normalize(part.images.to(cfg.device), pixelScale(part.images.shape[1]));
+          return linearCka(s.frontFeatures(x), s.back.forwardTo(s.backInput(x), s.backPoint));
         }),
       ),
     );
@@ -238,23 +278,44 @@ export async function runStitch(
     throw new Error("--iris is for iris mode; standard mode trains on real images");
   const started = performance.now();
   const owned: Dataset[] = [];
-  const front = loadModel(cfg.front, cfg.device);
-  const back = cfg.back === cfg.front ? front : loadModel(cfg.back, cfg.device);
+  const bnMode: BnMode = cfg.bnMode ?? defaultBnMode(cfg.mode);
+  // With "adapt", A's and the stitched model's copy of B's statistics change while B must stay as
+  // it was: three separate networks, even when front and back are one checkpoint.
+  const adapt = bnMode === "adapt";
+  const loaded: { model: StitchableModel; meta: CheckpointMeta }[] = [];
+  const load = (path: string) => {
+    const m = loadModel(path, cfg.device);
+    loaded.push(m);
+    return m;
+  };
   try {
+    const front = load(cfg.front);
+    const back = cfg.back === cfg.front && !adapt ? front : load(cfg.back);
+    const tail = adapt ? load(cfg.back) : back;
     const dataset = datasetOf(back.meta, cfg.dataset, "the back");
-    const norm = normalizationFor(dataset);
     const backPoint = cfg.backPoint ?? cfg.frontPoint;
-    const s = new StitchedModel(front.model, back.model, cfg.frontPoint, backPoint);
+    const s = new StitchedModel(front.model, back.model, cfg.frontPoint, backPoint, {
+      tail: tail.model,
+      normalization: {
+        front: inputNormalization(front.meta, "the front"),
+        back: inputNormalization(back.meta, "the back"),
+      },
+    });
     if (cfg.device !== "cpu") s.layer.to(cfg.device);
-    const bnMode: BnMode = cfg.bnMode ?? (cfg.mode === "iris" ? "eval" : "batch");
     const epochs = cfg.epochs ?? defaultEpochs(dataset);
-    const source = { dataset, root: cfg.root, shortcut: cfg.shortcut, limit: cfg.limit };
+    const source = { dataset, root: cfg.root, imageSize: cfg.imageSize, shortcut: cfg.shortcut, limit: cfg.limit };
 
     // Check the IRI set before any work: made by this front, at this point, from these images.
     let irisInfo: StitchResult["iris"] = null;
     let train: Dataset;
-    const real = await loadSource(source, "train");
-    owned.push(real);
+    // The real images: clean, with their markers planned once (seed 0, as the IRIs' sources were
+    // marked). The least-squares start reads them marked; standard runs paint the same markers
+    // on each batch after augmentation, so a marker is never cropped or mirrored.
+    const clean = await loadSource({ ...source, shortcut: null }, "train");
+    owned.push(clean);
+    const markers = cfg.shortcut ? planDatasetMarkers(clean, { kind: cfg.shortcut, seed: 0 }) : null;
+    const real = markers ? paintMarkers(clean, markers, `${clean.name}+${cfg.shortcut}`) : clean;
+    if (real !== clean) owned.push(real);
     if (cfg.mode === "iris") {
       const dir = cfg.iris as string;
       const set = loadIriSet(dir);
@@ -267,9 +328,11 @@ export async function runStitch(
         );
       irisInfo = { dir, residuals: set.info.residuals };
       train = set.dataset;
-    } else train = real;
-    const test = await loadDataset(dataset, { root: cfg.root, split: "test", limit: cfg.testLimit ?? undefined });
+    } else train = clean;
+    const test = await loadSource({ ...source, limit: cfg.testLimit }, "test");
     owned.push(test);
+    // Every model normalises its own input (StitchedModel): batches are float pixels in [0, 1].
+    const norm = pixelScale(test.images.shape[1]);
 
     const trained = trainStitch(
       s,
@@ -286,6 +349,8 @@ export async function runStitch(
         bnMode,
         init: cfg.init,
         initImages: cfg.initImages,
+        augment: cfg.mode === "standard" ? standardAugment(train.images.shape[2]) : null,
+        markers: cfg.mode === "standard" ? markers : null,
         device: cfg.device,
       },
       onProgress,
@@ -295,20 +360,28 @@ export async function runStitch(
     let excess: StitchResult["excess"] = null;
     if (cfg.excess) {
       const kind = cfg.excess;
-      const marked = applyShortcut(test, { kind, seed: 1 });
+      const clean = await loadSource({ ...source, shortcut: null, limit: cfg.testLimit }, "test");
+      owned.push(clean);
+      const marked = applyShortcut(clean, { kind, seed: 1 });
       owned.push(marked);
-      const rolled = applyShortcut(test, { kind, seed: 1, rolled: true });
+      // Rand markers carry no class to roll: their baseline is another draw of random markers, as
+      // the reference's shuffled Rand set (dataloaders/shortcut_markers.py) holds no class link either.
+      const rolled =
+        kind === "rand"
+          ? applyShortcut(clean, { kind, seed: 2 })
+          : applyShortcut(clean, { kind, seed: 1, rolled: true });
       owned.push(rolled);
       const m = evaluateStitch(s, marked, evalOpts);
       const r = evaluateStitch(s, rolled, evalOpts);
       excess = { kind, marked: m, rolled: r, excessAgreement: excessAgreement(m, r) };
     }
-    const cka = cfg.ckaImages > 0 ? ckaAt(s, test, cfg.ckaImages, cfg, dataset) : null;
+    const cka = cfg.ckaImages > 0 ? ckaAt(s, test, cfg.ckaImages, cfg) : null;
     const spectrum = weightSpectrum(s.layer.weight);
 
     const result: StitchResult = {
       config: { ...cfg, backPoint, epochs, bnMode, objectiveWeights: weights },
       scores,
+      testData: cfg.shortcut ?? "clean",
       cka,
       spectrum,
       excess,
@@ -332,7 +405,6 @@ export async function runStitch(
     return result;
   } finally {
     for (const d of owned) disposeDataset(d);
-    front.model.dispose();
-    if (back !== front) back.model.dispose();
+    for (const m of loaded) m.model.dispose();
   }
 }

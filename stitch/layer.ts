@@ -1,9 +1,11 @@
 // The stitching layer T (PROTOCOL.md, "Stitching layer T"): between CNN points a 1x1
 // convolution with bias from A's channels to B's, after a bilinear resize of A's map when the
 // spatial sizes differ; between ViT points a linear map over the embedding dimension, applied
-// to every token. Its weight is [out, in] either way (a 1x1 conv weight viewed as a matrix).
+// to every token; between vector points (the ViT head input, [N, D]) a linear map over D (the
+// reference's StitchVec2Vec, models/stitch.py). Its weight is [out, in] in every case (a 1x1
+// conv weight viewed as a matrix).
 
-import type { StitchPoint } from "../models/stitchable.js";
+import type { PointKind, StitchPoint } from "../models/stitchable.js";
 import { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 
@@ -65,7 +67,8 @@ export class StitchingLayer extends Module {
   forward(h: Tensor): Tensor {
     return torch.tidy(() => {
       const x = this.align(h);
-      if (this.source.kind === "vit") return torch.linear(x, this.weight, this.bias);
+      // Token sequences and vectors: a linear map over the last dimension.
+      if (this.source.kind !== "cnn") return torch.linear(x, this.weight, this.bias);
       const w = this.weight.reshape(this.target.channels, this.source.channels, 1, 1);
       return torch.conv2d(x, w, this.bias);
     });
@@ -84,14 +87,21 @@ export class StitchingLayer extends Module {
   }
 }
 
-/** Features [N, C, H, W] or [N, T, D] as samples [N*H*W or N*T, C]: every position or token is one sample. */
-export function asSamples(h: Tensor, kind: "cnn" | "vit"): Tensor {
-  return kind === "cnn" ? h.permute(0, 2, 3, 1).reshape(-1, h.shape[1]) : h.reshape(-1, h.shape[2]);
+const RANK: Record<PointKind, number> = { cnn: 4, vit: 3, vector: 2 };
+
+/**
+ * Features [N, C, H, W], [N, T, D] or [N, D] as samples [N*H*W, C], [N*T, D] or [N, D]: every
+ * position or token is one sample, and a vector point has one sample per image.
+ */
+export function asSamples(h: Tensor, kind: PointKind): Tensor {
+  if (h.ndim !== RANK[kind]) throw new RangeError(`a ${kind} point holds ${RANK[kind]}-d features, got [${h.shape}]`);
+  if (kind === "cnn") return h.permute(0, 2, 3, 1).reshape(-1, h.shape[1]);
+  return kind === "vit" ? h.reshape(-1, h.shape[2]) : h;
 }
 
 /**
  * Least-squares initialisation with bias (PROTOCOL: from K real training images, every position
- * or token a sample, target B's own features): solves [X 1] W = Y with torch.linalg.lstsq in
+ * or token a sample, one per image at a vector point, target B's own features): solves [X 1] W = Y with torch.linalg.lstsq in
  * float64 (a QR-based solver, stabler than the normal equations), and sets weight = W[:in]^T,
  * bias = W[in]. xs are A's features at `source`, ys B's at `target`, for the same images.
  */

@@ -44,15 +44,16 @@ export function fulaPoints(s: StitchedModel): string[] {
 
 /**
  * The training loss of T on a batch: x is what both the stitched model and B see, labels are
- * HLM's targets. B runs without gradients; the gradient reaches T only.
+ * HLM's targets. B runs without gradients (its targets); the stitched model runs A, T and B's
+ * tail (s.tail, B's own layers or their adapting copy); the gradient reaches T only.
  */
 export function stitchLoss(s: StitchedModel, x: Tensor, labels: Tensor, weights: ObjectiveWeights): Tensor {
   return torch.tidy(() => {
     const needFeatures = (weights.dm ?? 0) > 0 || (weights.fula ?? 0) > 0;
     const points = (weights.fula ?? 0) > 0 ? fulaPoints(s) : [s.backPoint];
-    const target = torch.noGrad(() => s.back.forwardFeatures(x, needFeatures ? points : []));
+    const target = torch.noGrad(() => s.back.forwardFeatures(s.backInput(x), needFeatures ? points : []));
     const h = s.layer.forward(s.frontFeatures(x));
-    const mine = s.back.forwardFeaturesFrom(h, s.backPoint, needFeatures ? points : []);
+    const mine = s.tail.forwardFeaturesFrom(h, s.backPoint, needFeatures ? points : []);
     const terms: Tensor[] = [];
     const add = (w: number | undefined, f: () => Tensor) => {
       if (w) terms.push(f().mul(w));

@@ -1,17 +1,40 @@
 // The stitched model B_{>i}(T(A_{<=i}(x))): a frozen front and back around a trainable layer.
+//
+// Two details follow the reference (training/stitching/trainer_pc.py, models/model_utils.py):
+// - B's layers after the point, as the stitched model runs them, are `tail`. Usually that is B
+//   itself. In standard runs with batch-norm mode "adapt" the stitched model's forward pass
+//   updates the running statistics of its batch norm (A's, and B's after the point) while B's
+//   own pass, which gives the targets and the reference outputs for scoring, must stay
+//   untouched: then `tail` is a second copy of B whose statistics adapt.
+// - Each network sees inputs normalised with the statistics it was trained with (a front from
+//   LS-ImageNet-10 and a back from CIFAR-10 differ by 7-14% per channel). With `normalization`
+//   set, every method here takes images as float pixels in [0, 1] and normalises them for A and
+//   for B separately; without it, the caller has normalised x for both already.
+import type { Normalization } from "../data/index.js";
+import { normalizePixels } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
 import { leastSquaresInit, type StitchInit, StitchingLayer } from "./layer.js";
 
 type Tensor = torch.Tensor;
 
+export interface StitchedModelOptions {
+  /** B's layers after the point as the stitched model runs them (default: B itself). */
+  tail?: StitchableModel;
+  /** Per-network input statistics; inputs are then float pixels in [0, 1]. */
+  normalization?: { front: Normalization; back: Normalization } | null;
+}
+
 export class StitchedModel {
   readonly layer: StitchingLayer;
+  readonly tail: StitchableModel;
+  readonly normalization: { front: Normalization; back: Normalization } | null;
   constructor(
     readonly front: StitchableModel,
     readonly back: StitchableModel,
     readonly frontPoint: string,
     readonly backPoint: string = frontPoint,
+    opts: StitchedModelOptions = {},
   ) {
     const a = front.stitchPoints.find((p) => p.name === frontPoint);
     const b = back.stitchPoints.find((p) => p.name === backPoint);
@@ -19,20 +42,42 @@ export class StitchedModel {
     if (!a)
       throw new Error(`front model ${front.arch} has no stitch point '${frontPoint}'; its points: ${names(front)}`);
     if (!b) throw new Error(`back model ${back.arch} has no stitch point '${backPoint}'; its points: ${names(back)}`);
+    this.tail = opts.tail ?? back;
+    this.normalization = opts.normalization ?? null;
     this.layer = new StitchingLayer(a, b);
+  }
+
+  /** The frozen networks, each once (front, tail, back). */
+  get networks(): StitchableModel[] {
+    return [...new Set([this.front, this.tail, this.back])];
+  }
+
+  /** x as A takes it. */
+  frontInput(x: Tensor): Tensor {
+    return this.normalization ? normalizePixels(x, this.normalization.front) : x;
+  }
+
+  /** x as B takes it. */
+  backInput(x: Tensor): Tensor {
+    return this.normalization ? normalizePixels(x, this.normalization.back) : x;
   }
 
   /** A's features at the front point (no gradient to A's weights, which stay frozen). */
   frontFeatures(x: Tensor): Tensor {
-    return torch.noGrad(() => this.front.forwardTo(x, this.frontPoint));
+    return torch.noGrad(() => this.front.forwardTo(this.frontInput(x), this.frontPoint));
   }
 
   /** Logits of the stitched model. Gradients flow to T (and to x when it requires them). */
   forward(x: Tensor): Tensor {
     return torch.tidy(() => {
-      const h = x.requiresGrad ? this.front.forwardTo(x, this.frontPoint) : this.frontFeatures(x);
-      return this.back.forwardFrom(this.layer.forward(h), this.backPoint);
+      const h = x.requiresGrad ? this.front.forwardTo(this.frontInput(x), this.frontPoint) : this.frontFeatures(x);
+      return this.tail.forwardFrom(this.layer.forward(h), this.backPoint);
     });
+  }
+
+  /** B's own logits on x (the reference the stitched model is scored against). */
+  backForward(x: Tensor): Tensor {
+    return torch.tidy(() => torch.noGrad(() => this.back.forward(this.backInput(x))));
   }
 
   /** Initialises T: least squares on images xs (B's own features as target), random, or identity. */
@@ -45,7 +90,7 @@ export class StitchedModel {
     if (!xs) throw new Error("least-squares initialisation needs images");
     return torch.tidy(() => {
       const fa = this.frontFeatures(xs);
-      const fb = torch.noGrad(() => this.back.forwardTo(xs, this.backPoint));
+      const fb = torch.noGrad(() => this.back.forwardTo(this.backInput(xs), this.backPoint));
       return leastSquaresInit(this.layer, fa, fb);
     });
   }

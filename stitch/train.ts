@@ -2,7 +2,16 @@
 // batch 128, lr x0.1 at 1/3 and 2/3 of training; T initialised by least squares on real images.
 // Standard mode trains on real images, invariance-aware mode on an IRI set: the same loop, fed
 // different data (x' with the labels of x), which is exactly the mode rule of the paper.
-import { batches, type Dataset, datasetSize, disposeDataset, type Normalization, subset } from "../data/index.js";
+import {
+  batches,
+  type Dataset,
+  datasetSize,
+  disposeDataset,
+  type LoaderOptions,
+  type Normalization,
+  Rng,
+  subset,
+} from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
@@ -14,18 +23,44 @@ import { type ObjectiveWeights, stitchLoss } from "./objectives.js";
 import type { StitchedModel } from "./stitched.js";
 
 /**
- * How the frozen networks' batch norm behaves while T trains. "batch": batch statistics, running
- * statistics untouched (the reference's standard runs); "eval": running statistics (its
- * invariance-aware runs). Recorded in results.
+ * How the frozen networks' batch norm behaves while T trains (the reference's `bn_running_stats`,
+ * training/stitching/trainer_pc.py and models/model_utils.py get_end_hooked_activations):
+ * - "adapt" (the reference's standard runs): the stitched model runs in train mode and its forward
+ *   pass updates the running statistics (momentum 0.1) of A's batch norm and of B's after the
+ *   point (the stitched model's own copy of B, `tail`); B's pass that gives the targets uses batch
+ *   statistics and updates nothing. Scoring then runs the stitched model in eval mode with the
+ *   adapted statistics against B untouched.
+ * - "batch": batch statistics everywhere, nothing updated.
+ * - "eval" (the reference's invariance-aware runs): running statistics, nothing updated.
+ * Recorded in results.
  */
-export type BnMode = "batch" | "eval";
+export const BN_MODES = ["adapt", "batch", "eval"] as const;
+export type BnMode = (typeof BN_MODES)[number];
 
-/** Freezes the model's weights and sets its batch norm as `mode` says (both modes are reversible: "eval" restores statistics updates for later training). */
-export function setFrozenBnMode(model: StitchableModel, mode: BnMode): void {
+/** The reference's default per mode: adapt for standard runs, eval for invariance-aware ones. */
+export const defaultBnMode = (mode: "standard" | "iris"): BnMode => (mode === "iris" ? "eval" : "adapt");
+
+/**
+ * Freezes the model's weights and sets its batch norm: train mode with statistics updated
+ * (`updateStats`), train mode with batch statistics only, or eval mode.
+ */
+export function setFrozenBnMode(model: StitchableModel, mode: "eval" | "batch" | "update"): void {
   model.requiresGrad_(false);
-  for (const [, m] of model.namedModules()) if (m instanceof BatchNorm2d) m.updateStats = mode === "eval";
+  for (const [, m] of model.namedModules()) if (m instanceof BatchNorm2d) m.updateStats = mode !== "batch";
   if (mode === "eval") model.eval();
   else model.train();
+}
+
+/** Sets the stitched model's networks for training T in `mode` (see BnMode). */
+export function setStitchBnMode(s: StitchedModel, mode: BnMode): void {
+  if (mode === "adapt" && s.tail === s.back)
+    throw new Error("batch-norm mode 'adapt' needs the stitched model's own copy of B (StitchedModel's tail)");
+  if (mode === "adapt" && s.front === s.back)
+    throw new Error("batch-norm mode 'adapt' needs A and B as separate models (A's statistics adapt, B's must not)");
+  const forTrain = mode === "adapt" ? "update" : mode;
+  setFrozenBnMode(s.back, mode === "eval" ? "eval" : "batch");
+  setFrozenBnMode(s.front, forTrain);
+  if (s.tail !== s.back) setFrozenBnMode(s.tail, forTrain);
 }
 
 export interface StitchTrainOptions {
@@ -38,8 +73,18 @@ export interface StitchTrainOptions {
   seed?: number;
   bnMode: BnMode;
   init?: StitchInit;
-  /** Real training images for the least-squares initialisation (PROTOCOL: 500). */
+  /**
+   * Real training images for the least-squares initialisation (PROTOCOL: 500), drawn at random
+   * (seeded by `seed`) from the whole of `real`: image folders are ordered by class.
+   */
   initImages?: number;
+  /**
+   * Augmentation of the training images (standard runs augment real images as base training
+   * does, data/transforms.ts standardAugment; IRIs never are); default none.
+   */
+  augment?: LoaderOptions["augment"];
+  /** Shortcut markers painted on each training batch after augmentation (standard runs on marked data). */
+  markers?: LoaderOptions["markers"];
   /** Where the batches go (the models must already be there); default "cpu". */
   device?: string;
 }
@@ -64,18 +109,20 @@ export function trainStitch(
   onProgress: (p: StitchTrainProgress) => void = () => {},
 ): { epochLosses: number[]; initResidual: number | null } {
   const batchSize = opts.batchSize ?? 128;
-  setFrozenBnMode(s.front, opts.bnMode);
-  setFrozenBnMode(s.back, opts.bnMode);
+  setStitchBnMode(s, opts.bnMode);
   let initResidual: number | null = null;
   const init = opts.init ?? "lstsq";
   if (init === "lstsq") {
     const k = Math.min(opts.initImages ?? 500, datasetSize(real));
+    // A seeded random draw from the whole split, as the reference's K_init images are
+    // (train_stithching.py); the first k of a class-ordered image folder would be one class.
+    const draw = new Rng(opts.seed ?? 0, 0x1a57).permutation(datasetSize(real)).subarray(0, k);
     const part = subset(
       real,
-      Array.from({ length: k }, (_, i) => i),
+      Array.from(draw).sort((a, b) => a - b),
     );
     // Initialisation features are B's own, so batch norm there uses running statistics.
-    inEvalMode([s.front, s.back], () => {
+    inEvalMode(s.networks, () => {
       for (const b of batches(part, { batchSize: k, normalization: opts.normalization, device: opts.device })) {
         initResidual = s.init("lstsq", b.x).residual ?? null;
         torch.dispose(b);
@@ -90,7 +137,12 @@ export function trainStitch(
   const opt = new Adam(params, { lr: opts.lr ?? 1e-3, weightDecay: opts.weightDecay ?? 1e-4 });
   const sched = new MultiStepLR(opt, [Math.round(opts.epochs / 3), Math.round((2 * opts.epochs) / 3)], 0.1);
   const epochLosses: number[] = [];
-  const steps = Math.ceil(datasetSize(train) / batchSize);
+  // The last partial batch is dropped, as the reference's loader does (drop_last=True).
+  const steps = Math.floor(datasetSize(train) / batchSize);
+  if (steps === 0)
+    throw new Error(
+      `stitching needs at least one full batch: ${datasetSize(train)} training images, batch size ${batchSize}`,
+    );
   try {
     for (let epoch = 0; epoch < opts.epochs; epoch++) {
       let sum = 0;
@@ -101,6 +153,9 @@ export function trainStitch(
         shuffle: true,
         seed: opts.seed ?? 0,
         epoch,
+        dropLast: true,
+        augment: opts.augment ?? null,
+        markers: opts.markers ?? null,
         normalization: opts.normalization,
         device: opts.device,
       })) {

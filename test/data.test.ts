@@ -17,16 +17,22 @@ import {
   cropFlip,
   type Dataset,
   disposeDataset,
+  drawResizedCrop,
   epochOrder,
   FASHION_MNIST_CLASSES,
   FASHION_MNIST_ROOT,
   holdOut,
   loadDataset,
+  type MarkerPlan,
   markerColors,
   markerSide,
   normalize,
+  planDatasetMarkers,
   planMarkers,
+  Rng,
   readTar,
+  resizedCropFlip,
+  standardAugment,
   validRange,
 } from "../data/index.js";
 import * as torch from "../torch/index.js";
@@ -239,7 +245,7 @@ test("image folder: class list order, shorter-side resize and centre crop, PNG a
   // Class list order (n002 first) is the label order; n003 is not in it.
   const list = join(r, "ten.txt");
   writeFileSync(list, "# two classes\nn002 blue thing\nn001\n");
-  const train = await loadDataset("imagefolder", { root: r, split: "train", size: 8, classList: list });
+  const train = await loadDataset("imagefolder", { root: r, split: "train", imageSize: 8, classList: list });
   assert.deepEqual(train.images.shape, [3, 3, 8, 8]);
   assert.deepEqual(train.classes, ["blue thing", "n001"]);
   assert.deepEqual(labelsOf(train), [0, 0, 1]); // n002/b.JPEG, n002/c.png, n001/a.png
@@ -249,8 +255,9 @@ test("image folder: class list order, shorter-side resize and centre crop, PNG a
   assert.deepEqual(mean(1), [0, 255, 0]);
   assert.deepEqual(mean(2), [255, 0, 0]);
   disposeDataset(train);
-  // Without a list: every folder, sorted; test reads val/.
+  // Without a list: every folder, sorted; test reads val/. `size` is imageSize's old name.
   const val = await loadDataset("imagefolder", { root: r, split: "test", size: 10 });
+  assert.deepEqual(val.images.shape, [1, 3, 10, 10]);
   assert.deepEqual(val.classes, ["n001", "n002", "n003"]);
   assert.deepEqual(labelsOf(val), [2]);
   const crop = torch.tidy(() => val.images.select(0, 0).float());
@@ -270,6 +277,74 @@ test("image folder: class list order, shorter-side resize and centre crop, PNG a
     loadDataset("imagefolder", { root: r, split: "train", classList: list }),
     /broken\.png: cannot decode image/,
   );
+});
+
+test("image folder at 224 px: shorter side to 256 then the centre 224 crop (the reference's test transform); 32 px as before", async () => {
+  const r = join(dir, "imagenet224");
+  for (const wnid of ["n001", "n002"]) mkdirSync(join(r, "val", wnid), { recursive: true });
+  // 256x256 PNG: a 16 px red frame around green. Resize(256) keeps it, CenterCrop(224) cuts the frame away.
+  const framed = Buffer.alloc(256 * 256 * 3);
+  for (let y = 0; y < 256; y++)
+    for (let x = 0; x < 256; x++) {
+      const frame = y < 16 || y >= 240 || x < 16 || x >= 240;
+      framed.set(frame ? [255, 0, 0] : [0, 255, 0], (y * 256 + x) * 3);
+    }
+  await sharp(framed, { raw: { width: 256, height: 256, channels: 3 } })
+    .png()
+    .toFile(join(r, "val", "n001", "framed.png"));
+  // 280x560 JPEG (portrait): Resize(256) makes it 256x512, CenterCrop(224) keeps rows 144..367 and
+  // columns 16..239 of that, i.e. x in [17.5, 262.5) and y in [157.5, 402.5) of the original:
+  // blue there (with 3.5 px to spare for the filter), red around.
+  const portrait = Buffer.alloc(280 * 560 * 3);
+  for (let y = 0; y < 560; y++)
+    for (let x = 0; x < 280; x++) {
+      const inside = x >= 14 && x < 266 && y >= 154 && y < 406;
+      portrait.set(inside ? [0, 0, 255] : [255, 0, 0], (y * 280 + x) * 3);
+    }
+  await sharp(portrait, { raw: { width: 280, height: 560, channels: 3 } })
+    .jpeg({ quality: 95 })
+    .toFile(join(r, "val", "n002", "portrait.jpg"));
+  const big = await loadDataset("imagefolder", { root: r, split: "test", imageSize: 224 });
+  assert.deepEqual(big.images.shape, [2, 3, 224, 224]);
+  assert.deepEqual(labelsOf(big), [0, 1]);
+  // The PNG is exact: all green.
+  const green = torch.tidy(() => big.images.select(0, 0).float().mean([1, 2]).tolist() as number[]);
+  assert.deepEqual(green, [0, 255, 0]);
+  // The JPEG: blue everywhere, to JPEG accuracy, up to the crop's borders.
+  for (const [y, x] of [
+    [0, 0],
+    [0, 223],
+    [223, 0],
+    [223, 223],
+    [112, 112],
+  ]) {
+    const [cr, cg, cb] = rgbAt(big, 1, y, x);
+    assert.ok(cr < 40 && cg < 40 && cb > 215, `(${y}, ${x}) is ${[cr, cg, cb]}`);
+  }
+  disposeDataset(big);
+  // Without the 256 margin (resize 224: the whole shorter side) the red shows at the borders.
+  const tight = await loadDataset("imagefolder", { root: r, split: "test", imageSize: 224, resize: 224, limit: 1 });
+  assert.deepEqual(rgbAt(tight, 0, 0, 0), [255, 0, 0]);
+  disposeDataset(tight);
+  // 32 px (the default): the shorter side to 32 and the centre crop, no margin: the frame is 2 px.
+  const small = await loadDataset("imagefolder", { root: r, split: "test" });
+  assert.deepEqual(small.images.shape, [2, 3, 32, 32]);
+  assert.deepEqual(rgbAt(small, 0, 0, 0), [255, 0, 0]);
+  assert.deepEqual(rgbAt(small, 0, 16, 16), [0, 255, 0]);
+  disposeDataset(small);
+  // Memory: a split over maxBytes is refused before decoding, saying what fits.
+  await assert.rejects(
+    loadDataset("imagefolder", { root: r, split: "test", imageSize: 224, maxBytes: 200000 }),
+    /2 images at 224 px need 0\.3 MB in memory as uint8, over the 0\.2 MB limit.*at most 1 images fit/,
+  );
+  // Other datasets have their own size.
+  await assert.rejects(
+    loadDataset("cifar10", { root: cifarDir, split: "test", imageSize: 224 }),
+    /cifar10 images are 32 px; imageSize 224 applies to image folders only/,
+  );
+  const c32 = await loadDataset("cifar10", { root: cifarDir, split: "test", imageSize: 32, limit: 2 });
+  assert.deepEqual(c32.images.shape, [2, 3, 32, 32]);
+  disposeDataset(c32);
 });
 
 function fakeDataset(n: number, k: number, size = 32): Dataset {
@@ -340,7 +415,7 @@ test("pixel markers: class colour, in place, nothing else changed, input untouch
   before.dispose();
 });
 
-test("pixel-loc markers sit at one fixed place per class; rand colours vary; rolled gives class k+1's colour", () => {
+test("pixel-loc markers sit at one fixed place per class; rand colours vary; rolled plans take class c-1's marker", () => {
   const ds = fakeDataset(30, 10);
   const labels = labelsOf(ds);
   const loc = planMarkers(labels, 10, 32, 32, { kind: "pixel-loc" });
@@ -353,16 +428,22 @@ test("pixel-loc markers sit at one fixed place per class; rand colours vary; rol
   });
   assert.equal(places.size, 10);
   const colors = markerColors(10);
-  for (const kind of ["pixel", "pixel-loc"] as const) {
-    const plain = planMarkers(labels, 10, 32, 32, { kind, seed: 2 });
-    const rolled = planMarkers(labels, 10, 32, 32, { kind, seed: 2, rolled: true });
-    assert.deepEqual(rolled.ys, plain.ys);
-    assert.deepEqual(rolled.xs, plain.xs);
-    for (const [i, k] of labels.entries())
-      assert.deepEqual(Array.from(rolled.colors.subarray(3 * i, 3 * i + 3)), colors[(k + 1) % 10]);
+  const prev = (k: number) => (k + 9) % 10;
+  // pixel: the same seeded locations, the previous class's colour.
+  const plain = planMarkers(labels, 10, 32, 32, { kind: "pixel", seed: 2 });
+  const rolled = planMarkers(labels, 10, 32, 32, { kind: "pixel", seed: 2, rolled: true });
+  assert.deepEqual(rolled.ys, plain.ys);
+  assert.deepEqual(rolled.xs, plain.xs);
+  for (const [i, k] of labels.entries())
+    assert.deepEqual(Array.from(rolled.colors.subarray(3 * i, 3 * i + 3)), colors[prev(k)]);
+  // pixel-loc: the previous class's location and colour.
+  const rolledLoc = planMarkers(labels, 10, 32, 32, { kind: "pixel-loc", rolled: true });
+  for (const [i, k] of labels.entries()) {
+    assert.deepEqual([rolledLoc.ys[i], rolledLoc.xs[i]], classLocation(prev(k), 10, 32, 32));
+    assert.deepEqual(Array.from(rolledLoc.colors.subarray(3 * i, 3 * i + 3)), colors[prev(k)]);
   }
   const rolledSet = applyShortcut(ds, { kind: "pixel-loc", rolled: true });
-  checkMarkers(ds, rolledSet, planMarkers(labels, 10, 32, 32, { kind: "pixel-loc", rolled: true }));
+  checkMarkers(ds, rolledSet, rolledLoc);
   assert.equal(rolledSet.name, "fake+pixel-loc-rolled");
   const rand = planMarkers(labels, 10, 32, 32, { kind: "rand", seed: 2 });
   const randColors = new Set(Array.from({ length: 30 }, (_, i) => rand.colors.subarray(3 * i, 3 * i + 3).join()));
@@ -374,6 +455,185 @@ test("pixel-loc markers sit at one fixed place per class; rand colours vary; rol
     /rand markers have none to roll/,
   );
   for (const d of [ds, out, rolledSet]) disposeDataset(d);
+});
+
+/** Image i's pixel (y, x) as [r, g, b]. */
+function rgbAt(ds: Dataset | torch.Tensor, i: number, y: number, x: number): number[] {
+  const t = "images" in ds ? ds.images : ds;
+  return torch.tidy(() => Array.from(t.select(0, i).select(2, x).select(1, y).toTypedArray() as Uint8Array));
+}
+
+/** The [y, x] of every pixel of image i where a and b differ in any channel. */
+function changedPixels(a: Dataset, b: Dataset, i: number): string[] {
+  const mask = torch.tidy(() => a.images.select(0, i).ne(b.images.select(0, i)).sum(0).toTypedArray() as BigInt64Array);
+  const [, , , w] = a.images.shape;
+  const out: string[] = [];
+  mask.forEach((v, j) => {
+    if (v) out.push(`${Math.floor(j / w)},${j % w}`);
+  });
+  return out;
+}
+
+test("rolled Pixel+Loc image of class c: the marker sits at class c-1's place in class c-1's colour (pixels)", () => {
+  // Black images, so every painted pixel shows and nothing else changes.
+  const ds: Dataset = {
+    images: torch.zeros([10, 3, 32, 32], { dtype: "uint8" }),
+    labels: torch.arange(0, 10, 1),
+    classes: Array.from({ length: 10 }, (_, i) => `c${i}`),
+    name: "black",
+  };
+  const rolled = applyShortcut(ds, { kind: "pixel-loc", rolled: true });
+  const colors = markerColors(10);
+  for (let c = 0; c < 10; c++) {
+    const p = (c + 9) % 10;
+    const [y0, x0] = classLocation(p, 10, 32, 32);
+    const want: string[] = [];
+    for (let y = y0; y < y0 + 4; y++) for (let x = x0; x < x0 + 4; x++) want.push(`${y},${x}`);
+    assert.deepEqual(changedPixels(ds, rolled, c), want, `class ${c}`);
+    for (const [y, x] of [
+      [y0, x0],
+      [y0 + 3, x0 + 3],
+    ])
+      assert.deepEqual(rgbAt(rolled, c, y, x), colors[p], `class ${c} at (${y}, ${x})`);
+    // Class c's own place is empty (10 classes at 32 px never overlap).
+    const [oy, ox] = classLocation(c, 10, 32, 32);
+    assert.deepEqual(rgbAt(rolled, c, oy, ox), [0, 0, 0]);
+  }
+  disposeDataset(rolled);
+  disposeDataset(ds);
+});
+
+test("a rolled pixel image keeps its seeded random place and takes class c-1's colour (pixels)", () => {
+  const ds: Dataset = {
+    images: torch.zeros([40, 3, 32, 32], { dtype: "uint8" }),
+    labels: torch.call("remainder.Scalar", torch.arange(0, 40, 1), 10),
+    classes: Array.from({ length: 10 }, (_, i) => `c${i}`),
+    name: "black",
+  };
+  const marked = applyShortcut(ds, { kind: "pixel", seed: 3 });
+  const rolled = applyShortcut(ds, { kind: "pixel", seed: 3, rolled: true });
+  const colors = markerColors(10);
+  for (const [i, c] of labelsOf(ds).entries()) {
+    const place = changedPixels(ds, marked, i);
+    assert.equal(place.length, 16);
+    assert.deepEqual(changedPixels(ds, rolled, i), place, `image ${i}`);
+    const [y, x] = place[0].split(",").map(Number);
+    assert.deepEqual(rgbAt(marked, i, y, x), colors[c]);
+    assert.deepEqual(rgbAt(rolled, i, y, x), colors[(c + 9) % 10]);
+  }
+  for (const d of [ds, marked, rolled]) disposeDataset(d);
+});
+
+/**
+ * Checks that every image of a marked batch holds the whole side x side square of its plan's
+ * colour at its plan's place, inside the image, and equals the unmarked batch elsewhere.
+ */
+function checkBatchMarkers(marked: torch.Tensor, clean: torch.Tensor, plan: MarkerPlan, indices: Int32Array) {
+  const [b, , h, w] = marked.shape;
+  const m = marked.toTypedArray() as Uint8Array;
+  const c = clean.toTypedArray() as Uint8Array;
+  for (let i = 0; i < b; i++) {
+    const j = indices[i];
+    const [y0, x0, side] = [plan.ys[j], plan.xs[j], plan.side];
+    assert.ok(y0 >= 0 && x0 >= 0 && y0 + side <= h && x0 + side <= w, `image ${j}: marker inside the image`);
+    for (let ch = 0; ch < 3; ch++)
+      for (let y = 0; y < h; y++)
+        for (let x = 0; x < w; x++) {
+          const k = ((i * 3 + ch) * h + y) * w + x;
+          const inside = y >= y0 && y < y0 + side && x >= x0 && x < x0 + side;
+          if (inside) assert.equal(m[k], plan.colors[3 * j + ch], `image ${j} channel ${ch} (${y}, ${x}): marker`);
+          else if (m[k] !== c[k]) assert.fail(`image ${j} channel ${ch} (${y}, ${x}): changed outside the marker`);
+        }
+  }
+}
+
+test("augmented batches with markers: each image has its whole, unmirrored class-colour square; the image under it was cropped and flipped", () => {
+  const ds = fakeDataset(48, 10);
+  const colors = markerColors(10);
+  for (const kind of ["pixel", "pixel-loc"] as const) {
+    const plan = planDatasetMarkers(ds, { kind, seed: 4 });
+    const opts = { batchSize: 16, shuffle: true, seed: 9, epoch: 2, augment: { padding: 4, flip: true } };
+    const clean = [...batches(ds, opts)];
+    const marked = [...batches(ds, { ...opts, markers: plan })];
+    assert.equal(marked.length, 3);
+    let moved = 0;
+    for (const [bi, mb] of marked.entries()) {
+      const cb = clean[bi];
+      assert.deepEqual(mb.indices, cb.indices);
+      assert.equal(mb.x.dtype, "uint8");
+      checkBatchMarkers(mb.x, cb.x, plan, mb.indices);
+      for (const [i, j] of mb.indices.entries()) {
+        assert.deepEqual(Array.from(plan.colors.subarray(3 * j, 3 * j + 3)), colors[j % 10]);
+        // The augmentation happened: the unmarked image is not the stored one.
+        if (torch.tidy(() => cb.x.select(0, i).ne(ds.images.select(0, j)).any().item())) moved++;
+      }
+    }
+    assert.ok(moved >= 40, `${moved} of 48 images cropped or flipped`);
+    torch.dispose([clean, marked]);
+  }
+  // Same order of operations on the device path: normalised batches are the marked uint8 ones, normalised.
+  const plan = planDatasetMarkers(ds, { kind: "pixel-loc" });
+  const base = { batchSize: 48, seed: 1, augment: { padding: 4 }, markers: plan };
+  const [u8] = [...batches(ds, base)];
+  const [f32] = [...batches(ds, { ...base, normalization: CIFAR10_NORMALIZATION })];
+  const want = normalize(u8.x, CIFAR10_NORMALIZATION);
+  assert.ok(torch.tidy(() => f32.x.sub(want).abs().max().item()) < 1e-6);
+  assert.throws(
+    () => [...batches(ds, { batchSize: 8, markers: planMarkers([0, 1], 10, 32, 32, { kind: "pixel" }) })],
+    /plan for 2 images, dataset has 48/,
+  );
+  torch.dispose([u8, f32, want]);
+  disposeDataset(ds);
+});
+
+test("random resized crop at 224 px: seeded boxes inside the image, identity box unchanged, flips mirror; markers stay whole", () => {
+  const rng = () => new Rng(5, 1);
+  const p = drawResizedCrop(200, 224, 224, rng());
+  assert.deepEqual(drawResizedCrop(200, 224, 224, rng()), p);
+  let flips = 0;
+  for (let i = 0; i < 200; i++) {
+    const [top, left, h, w] = p.boxes.subarray(4 * i, 4 * i + 4);
+    assert.ok(top >= 0 && left >= 0 && h >= 1 && w >= 1 && top + h <= 224 && left + w <= 224);
+    const area = (h * w) / (224 * 224);
+    assert.ok(area >= 0.07 && area <= 1.01, `area share ${area}`);
+    flips += p.flips[i];
+  }
+  assert.ok(flips > 70 && flips < 130, `${flips} flips`);
+  const ds = fakeDataset(4, 4, 224);
+  const whole = Int32Array.from([0, 0, 224, 224, 0, 0, 224, 224, 0, 0, 224, 224, 0, 0, 224, 224]);
+  const same = resizedCropFlip(ds.images, { boxes: whole, flips: Uint8Array.from([0, 1, 0, 0]) });
+  assert.equal(
+    torch.tidy(() => same.select(0, 0).ne(ds.images.select(0, 0)).sum().item()),
+    0,
+  );
+  const mirrored = cropFlip(ds.images.narrow(0, 1, 1), {
+    padding: 0,
+    offsets: new Int32Array(2),
+    flips: Uint8Array.from([1]),
+  });
+  assert.equal(
+    torch.tidy(() => same.narrow(0, 1, 1).ne(mirrored).sum().item()),
+    0,
+  );
+  // A box of a quarter of the image, upsampled x2: a constant image stays constant.
+  const flat = torch.full([1, 3, 224, 224], 77, { dtype: "uint8" });
+  const up = resizedCropFlip(flat, { boxes: Int32Array.from([10, 20, 112, 112]), flips: new Uint8Array(1) });
+  assert.equal(
+    torch.tidy(() => up.ne(77).sum().item()),
+    0,
+  );
+  // Through the loader with PROTOCOL's 224 px augmentation and Pixel+Loc markers (28 px squares).
+  assert.deepEqual(standardAugment(224), { resizedCrop: true, flip: true });
+  assert.deepEqual(standardAugment(32), { padding: 4, flip: true });
+  const plan = planDatasetMarkers(ds, { kind: "pixel-loc" });
+  assert.equal(plan.side, 28);
+  const opts = { batchSize: 4, seed: 2, augment: standardAugment(224) };
+  const [clean] = [...batches(ds, opts)];
+  const [marked] = [...batches(ds, { ...opts, markers: plan })];
+  checkBatchMarkers(marked.x, clean.x, plan, marked.indices);
+  for (let i = 0; i < 4; i++) assert.ok(torch.tidy(() => clean.x.select(0, i).ne(ds.images.select(0, i)).any().item()));
+  torch.dispose([same, mirrored, flat, up, clean, marked]);
+  disposeDataset(ds);
 });
 
 test("transforms: flip reverses columns, crop with pad 4 is a shifted window with zeros, normalise", () => {

@@ -33,7 +33,7 @@ pairs:
 points: [layer1.0, layer4.1]
 objectives: [slm]
 iris: { limit: 64, steps: 3, batchSize: 32 }
-stitch: { limit: 64, epochs: 1, initImages: 32, ckaImages: 32 }
+stitch: { limit: 64, epochs: 1, batchSize: 32, initImages: 32, ckaImages: 32 }
 `;
 
 function problems(text: string, scale?: string): string[] {

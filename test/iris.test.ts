@@ -329,6 +329,7 @@ function stitchConfig(over: Partial<StitchConfig>): StitchConfig {
     limit: 64,
     testLimit: 64,
     epochs: 1,
+    batchSize: 32,
     initImages: 32,
     ckaImages: 32,
     ...over,
@@ -346,7 +347,8 @@ test("runStitch in both modes writes scores (bn mode recorded) and the layer; an
     const out = join(tmp, `run-${mode}`);
     const r = await runStitch(stitchConfig({ mode, iris: mode === "iris" ? irisDir : undefined }), out);
     const saved = JSON.parse(readFileSync(join(out, "scores.json"), "utf8"));
-    assert.equal(saved.config.bnMode, mode === "iris" ? "eval" : "batch");
+    assert.equal(saved.config.bnMode, mode === "iris" ? "eval" : "adapt");
+    assert.equal(saved.testData, "clean");
     assert.equal(saved.config.epochs, 1);
     assert.equal(saved.scores.n, 64);
     assert.ok(saved.scores.agreementProbability > 0 && saved.scores.agreementProbability <= 1);
@@ -456,6 +458,8 @@ test("stitchlab iris and stitchlab stitch as a user runs them", { skip }, () => 
     "40",
     "--init-images",
     "40",
+    "--batch-size",
+    "20",
   ];
   const s = stitchlab(["stitch", ...common, "--objective", "fula", "--mode", "iris", "--iris", irisDir, "--out", out]);
   assert.equal(s.status, 0, s.stderr);

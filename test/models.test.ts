@@ -7,7 +7,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { FASHION_MNIST_NORMALIZATION } from "../data/transforms.js";
+import { linearCka } from "../metrics/cka.js";
 import { createModel, type ModelOptions, modelNames } from "../models/registry.js";
+import { pointShape } from "../models/stitchable.js";
+import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
+import { leastSquaresInit } from "../stitch/layer.js";
+import { stitchLoss } from "../stitch/objectives.js";
+import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
 import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
@@ -42,8 +49,7 @@ for (const [name, spec] of Object.entries(TINY)) {
       );
       for (const p of m.stitchPoints) {
         const h = torch.noGrad(() => m.forwardTo(x, p.name));
-        const want = p.kind === "cnn" ? [2, p.channels, p.height, p.width] : [2, p.height, p.channels];
-        assert.deepEqual(h.shape, want, `${name} ${p.name} shape`);
+        assert.deepEqual(h.shape, pointShape(p, 2), `${name} ${p.name} shape`);
         assert.equal(features[p.name].sub(h).abs().max().item(), 0, `${name} ${p.name}: forwardFeatures = forwardTo`);
         const y = torch.noGrad(() => m.forwardFrom(h, p.name));
         const err = y.sub(logits).abs().max().item();
@@ -94,11 +100,12 @@ test("loadStateDict lists every missing key, unexpected key and shape mismatch, 
 
 const PARITY: [string, ModelOptions][] = [
   ["resnet18", { width: 0.25 }],
+  ["resnet18", { width: 0.25, stem: "imagenet", imageSize: 64 }],
   ["vit_tiny_patch4_32", { embedDim: 48, depth: 3, numHeads: 3 }],
 ];
 
 for (const [arch, opts] of PARITY) {
-  test(`${arch}: a PyTorch state dict gives the same logits here, and ours gives the same logits in PyTorch`, {
+  test(`${arch} ${JSON.stringify(opts)}: a PyTorch state dict gives the same logits here, and ours gives the same logits in PyTorch`, {
     skip: skipUnlessPytorch(),
   }, () => {
     const dir = mkdtempSync(join(tmpdir(), "stitchlab-zoo-"));
@@ -152,7 +159,9 @@ test("stitchlab layers --json prints the stitch points, started from / and from 
       assert.equal(r.status, 0, `from ${cwd}: ${r.stderr}`);
       const pts = JSON.parse(r.stdout);
       assert.equal(pts.length, 13);
-      assert.deepEqual(pts[12], { name: "norm", channels: 24, height: 65, width: 1 });
+      // The head input is the pooled class token [N, D], a vector point: dimension, 1, 1.
+      assert.deepEqual(pts[12], { name: "norm", kind: "vector", channels: 24, height: 1, width: 1 });
+      assert.deepEqual(pts[11], { name: "blocks.11", kind: "vit", channels: 24, height: 65, width: 1 });
     }
   } finally {
     rmSync(fresh, { recursive: true, force: true });
@@ -160,4 +169,136 @@ test("stitchlab layers --json prints the stitch points, started from / and from 
   const bad = runCli(["layers", "nope"], { cwd: "/" });
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /stitchlab: unknown model 'nope'/);
+});
+
+test("stitchlab layers vgg16_bn names torchvision's six post-ReLU points", () => {
+  const r = runCli(["layers", "vgg16_bn", "--json"], { cwd: "/" });
+  assert.equal(r.status, 0, r.stderr);
+  const pts = JSON.parse(r.stdout) as { name: string; kind: string; channels: number; height: number }[];
+  // features.2 is conv1_1's ReLU; the others are each stage's last ReLU, before its max-pool.
+  assert.deepEqual(
+    pts.map((p) => p.name),
+    ["features.2", "features.5", "features.12", "features.22", "features.32", "features.42"],
+  );
+  assert.deepEqual(
+    pts.map((p) => [p.kind, p.channels, p.height]),
+    [
+      ["cnn", 64, 32],
+      ["cnn", 64, 32],
+      ["cnn", 128, 16],
+      ["cnn", 256, 8],
+      ["cnn", 512, 4],
+      ["cnn", 512, 2],
+    ],
+  );
+});
+
+/** Whether PYTHON has torchvision; in CI (or with STITCHLAB_REQUIRE_PYTORCH) a missing one is an error, as for PyTorch. */
+function skipUnlessTorchvision(): string | false {
+  const missing = skipUnlessPytorch();
+  if (missing) return missing;
+  const r = spawnSync(PYTHON, ["-c", "import torchvision"], { encoding: "utf8", cwd: tmpdir() });
+  if (r.status === 0) return false;
+  const why = `${PYTHON} cannot import torchvision (${(r.error?.message ?? r.stderr).trim().split("\n").pop()})`;
+  if (process.env.STITCHLAB_REQUIRE_PYTORCH || process.env.CI)
+    throw new Error(`torchvision is required here (CI or STITCHLAB_REQUIRE_PYTORCH), but ${why}`);
+  return why;
+}
+
+test("vgg16_bn: torchvision's vgg16_bn(num_classes=10) state dict loads strictly and gives its logits and features", {
+  skip: skipUnlessTorchvision(),
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-vgg-"));
+  try {
+    const r = spawnSync(
+      PYTHON,
+      [join(import.meta.dirname, "helpers", "zoo_reference.py"), "vgg16_bn", "{}", "save", dir],
+      { encoding: "utf8", cwd: dir },
+    );
+    assert.equal(r.status, 0, r.stderr);
+    const m = createModel("vgg16_bn").eval(); // the defaults are torchvision's layout
+    const sd = torch.torchLoad(join(dir, "py_state.pt")) as Record<string, torch.Tensor>;
+    assert.deepEqual(Object.keys(m.stateDict()).sort(), Object.keys(sd).sort(), "the same parameter names");
+    m.loadStateDict(sd); // strict: any missing, unexpected or mis-shaped key throws
+    for (const k of Object.keys(sd)) sd[k].dispose();
+    torch.tidy(() => {
+      // 32 px: the features end at 1x1 and the adaptive pool repeats it into 7x7, as in PyTorch.
+      const x = (torch.torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
+      const want = (torch.torchLoad(join(dir, "py_logits.pt")) as { logits: torch.Tensor }).logits;
+      const points = m.stitchPoints.map((p) => p.name);
+      const { features, logits } = torch.noGrad(() => m.forwardFeatures(x, points));
+      const rel = logits.sub(want).norm().item() / want.norm().item();
+      assert.ok(rel < 1e-5, `logits: relative error ${rel}`);
+      // Each point's features are PyTorch's features[:k+1](x).
+      const pyFeatures = torch.torchLoad(join(dir, "py_features.pt")) as Record<string, torch.Tensor>;
+      assert.deepEqual(Object.keys(pyFeatures).sort(), [...points].sort());
+      for (const p of points) {
+        assert.deepEqual(features[p].shape, pyFeatures[p].shape, `${p} shape`);
+        const e = features[p].sub(pyFeatures[p]).norm().item() / pyFeatures[p].norm().item();
+        assert.ok(e < 1e-5, `${p}: relative error ${e}`);
+      }
+    });
+    m.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("ViT head point: the pooled class token [N, D]; least squares, DM/FuLA, CKA and IRIs work on it", () => {
+  torch.manualSeed(5);
+  const d = 24;
+  const m = createModel("vit_tiny_patch4_32", { embedDim: d, depth: 2, numHeads: 2 }).eval();
+  const point = m.stitchPoints.at(-1);
+  assert.deepEqual(point, { name: "norm", channels: d, height: 1, width: 1, kind: "vector" });
+  const s = new StitchedModel(m, m, "norm");
+  torch.tidy(() => {
+    const x = torch.randn([4, 3, 32, 32]);
+    const h = torch.noGrad(() => m.forwardTo(x, "norm"));
+    assert.deepEqual(h.shape, [4, d], "timm's head_drop input: [N, D]");
+    // Least squares has one sample per image here, so it needs more images than D + 1.
+    const { residual } = s.init("lstsq", torch.randn([64, 3, 32, 32]));
+    assert.ok(residual! < 1e-4, `least-squares residual ${residual}`);
+    assert.deepEqual(s.layer.weight.shape, [d, d], "a linear map over D");
+    assert.ok(s.layer.weight.sub(torch.eye(d)).abs().max().item() < 1e-3, "weight = I");
+    assert.ok(s.layer.bias.abs().max().item() < 1e-3, "bias = 0");
+    const want = torch.noGrad(() => m.forward(x));
+    const got = torch.noGrad(() => s.forward(x));
+    assert.ok(got.sub(want).abs().max().item() < 1e-4 * (1 + want.abs().max().item()), "stitched = B");
+    const labels = torch.tensor([0, 1, 2, 3], { dtype: "int64" });
+    const loss = torch.noGrad(() => stitchLoss(s, x, labels, { dm: 1, fula: 1 })).item();
+    assert.ok(loss < 1e-3, `DM + FuLA at the head point of a self-stitch: ${loss}`);
+    assert.ok(Math.abs(linearCka(h, h) - 1) < 1e-9, "CKA of the [N, D] features with themselves");
+    // Features of the wrong rank for a vector point are a clear error, not a silent reshape.
+    assert.throws(
+      () => leastSquaresInit(s.layer, h.unsqueeze(1), h.unsqueeze(1)),
+      /a vector point holds 2-d features, got \[4,1,24\]/,
+    );
+  });
+  // IRIs matched at the head point: the residual is over the [N, D] vectors.
+  const images = torch.randint(0, 256, [2, 3, 32, 32], { dtype: "uint8" });
+  const iri = generateIriBatch(m, "norm", images, FASHION_MNIST_NORMALIZATION, { ...IRI_DEFAULTS, steps: 3 }, 0);
+  assert.deepEqual(iri.images.shape, [2, 3, 32, 32]);
+  assert.equal(iri.residuals.length, 2);
+  assert.ok(Number.isFinite(iri.batchResidual));
+  torch.dispose([images, iri.images]);
+  s.layer.dispose();
+  m.dispose();
+});
+
+test("resnet18 ImageNet stem: the stem point is before the max-pool, which runs after it", () => {
+  torch.manualSeed(2);
+  const m = createModel("resnet18", { width: 0.125, stem: "imagenet", imageSize: 64 }).eval();
+  const [stem, first] = m.stitchPoints;
+  assert.deepEqual([stem.name, stem.height, stem.width], ["stem", 32, 32], "H/2: after the stride-2 conv only");
+  assert.deepEqual([first.name, first.height], ["layer1.0", 16], "H/4 after the max-pool");
+  torch.tidy(() => {
+    const x = torch.randn([2, 3, 64, 64]);
+    const h = torch.noGrad(() => m.forwardTo(x, "stem"));
+    assert.deepEqual(h.shape, [2, 8, 32, 32]);
+    assert.ok(h.min().item() >= 0, "after the stem's ReLU");
+    const want = torch.noGrad(() => m.forward(x));
+    const got = torch.noGrad(() => m.forwardFrom(h, "stem"));
+    assert.equal(got.sub(want).abs().max().item(), 0, "forwardFrom(forwardTo(x, stem), stem) = forward(x)");
+  });
+  m.dispose();
 });

@@ -37,10 +37,14 @@ function row(over: Partial<StitchRow> = {}): StitchRow {
     soft_error_consistency: 0.5,
     cka: 0.8,
     excess_agreement: null,
+    test_data: "clean",
     iri_residual: null,
     bn_mode: "eval",
     epochs: 3,
     seed: 0,
+    replicate: 0,
+    front_accuracy: 0.9,
+    train_steps: 300,
     ...over,
   };
 }
@@ -312,7 +316,7 @@ test("report.html renders in headless Chromium: charts drawn, IRI grid loaded, n
     const outside = requests.filter((u) => !u.startsWith("file:") && !u.startsWith("data:"));
     assert.deepEqual(outside, [], "the page loads nothing from outside itself");
     const tables = await page.$$eval("table", (t) => t.length);
-    assert.equal(tables, 3, "results, base models, environment");
+    assert.equal(tables, 4, "summary over replicates, every run, base models, environment");
   } finally {
     await browser.close();
   }

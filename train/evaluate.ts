@@ -1,8 +1,10 @@
-// Evaluation: accuracy and mean loss of a model on a dataset, in eval mode without gradients.
+// Evaluation: accuracy and mean loss of a model on a dataset, in eval mode without gradients;
+// robust accuracy under APGD-CE and APGD-DLR (or PGD).
 import { batches, type Dataset, type Normalization } from "../data/index.js";
-import type { StitchableModel } from "../models/stitchable.js";
-import { inEvalMode } from "../nn/module.js";
+import { inEvalMode, type Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
+import { apgdRobustAccuracy } from "./apgd.js";
+import { robustAccuracy } from "./pgd.js";
 
 export interface EvalOptions {
   normalization: Normalization;
@@ -17,7 +19,7 @@ export interface EvalResult {
 }
 
 /** Clean accuracy (share of correct top-1 predictions) and mean cross-entropy. */
-export function evaluate(model: StitchableModel, ds: Dataset, opts: EvalOptions): EvalResult {
+export function evaluate(model: Module, ds: Dataset, opts: EvalOptions): EvalResult {
   let correct = 0;
   let lossSum = 0;
   let n = 0;
@@ -39,4 +41,81 @@ export function evaluate(model: StitchableModel, ds: Dataset, opts: EvalOptions)
     }
   });
   return { accuracy: correct / n, loss: lossSum / n, n };
+}
+
+/**
+ * The attacks of a robust evaluation: "apgd" runs APGD-CE and APGD-DLR (train/apgd.ts) and
+ * reports each and, per image, the worst of both (as the reference's AutoAttack of the two);
+ * "pgd" runs train/pgd.ts's PGD.
+ */
+export const ROBUST_EVAL_ATTACKS = ["apgd", "pgd"] as const;
+export type RobustEvalAttack = (typeof ROBUST_EVAL_ATTACKS)[number];
+
+export interface RobustEvalOptions {
+  attack: RobustEvalAttack;
+  /** L-inf radius in pixel units. */
+  eps: number;
+  /** Iterations of each attack (APGD-CE and APGD-DLR run this many each). */
+  steps: number;
+  /** PGD's step in pixel units (APGD sets its own: 2 eps, then halved on its schedule). */
+  pgdStep: number;
+  /** Start from a random point in the ball: APGD's default is true (AutoAttack), PGD's false. */
+  randomStart?: boolean;
+  normalization: Normalization;
+  batchSize?: number;
+  device?: string;
+}
+
+/** What produced a model's robust accuracies: recorded beside them in the checkpoint. */
+export interface RobustEvalRecord {
+  attack: RobustEvalAttack;
+  /** The attacks run, e.g. ["apgd-ce", "apgd-dlr"]; `robust` is the worst case over them per image. */
+  attacks: string[];
+  eps: number;
+  steps: number;
+  randomStart: boolean;
+  /** PGD's step (pixel units); APGD's initial step is 2 eps. */
+  step: number;
+}
+
+/**
+ * Robust accuracies under `opts.attack`, keyed for a checkpoint's `accuracies`: `robust` (the
+ * worst case per image over the attacks run) and one `robust_<attack>` per attack
+ * (`robust_apgd_ce`, `robust_apgd_dlr`, or `robust_pgd`), with the record of the settings.
+ */
+export function robustEvaluation(
+  model: Module,
+  ds: Dataset,
+  opts: RobustEvalOptions,
+): { accuracies: Record<string, number>; record: RobustEvalRecord } {
+  if (!Number.isInteger(opts.steps) || opts.steps < 1)
+    throw new Error(`robust evaluation: steps must be a positive integer, got ${opts.steps}`);
+  const common = { normalization: opts.normalization, batchSize: opts.batchSize, device: opts.device };
+  if (opts.attack === "apgd") {
+    const randomStart = opts.randomStart ?? true;
+    const r = apgdRobustAccuracy(model, ds, { ...common, eps: opts.eps, steps: opts.steps, randomStart });
+    return {
+      accuracies: { robust: r.worst, robust_apgd_ce: r.ce, robust_apgd_dlr: r.dlr },
+      record: {
+        attack: "apgd",
+        attacks: ["apgd-ce", "apgd-dlr"],
+        eps: opts.eps,
+        steps: opts.steps,
+        randomStart,
+        step: 2 * opts.eps,
+      },
+    };
+  }
+  const randomStart = opts.randomStart ?? false;
+  const acc = robustAccuracy(model, ds, {
+    ...common,
+    eps: opts.eps,
+    step: opts.pgdStep,
+    steps: opts.steps,
+    randomStart,
+  });
+  return {
+    accuracies: { robust: acc, robust_pgd: acc },
+    record: { attack: "pgd", attacks: ["pgd"], eps: opts.eps, steps: opts.steps, randomStart, step: opts.pgdStep },
+  };
 }

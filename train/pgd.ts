@@ -2,9 +2,12 @@
 // budget and step are given in pixel units ([0, 1] images) and scaled per channel by 1/std, and
 // every iterate is clamped to the valid pixel range. The attacked model runs in eval mode, so
 // generating attacks never updates batch-norm statistics.
+//
+// By default the attack starts from x itself, as the paper's reference does: its PGD
+// (external/attacks/pgd.py) has `random_start=False` and train_base.py never turns it on. Madry
+// et al.'s uniform start in the ball is `randomStart: true`.
 import { batches, type Dataset, type Normalization, validRange } from "../data/index.js";
-import type { StitchableModel } from "../models/stitchable.js";
-import { inEvalMode } from "../nn/module.js";
+import { inEvalMode, type Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
@@ -15,29 +18,36 @@ export interface PgdOptions {
   /** Step size in pixel units, e.g. 2/255. */
   step: number;
   steps: number;
-  /** Start from a uniform point in the ball (Madry) rather than from x. Default true. */
+  /** Start from a uniform point in the ball (Madry) rather than from x. Default false (the reference). */
   randomStart?: boolean;
   normalization: Normalization;
 }
 
-/** Adversarial examples for (x, y) that raise the cross-entropy of `model`. x is normalised. */
-export function pgdAttack(model: StitchableModel, x: Tensor, y: Tensor, opts: PgdOptions): Tensor {
+/** A per-channel [1, C, 1, 1] tensor of v / std: a pixel-unit amount in normalised units. */
+export function pixelsToNormalised(v: number, norm: Normalization, device: string): Tensor {
+  const c = norm.std.length;
+  return torch
+    .tensor(
+      norm.std.map((s) => v / s),
+      { device },
+    )
+    .reshape(1, c, 1, 1);
+}
+
+/**
+ * Adversarial examples for (x, y) that raise the cross-entropy of `model` (any module whose
+ * forward gives logits). x is normalised; so is the result.
+ */
+export function pgdAttack(model: Module, x: Tensor, y: Tensor, opts: PgdOptions): Tensor {
   return inEvalMode([model], () =>
     torch.tidy(() => {
-      const c = opts.normalization.std.length;
-      const perChannel = (v: number) =>
-        torch
-          .tensor(
-            opts.normalization.std.map((s) => v / s),
-            { device: x.device },
-          )
-          .reshape(1, c, 1, 1);
-      const eps = perChannel(opts.eps);
-      const step = perChannel(opts.step);
+      const eps = pixelsToNormalised(opts.eps, opts.normalization, x.device);
+      const step = pixelsToNormalised(opts.step, opts.normalization, x.device);
       const { min, max } = validRange(opts.normalization, x.device);
+      // The ball and the valid range are both boxes: projecting onto their intersection is a clamp.
       const lo = x.sub(eps).maximum(min);
       const hi = x.add(eps).minimum(max);
-      let adv = opts.randomStart === false ? x.detach() : x.add(torch.randLike(x).mul(2).sub(1).mul(eps)).clamp(lo, hi);
+      let adv = opts.randomStart ? x.add(torch.randLike(x).mul(2).sub(1).mul(eps)).clamp(lo, hi) : x.detach();
       for (let i = 0; i < opts.steps; i++) {
         const next = torch.tidy(() => {
           const a = adv.detach().requiresGrad_(true);
@@ -54,11 +64,19 @@ export function pgdAttack(model: StitchableModel, x: Tensor, y: Tensor, opts: Pg
 }
 
 /** Accuracy on PGD adversarial examples of every image of `ds`. */
-export function robustAccuracy(model: StitchableModel, ds: Dataset, opts: PgdOptions & { batchSize?: number }): number {
+export function robustAccuracy(
+  model: Module,
+  ds: Dataset,
+  opts: PgdOptions & { batchSize?: number; device?: string },
+): number {
   let correct = 0;
   let n = 0;
   inEvalMode([model], () => {
-    for (const b of batches(ds, { batchSize: opts.batchSize ?? 256, normalization: opts.normalization })) {
+    for (const b of batches(ds, {
+      batchSize: opts.batchSize ?? 256,
+      normalization: opts.normalization,
+      device: opts.device,
+    })) {
       torch.tidy(() => {
         const adv = pgdAttack(model, b.x, b.y, opts);
         correct += torch.noGrad(() => model.forward(adv).argmax(1).eq(b.y).sum().item());

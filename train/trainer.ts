@@ -1,7 +1,11 @@
-// Base-model training as PROTOCOL.md sets it: SGD with Nesterov momentum, weight decay, a step
-// schedule, random crop (pad 4) and horizontal flip; optionally a pixel shortcut in the training
-// images and Madry adversarial training on a fraction of each batch. Writes a checkpoint
-// (safetensors + JSON sidecar), the resolved config and per-epoch metrics into the run folder.
+// Base-model training as PROTOCOL.md sets it: SGD with Nesterov momentum, weight decay, lr x0.1
+// at 1/3 and 2/3 of training, random crop (pad 4) and horizontal flip; optionally a pixel shortcut
+// in the training images and Madry adversarial training on a fraction of each batch. Writes a
+// checkpoint (safetensors + JSON sidecar), the resolved config and per-epoch metrics into the run
+// folder. The recipe is the reference's: train_base.py (step_scheduler at int(1/3 epochs) and
+// int(2/3 epochs), training/schedulers.py) with configs/baselines/*/*/*/*.yaml (lr 0.1 for
+// ResNet-18, 0.01 for VGG-16 and the ViTs; PGD 10 steps of 2/255 in 8/255, half of each batch,
+// no random start).
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import {
@@ -11,15 +15,17 @@ import {
   loadDataset,
   normalizationFor,
   numBatches,
+  planDatasetMarkers,
   type ShortcutKind,
+  standardAugment,
 } from "../data/index.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { saveCheckpoint } from "../nn/checkpoint.js";
 import { SGD } from "../nn/optim.js";
 import { MultiStepLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
-import { evaluate } from "./evaluate.js";
-import { pgdAttack, robustAccuracy } from "./pgd.js";
+import { evaluate, type RobustEvalAttack, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
+import { pgdAttack } from "./pgd.js";
 
 export interface AdversarialConfig {
   /** L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR). */
@@ -28,6 +34,8 @@ export interface AdversarialConfig {
   steps: number;
   /** Share of each batch replaced by adversarial examples (PROTOCOL: one half). */
   fraction: number;
+  /** Start each attack from a uniform point in the ball (Madry) instead of from x (the reference: false). */
+  randomStart: boolean;
 }
 
 export interface TrainConfig {
@@ -35,6 +43,8 @@ export interface TrainConfig {
   modelOptions: ModelOptions;
   dataset: string;
   root?: string;
+  /** Image folders: the side images are resized to (default 32; ImageNet-100: 224). */
+  imageSize?: number;
   /** Use only the first `limit` training images (and `testLimit` test images): small runs. */
   limit?: number;
   testLimit?: number;
@@ -43,14 +53,24 @@ export interface TrainConfig {
   seed: number;
   epochs: number;
   batchSize: number;
+  /** The base learning rate; without one from the user, `defaultLr(model)`. */
   lr: number;
   momentum: number;
   nesterov: boolean;
   weightDecay: number;
-  /** Epoch fractions at which the learning rate is multiplied by 0.1 (the step schedule). */
+  /**
+   * Fractions of training at which the learning rate is multiplied by 0.1 (the step schedule):
+   * epoch floor(f * epochs), see `milestoneEpochs`.
+   */
   milestones: number[];
-  /** PGD iterations for the robust evaluation of adversarially trained models. */
+  /**
+   * Iterations of each attack of the final robust evaluation (APGD-CE and APGD-DLR each run this
+   * many; or PGD); 0: none. Adversarially trained models get TRAIN_DEFAULTS' 100 (AutoAttack's);
+   * small runs may use fewer.
+   */
   robustEvalSteps: number;
+  /** The robust evaluation's attack: "apgd" (APGD-CE and APGD-DLR, worst case per image) or "pgd". */
+  robustEvalAttack: RobustEvalAttack;
   device: string;
   /**
    * Mixed precision: "bf16" runs each step's forward pass and loss under bfloat16 autocast
@@ -61,22 +81,47 @@ export interface TrainConfig {
   autocast?: torch.AutocastMode;
 }
 
-/** PROTOCOL.md's defaults for base models (epochs are the paper's; pass fewer for CPU runs). */
-export const TRAIN_DEFAULTS: Omit<TrainConfig, "model" | "dataset"> = {
+/**
+ * PROTOCOL.md's defaults for base models (epochs are the paper's; pass fewer for CPU runs). The
+ * learning rate depends on the architecture: `defaultLr(model)`.
+ */
+export const TRAIN_DEFAULTS: Omit<TrainConfig, "model" | "dataset" | "lr"> = {
   modelOptions: {},
   shortcut: null,
   adversarial: null,
   seed: 0,
   epochs: 200,
   batchSize: 128,
-  lr: 0.1,
   momentum: 0.9,
   nesterov: true,
   weightDecay: 1e-4,
-  milestones: [0.5, 0.75],
-  robustEvalSteps: 20,
+  milestones: [1 / 3, 2 / 3],
+  robustEvalSteps: 100,
+  robustEvalAttack: "apgd",
   device: "cpu",
 };
+
+/**
+ * The base learning rate of an architecture when the user gives none: 0.01 for VGGs and vision
+ * transformers, 0.1 otherwise (ResNets), as PROTOCOL.md and the reference's
+ * configs/baselines/low_resolution/{resnet18,vgg16,vit_tiny_patch4_32} and
+ * high_resolution/{resnet18,vit_base_patch16_224} set it. The one place this default lives.
+ */
+export function defaultLr(model: string): number {
+  return /^(vgg|vit)/.test(model) ? 0.01 : 0.1;
+}
+
+/**
+ * The epochs at which the step schedule multiplies the lr by 0.1: floor(f * epochs) for each
+ * fraction f, as the reference's int(1/3 * epochs) (train_base.py); 200 epochs give 66 and 133.
+ * A milestone at epoch 0 (fewer than 3 epochs) never fires: the first epoch runs at the base lr.
+ */
+export function milestoneEpochs(milestones: number[], epochs: number): number[] {
+  for (const f of milestones)
+    if (!(f >= 0 && f <= 1)) throw new Error(`milestones are fractions of training in [0, 1], got ${f}`);
+  // The tolerance keeps 0.57 * 100 (56.99999999999999 in floating point) at 57.
+  return milestones.map((f) => Math.floor(f * epochs + 1e-9));
+}
 
 export interface TrainProgress {
   epoch: number;
@@ -92,7 +137,10 @@ export interface TrainProgress {
 
 export interface TrainResult {
   checkpoint: string;
+  /** clean; marked and rolled with a shortcut; robust (and robust_<attack>) with a robust evaluation. */
   accuracies: Record<string, number>;
+  /** The attacks and settings behind the robust accuracies (also in the checkpoint's sidecar). */
+  robustEval?: RobustEvalRecord;
   seconds: number;
 }
 
@@ -101,15 +149,18 @@ export async function trainModel(
   outDir: string,
   onProgress: (p: TrainProgress) => void = () => {},
 ): Promise<TrainResult> {
+  if (!(cfg.lr > 0))
+    throw new Error(`lr must be a positive number, got ${cfg.lr} (defaultLr("${cfg.model}") is the recipe's)`);
   mkdirSync(outDir, { recursive: true });
   torch.writeFileAtomic(join(outDir, "config.json"), [`${JSON.stringify(cfg, null, 2)}\n`]);
   const norm = normalizationFor(cfg.dataset);
   const load = (split: "train" | "test", limit?: number) =>
-    loadDataset(cfg.dataset, { root: cfg.root, split, limit, pad32: true, rgb: true });
-  const clean = await load("train", cfg.limit);
+    loadDataset(cfg.dataset, { root: cfg.root, split, limit, imageSize: cfg.imageSize, pad32: true, rgb: true });
+  const trainSet = await load("train", cfg.limit);
   const test = await load("test", cfg.testLimit);
-  const trainSet = cfg.shortcut ? applyShortcut(clean, { kind: cfg.shortcut, seed: cfg.seed }) : clean;
-  if (trainSet !== clean) disposeDataset(clean);
+  // The shortcut: each training image's marker (place, colour) is fixed once and painted onto its
+  // batch after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
+  const markers = cfg.shortcut ? planDatasetMarkers(trainSet, { kind: cfg.shortcut, seed: cfg.seed }) : null;
 
   torch.manualSeed(cfg.seed);
   const model = createModel(cfg.model, { numClasses: trainSet.classes.length, ...cfg.modelOptions });
@@ -121,11 +172,7 @@ export async function trainModel(
     nesterov: cfg.nesterov,
     weightDecay: cfg.weightDecay,
   });
-  const sched = new MultiStepLR(
-    opt,
-    cfg.milestones.map((f) => Math.round(f * cfg.epochs)),
-    0.1,
-  );
+  const sched = new MultiStepLR(opt, milestoneEpochs(cfg.milestones, cfg.epochs), 0.1);
   const steps = numBatches(trainSet, { batchSize: cfg.batchSize, dropLast: false });
   const start = performance.now();
   const metrics: string[] = [];
@@ -135,12 +182,15 @@ export async function trainModel(
     let correct = 0;
     let count = 0;
     let step = 0;
+    const epochLr = opt.lr;
     for (const b of batches(trainSet, {
       batchSize: cfg.batchSize,
       shuffle: true,
       seed: cfg.seed,
       epoch,
-      augment: { padding: 4, flip: true },
+      // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (PROTOCOL.md).
+      augment: standardAugment(trainSet.images.shape[2]),
+      markers,
       normalization: norm,
       device: cfg.device,
     })) {
@@ -197,6 +247,7 @@ export async function trainModel(
     metrics.push(
       JSON.stringify({
         epoch: epoch + 1,
+        lr: epochLr,
         train_loss: lossSum / count,
         train_accuracy: correct / count,
         test_accuracy: test1.accuracy,
@@ -221,20 +272,40 @@ export async function trainModel(
       disposeDataset(rolled);
     }
   }
-  const attack = cfg.adversarial ?? { eps: 8 / 255, step: 2 / 255, steps: cfg.robustEvalSteps, fraction: 1 };
-  if (cfg.adversarial || cfg.robustEvalSteps > 0)
-    accuracies.robust = robustAccuracy(model, test, { ...attack, steps: cfg.robustEvalSteps, normalization: norm });
+  // The adversarial models' own budget (clean models: PROTOCOL's CIFAR one). APGD starts at a
+  // random point (AutoAttack); PGD as in training.
+  let robustEval: RobustEvalRecord | undefined;
+  if (cfg.robustEvalSteps > 0) {
+    const r = robustEvaluation(model, test, {
+      attack: cfg.robustEvalAttack,
+      eps: cfg.adversarial?.eps ?? 8 / 255,
+      steps: cfg.robustEvalSteps,
+      pgdStep: cfg.adversarial?.step ?? 2 / 255,
+      ...(cfg.robustEvalAttack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
+      normalization: norm,
+      device: cfg.device,
+    });
+    Object.assign(accuracies, r.accuracies);
+    robustEval = r.record;
+  }
   disposeDataset(test);
 
   const checkpoint = join(outDir, "model.safetensors");
   saveCheckpoint(checkpoint, model, {
     dataset: cfg.dataset,
     shortcut: cfg.shortcut,
+    // randomStart is a boolean: CheckpointMeta types `adversarial` as numbers only.
     adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
     seed: cfg.seed,
     epochs: cfg.epochs,
     accuracies,
+    ...(robustEval ? { robustEval } : {}),
   });
   model.dispose();
-  return { checkpoint, accuracies, seconds: (performance.now() - start) / 1000 };
+  return {
+    checkpoint,
+    accuracies,
+    ...(robustEval ? { robustEval } : {}),
+    seconds: (performance.now() - start) / 1000,
+  };
 }

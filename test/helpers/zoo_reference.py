@@ -1,8 +1,10 @@
-"""PyTorch twins of stitchlab's ResNet-18 (torchvision names) and ViT (timm names), for the
-parity tests in test/models.test.ts. Written with torch.nn only (no torchvision or timm here).
+"""PyTorch twins of stitchlab's ResNet-18 (torchvision names) and ViT (timm names), written with
+torch.nn only, and torchvision's own vgg16_bn, for the parity tests in test/models.test.ts.
 
 Usage: python3 zoo_reference.py ARCH OPTIONS_JSON MODE DIR
-  MODE save: build with seed 0, save DIR/py_state.pt, DIR/input.pt and DIR/py_logits.pt
+  MODE save: build with seed 0, save DIR/py_state.pt, DIR/input.pt and DIR/py_logits.pt;
+             for vgg16_bn also DIR/py_features.pt: features[:k+1](x) at each stitch point
+             features.k (stitchlab's points, PROTOCOL.md "Stitch points")
   MODE load: load DIR/ts_state.pt (saved by stitchlab), run DIR/input.pt, save DIR/py_logits_from_ts.pt
 """
 
@@ -33,10 +35,11 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    def __init__(self, num_classes=10, width=1.0):
+    def __init__(self, num_classes=10, width=1.0, stem="cifar"):
         super().__init__()
         w = [max(1, round(c * width)) for c in (64, 128, 256, 512)]
-        self.conv1 = nn.Conv2d(3, w[0], 3, 1, 1, bias=False)
+        self.imagenet = stem == "imagenet"
+        self.conv1 = nn.Conv2d(3, w[0], 7, 2, 3, bias=False) if self.imagenet else nn.Conv2d(3, w[0], 3, 1, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(w[0])
         inp = w[0]
         for i, planes in enumerate(w):
@@ -47,6 +50,8 @@ class ResNet18(nn.Module):
 
     def forward(self, x):
         x = F.relu(self.bn1(self.conv1(x)))
+        if self.imagenet:
+            x = F.max_pool2d(x, 3, 2, 1)
         for i in range(4):
             x = getattr(self, f"layer{i + 1}")(x)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
@@ -114,9 +119,17 @@ class ViT(nn.Module):
         return self.head(x[:, 0])
 
 
+VGG_POINTS = (2, 5, 12, 22, 32, 42)
+
+
 def build(arch, o):
+    if arch == "vgg16_bn":
+        # The real torchvision model, not a twin: its state dict must load into stitchlab unchanged.
+        import torchvision
+
+        return torchvision.models.vgg16_bn(num_classes=o.get("numClasses", 10))
     if arch == "resnet18":
-        return ResNet18(width=o.get("width", 1.0))
+        return ResNet18(width=o.get("width", 1.0), stem=o.get("stem", "cifar"))
     return ViT(image_size=o.get("imageSize", 32), patch=o.get("patchSize", 4), dim=o.get("embedDim", 192),
                depth=o.get("depth", 12), heads=o.get("numHeads", 3))
 
@@ -127,17 +140,20 @@ def main():
     m = build(arch, opts)
     if mode == "save":
         # Non-trivial batch-norm statistics, so eval mode exercises the running buffers.
-        if arch == "resnet18":
+        size = opts.get("imageSize", 32)
+        if arch in ("resnet18", "vgg16_bn"):
             m.train()
             with torch.no_grad():
                 for _ in range(3):
-                    m(torch.randn(8, 3, 32, 32) * 2 + 0.5)
+                    m(torch.randn(8, 3, size, size) * 2 + 0.5)
         m.eval()
-        x = torch.randn(4, 3, opts.get("imageSize", 32), opts.get("imageSize", 32))
+        x = torch.randn(4, 3, size, size)
         torch.save(m.state_dict(), f"{d}/py_state.pt")
         torch.save({"x": x}, f"{d}/input.pt")
         with torch.no_grad():
             torch.save({"logits": m(x)}, f"{d}/py_logits.pt")
+            if arch == "vgg16_bn":
+                torch.save({f"features.{k}": m.features[: k + 1](x) for k in VGG_POINTS}, f"{d}/py_features.pt")
     else:
         m.load_state_dict(torch.load(f"{d}/ts_state.pt"))
         m.eval()

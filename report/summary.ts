@@ -1,0 +1,94 @@
+// The replicate summary of an experiment's results: per pair, point, objective, mode and test
+// data, the mean, standard deviation and 95% Student-t interval of every score over replicates
+// (summary.csv, the report's table and figures' bands).
+import { type Interval, interval } from "../metrics/interval.js";
+import { csvField } from "./csv.js";
+import type { StitchRow } from "./types.js";
+
+/** The scores summarised over replicates (columns of results.csv). */
+export const SUMMARY_SCORES = [
+  "agreement_prob",
+  "accuracy",
+  "hard_agreement",
+  "soft_error_consistency",
+  "hard_error_consistency",
+  "cka",
+  "excess_agreement",
+] as const;
+export type SummaryScore = (typeof SUMMARY_SCORES)[number];
+
+export interface SummaryRow {
+  pair: string;
+  front: string;
+  back: string;
+  point: string;
+  pointIndex: number;
+  objective: string;
+  mode: string;
+  test_data: string;
+  /** Replicates (rows) in the group. */
+  n: number;
+  scores: Record<SummaryScore, Interval>;
+}
+
+/** Points in network order. */
+export function pointsOf(rows: StitchRow[]): string[] {
+  return [...new Map(rows.map((r) => [r.point, r.pointIndex])).entries()].sort((a, b) => a[1] - b[1]).map(([p]) => p);
+}
+
+export const groupKey = (r: Record<"pair" | "front" | "back" | "objective" | "mode" | "test_data", string>) =>
+  [r.pair, r.front, r.back, r.objective, r.mode, r.test_data].join("\t");
+
+/** One summary row per (pair, front, back, point, objective, mode, test data), over replicates and seeds. */
+export function summarize(rows: StitchRow[]): SummaryRow[] {
+  const groups = new Map<string, StitchRow[]>();
+  for (const r of rows) {
+    const k = `${groupKey(r)}\t${r.point}`;
+    groups.set(k, [...(groups.get(k) ?? []), r]);
+  }
+  const out: SummaryRow[] = [];
+  for (const rs of groups.values()) {
+    const r = rs[0];
+    const scores = Object.fromEntries(
+      SUMMARY_SCORES.map((s) => [s, interval(rs.map((x) => (x[s] === null ? Number.NaN : (x[s] as number))))]),
+    ) as Record<SummaryScore, Interval>;
+    out.push({
+      pair: r.pair,
+      front: r.front,
+      back: r.back,
+      point: r.point,
+      pointIndex: r.pointIndex,
+      objective: r.objective,
+      mode: r.mode,
+      test_data: r.test_data,
+      n: rs.length,
+      scores,
+    });
+  }
+  return out.sort((a, b) => groupKey(a).localeCompare(groupKey(b)) || a.pointIndex - b.pointIndex);
+}
+
+/** summary.csv: the group, n, then mean, std, lo, hi of every score (empty where undefined). */
+export function summaryCsv(summary: SummaryRow[]): string {
+  const head = ["pair", "front", "back", "point", "objective", "mode", "test_data", "n"];
+  for (const s of SUMMARY_SCORES) head.push(`${s}_mean`, `${s}_std`, `${s}_lo`, `${s}_hi`);
+  const num = (v: number) => (Number.isFinite(v) ? v : null);
+  const lines = [head.join(",")];
+  for (const r of summary) {
+    const cells: (string | number | null)[] = [r.pair, r.front, r.back, r.point, r.objective, r.mode, r.test_data, r.n];
+    for (const s of SUMMARY_SCORES) {
+      const i = r.scores[s];
+      cells.push(num(i.mean), num(i.std), num(i.lo), num(i.hi));
+    }
+    lines.push(cells.map(csvField).join(","));
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+/** "0.912 ± 0.031" (or "0.912" for one replicate, "-" for none). */
+export function formatInterval(i: Interval | undefined, digits = 3): string {
+  if (!i || i.n === 0) return "-";
+  return Number.isFinite(i.halfWidth)
+    ? `${i.mean.toFixed(digits)} ± ${i.halfWidth.toFixed(digits)}`
+    : i.mean.toFixed(digits);
+}

@@ -1,0 +1,273 @@
+// The stitching protocol as the reference code runs it (issue 11): batch-norm "adapt" in standard
+// runs, the marked test set of a marked pair, each network's own input normalisation, the
+// least-squares start drawn at random from the whole split, the dropped last batch, and the
+// identical pair's soft error consistency of 1.
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, test } from "node:test";
+import {
+  CIFAR10_NORMALIZATION,
+  type Dataset,
+  disposeDataset,
+  FASHION_MNIST_NORMALIZATION,
+  markerColors,
+  normalize,
+  planMarkers,
+} from "../data/index.js";
+import { createModel } from "../models/registry.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import { saveCheckpoint } from "../nn/checkpoint.js";
+import { BatchNorm2d } from "../nn/layers.js";
+import { inEvalMode } from "../nn/module.js";
+import { loadSource, runStitch, STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
+import { StitchedModel } from "../stitch/stitched.js";
+import { trainStitch } from "../stitch/train.js";
+import * as torch from "../torch/index.js";
+
+const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-fidelity-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+function tiny(seed: number): StitchableModel {
+  torch.manualSeed(seed);
+  return createModel("resnet18", { width: 0.125, numClasses: 10 });
+}
+
+/** Every BN buffer of a model, copied, by name. */
+function bnStats(m: StitchableModel): Map<string, Float32Array> {
+  const out = new Map<string, Float32Array>();
+  const state = m.stateDict();
+  for (const [name, mod] of m.namedModules())
+    if (mod instanceof BatchNorm2d)
+      for (const b of ["running_mean", "running_var"])
+        out.set(`${name}.${b}`, Float32Array.from(state[`${name}.${b}`].toTypedArray() as Float32Array));
+  return out;
+}
+
+const changed = (a: Float32Array, b: Float32Array) => a.some((v, i) => Math.abs(v - b[i]) > 1e-7);
+
+function randomImages(n: number, seed: number): Dataset {
+  torch.manualSeed(seed);
+  return {
+    images: torch.randint(0, 256, [n, 3, 32, 32], { dtype: "uint8" }),
+    labels: torch.randint(0, 10, [n], { dtype: "int64" }),
+    classes: Array.from({ length: 10 }, (_, i) => `c${i}`),
+    name: "random",
+  };
+}
+
+test("batch-norm 'adapt': A's statistics and B's after the point adapt in the stitched copy; B itself never changes", () => {
+  const front = tiny(0);
+  const back = tiny(1);
+  const tail = tiny(1); // the stitched model's own copy of B
+  const point = "layer2.0";
+  const s = new StitchedModel(front, back, point, point, { tail });
+  const before = { front: bnStats(front), back: bnStats(back), tail: bnStats(tail) };
+  const data = randomImages(64, 3);
+  trainStitch(s, data, data, {
+    objective: { slm: 1 },
+    normalization: CIFAR10_NORMALIZATION,
+    epochs: 1,
+    batchSize: 32,
+    bnMode: "adapt",
+    initImages: 32,
+  });
+  const after = { front: bnStats(front), back: bnStats(back), tail: bnStats(tail) };
+  // A: every BN up to the point adapted.
+  for (const [k, v] of after.front)
+    if (k.startsWith("bn1") || k.startsWith("layer1") || k.startsWith("layer2.0"))
+      assert.ok(changed(v, before.front.get(k) as Float32Array), `front ${k} adapted`);
+  // The stitched copy of B: its BN after the point adapted, before the point untouched.
+  for (const [k, v] of after.tail) {
+    const after_ = k.startsWith("layer2.1") || k.startsWith("layer3") || k.startsWith("layer4");
+    assert.equal(changed(v, before.tail.get(k) as Float32Array), after_, `tail ${k}`);
+  }
+  // B, which gives the targets and the reference outputs: untouched everywhere.
+  for (const [k, v] of after.back) assert.ok(!changed(v, before.back.get(k) as Float32Array), `back ${k} untouched`);
+  // "adapt" refuses a stitched model without its own copy of B.
+  assert.throws(
+    () =>
+      trainStitch(new StitchedModel(front, back, point), data, data, {
+        objective: { slm: 1 },
+        normalization: CIFAR10_NORMALIZATION,
+        epochs: 1,
+        bnMode: "adapt",
+      }),
+    /needs the stitched model's own copy of B/,
+  );
+  disposeDataset(data);
+  for (const m of [front, back, tail, s.layer]) m.dispose();
+});
+
+test("the last partial batch is dropped, and fewer images than one batch is a clear error", () => {
+  const m = tiny(0);
+  const s = new StitchedModel(m, m, "layer1.0");
+  const data = randomImages(70, 4);
+  const steps: number[] = [];
+  trainStitch(
+    s,
+    data,
+    data,
+    {
+      objective: { slm: 1 },
+      normalization: CIFAR10_NORMALIZATION,
+      epochs: 1,
+      batchSize: 32,
+      bnMode: "eval",
+      init: "identity",
+    },
+    (p) => steps.push(p.steps),
+  );
+  assert.deepEqual(steps, [2, 2], "70 images in batches of 32: two steps, the 6 left over are dropped");
+  assert.throws(
+    () =>
+      trainStitch(s, data, data, {
+        objective: { slm: 1 },
+        normalization: CIFAR10_NORMALIZATION,
+        epochs: 1,
+        batchSize: 128,
+        bnMode: "eval",
+        init: "identity",
+      }),
+    /at least one full batch: 70 training images, batch size 128/,
+  );
+  disposeDataset(data);
+  m.dispose();
+  s.layer.dispose();
+});
+
+test("the least-squares start draws its images at random from the whole split (seeded), not the first k", () => {
+  // A class-ordered set whose first half is black and second half random: the first k images
+  // would all be black; a random draw sees both kinds.
+  const front = tiny(0);
+  const back = tiny(1);
+  const n = 64;
+  const k = 16;
+  torch.manualSeed(9);
+  const images = torch.cat(
+    [
+      torch.zeros([n / 2, 3, 32, 32], { dtype: "uint8" }),
+      torch.randint(0, 256, [n / 2, 3, 32, 32], { dtype: "uint8" }),
+    ],
+    0,
+  );
+  const data: Dataset = { images, labels: torch.zeros([n], { dtype: "int64" }), classes: ["a"], name: "ordered" };
+  const weightsAfterInit = (seed: number) => {
+    const s = new StitchedModel(front, back, "layer1.0");
+    trainStitch(s, data, data, {
+      objective: { slm: 1 },
+      normalization: CIFAR10_NORMALIZATION,
+      epochs: 1,
+      batchSize: 32,
+      lr: 1e-12,
+      bnMode: "eval",
+      initImages: k,
+      seed,
+    });
+    const w = Float32Array.from(s.layer.weight.toTypedArray() as Float32Array);
+    s.layer.dispose();
+    return w;
+  };
+  const a = weightsAfterInit(0);
+  assert.deepEqual(a, weightsAfterInit(0), "the same seed draws the same images");
+  assert.ok(changed(a, weightsAfterInit(1)), "another seed draws other images");
+  // The first k images (all black), as the old start took them, give another T.
+  const first = new StitchedModel(front, back, "layer1.0");
+  inEvalMode([front, back], () =>
+    torch.tidy(() => first.init("lstsq", normalize(data.images.narrow(0, 0, k), CIFAR10_NORMALIZATION))),
+  );
+  assert.ok(changed(a, Float32Array.from(first.layer.weight.toTypedArray() as Float32Array)), "not the first k");
+  first.layer.dispose();
+  disposeDataset(data);
+  front.dispose();
+  back.dispose();
+});
+
+test("each network normalises its own input: a CIFAR-normalised front and a Fashion-MNIST-normalised back", () => {
+  const front = tiny(0);
+  const back = tiny(1);
+  const s = new StitchedModel(front, back, "layer1.0", "layer1.0", {
+    normalization: { front: CIFAR10_NORMALIZATION, back: FASHION_MNIST_NORMALIZATION },
+  });
+  torch.tidy(() => {
+    torch.manualSeed(5);
+    const x = torch.rand([4, 3, 32, 32]);
+    const xa = s.frontInput(x);
+    const xb = s.backInput(x);
+    const want = (norm: typeof CIFAR10_NORMALIZATION) =>
+      x.sub(torch.tensor(norm.mean).reshape(1, 3, 1, 1)).div(torch.tensor(norm.std).reshape(1, 3, 1, 1));
+    assert.ok(xa.sub(want(CIFAR10_NORMALIZATION)).abs().max().item() < 1e-6);
+    assert.ok(xb.sub(want(FASHION_MNIST_NORMALIZATION)).abs().max().item() < 1e-6);
+    // B's reference output is B on its own normalisation.
+    const ref = back.forward(want(FASHION_MNIST_NORMALIZATION));
+    assert.ok(s.backForward(x).sub(ref).abs().max().item() < 1e-5);
+  });
+  for (const m of [front, back, s.layer]) m.dispose();
+});
+
+function stitchConfig(front: string, back: string, over: Partial<StitchConfig>): StitchConfig {
+  return {
+    ...STITCH_CONFIG_DEFAULTS,
+    front,
+    back,
+    frontPoint: "layer1.0",
+    objective: "slm",
+    mode: "standard",
+    limit: 64,
+    testLimit: 64,
+    epochs: 1,
+    batchSize: 32,
+    initImages: 32,
+    ckaImages: 0,
+    ...over,
+  };
+}
+
+test("a marked pair is scored on a marked test set, recorded as test_data; the identical pair's soft kappa is 1", {
+  skip,
+}, async () => {
+  const a = tiny(0);
+  const path = join(tmp, "a", "model.safetensors");
+  mkdirSync(dirname(path), { recursive: true });
+  saveCheckpoint(path, a, { dataset: "fashion-mnist" });
+  a.dispose();
+  // The test images of a pixel-marked pair carry every image's class-colour square.
+  const test = await loadSource({ dataset: "fashion-mnist", shortcut: "pixel", limit: 32 }, "test");
+  const labels = Array.from(test.labels.toTypedArray() as BigInt64Array, Number);
+  const plan = planMarkers(labels, 10, 32, 32, { kind: "pixel", seed: 1 });
+  const colors = markerColors(10);
+  const px = test.images.toTypedArray() as Uint8Array;
+  for (let i = 0; i < labels.length; i++)
+    for (let c = 0; c < 3; c++)
+      for (const [dy, dx] of [
+        [0, 0],
+        [plan.side - 1, plan.side - 1],
+      ]) {
+        const v = px[((i * 3 + c) * 32 + plan.ys[i] + dy) * 32 + plan.xs[i] + dx];
+        assert.equal(v, colors[labels[i]][c], `image ${i} channel ${c}: marker pixel`);
+      }
+  disposeDataset(test);
+
+  // A stitched with itself at T = identity, untrained (lr ~ 0), batch norm in eval: the stitched
+  // model is A, so agreement probability and both kappas are 1, on clean and on marked data.
+  for (const shortcut of [null, "pixel"] as const) {
+    const out = join(tmp, `identical-${shortcut ?? "clean"}`);
+    await runStitch(stitchConfig(path, path, { init: "identity", lr: 1e-12, bnMode: "eval", shortcut }), out);
+    const r = JSON.parse(readFileSync(join(out, "scores.json"), "utf8"));
+    assert.equal(r.testData, shortcut ?? "clean");
+    assert.ok(Math.abs(r.scores.agreementProbability - 1) < 1e-6, `agreement ${r.scores.agreementProbability}`);
+    assert.ok(Math.abs(r.scores.softErrorConsistency - 1) < 1e-6, `soft kappa ${r.scores.softErrorConsistency}`);
+    assert.ok(Math.abs(r.scores.hardErrorConsistency - 1) < 1e-6, `hard kappa ${r.scores.hardErrorConsistency}`);
+  }
+  // Standard mode defaults to "adapt", which loads A, B and the stitched copy of B separately
+  // even for the identical pair: B's scores are those of the untouched checkpoint.
+  const out = join(tmp, "identical-adapt");
+  await runStitch(stitchConfig(path, path, {}), out);
+  const r = JSON.parse(readFileSync(join(out, "scores.json"), "utf8"));
+  assert.equal(r.config.bnMode, "adapt");
+  const evalRun = JSON.parse(readFileSync(join(tmp, "identical-clean", "scores.json"), "utf8"));
+  assert.equal(r.scores.backAccuracy, evalRun.scores.backAccuracy, "B's own accuracy does not depend on the bn mode");
+});

@@ -1,0 +1,258 @@
+// Replicates and intervals (issue 12): the Student-t interval against closed forms, the plan's
+// replicate seeds, summary.csv, the reading's wording on made-up results ("apart" only where the
+// intervals separate, "not told apart" otherwise) and the sanity warnings.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { planExperiment, REPLICATE_SEED_STRIDE, type TrainTask } from "../experiments/plan.js";
+import { parseExperiment } from "../experiments/spec.js";
+import { agreementTable, curveSummaries, reading, warnings } from "../experiments/summary.js";
+import { compareIntervals, interval, tQuantile975 } from "../metrics/interval.js";
+import { type StitchRow, summarize, summaryCsv } from "../report/index.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-summary-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+test("Student t quantiles: closed forms for 1 and 2 degrees of freedom, the normal limit, monotone", () => {
+  // df 1 (Cauchy): tan(pi (p - 1/2)); df 2: (2p - 1) / sqrt(2 p (1 - p)).
+  assert.ok(Math.abs(tQuantile975(1) - Math.tan(Math.PI * 0.475)) < 1e-3);
+  assert.ok(Math.abs(tQuantile975(2) - 0.95 / Math.sqrt(2 * 0.975 * 0.025)) < 1e-3);
+  assert.ok(Math.abs(tQuantile975(100000) - 1.959964) < 1e-4);
+  // The expansion beyond the table joins it smoothly (t_{0.975,40} = 2.0211, t_{0.975,120} = 1.9799).
+  assert.ok(Math.abs(tQuantile975(40) - 2.0211) < 2e-4);
+  assert.ok(Math.abs(tQuantile975(120) - 1.9799) < 2e-4);
+  for (let df = 1; df < 200; df++) assert.ok(tQuantile975(df + 1) < tQuantile975(df), `monotone at ${df}`);
+  assert.throws(() => tQuantile975(0), /positive integer/);
+});
+
+test("interval: mean, sample std and t half-width by hand; NaN left out and counted; one value has no interval", () => {
+  const i = interval([0.5, 0.7, 0.9]);
+  assert.equal(i.n, 3);
+  assert.ok(Math.abs(i.mean - 0.7) < 1e-12);
+  assert.ok(Math.abs(i.std - 0.2) < 1e-12);
+  assert.ok(Math.abs(i.halfWidth - (4.3027 * 0.2) / Math.sqrt(3)) < 1e-4);
+  const withNan = interval([0.5, Number.NaN, 0.7, 0.9]);
+  assert.equal(withNan.dropped, 1);
+  assert.equal(withNan.mean, i.mean);
+  const one = interval([0.4]);
+  assert.equal(one.mean, 0.4);
+  assert.ok(Number.isNaN(one.halfWidth));
+  assert.equal(compareIntervals(interval([0.9, 0.91, 0.92]), interval([0.5, 0.52, 0.51])), "higher");
+  assert.equal(compareIntervals(interval([0.5, 0.9, 0.7]), interval([0.6, 0.65, 0.62])), "overlap");
+  assert.equal(compareIntervals(one, interval([0.1, 0.2])), "unknown");
+});
+
+const EXP = `
+name: reps
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  clean-s0: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }
+  clean-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+  pixel-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1, shortcut: pixel }
+pairs:
+  - { front: clean-s0, back: clean-s0, relation: identical }
+  - { front: clean-s1, back: clean-s0, relation: cross-seed }
+  - { front: pixel-s1, back: clean-s0, relation: cross-bias, shortcut: pixel }
+points: [layer1.0]
+objectives: [slm]
+modes: [standard, iris]
+replicates: 3
+iris: { limit: 64, steps: 3, batchSize: 32 }
+stitch: { limit: 64, epochs: 1, batchSize: 32 }
+`;
+
+test("replicates: each trains its own fronts (seed + 1000 r), shares the back, and has its own IRI and stitching seeds", () => {
+  const plan = planExperiment(parseExperiment(EXP, "reps.yaml"), join(tmp, "reps.yaml"));
+  const trains = plan.tasks.filter((t) => t.kind === "train").map((t) => (t.spec as TrainTask).config);
+  const seedsOf = (shortcut: string | null) =>
+    trains
+      .filter((c) => c.shortcut === shortcut)
+      .map((c) => c.seed)
+      .sort((a, b) => a - b);
+  // clean: s0 (the shared back, also the identical pair's front), s1 in three replicates.
+  assert.deepEqual(seedsOf(null), [0, 1, 1 + REPLICATE_SEED_STRIDE, 1 + 2 * REPLICATE_SEED_STRIDE]);
+  assert.deepEqual(seedsOf("pixel"), [1, 1 + REPLICATE_SEED_STRIDE, 1 + 2 * REPLICATE_SEED_STRIDE]);
+  const stitches = plan.stitches;
+  assert.equal(stitches.length, 3 * 3 * 2, "3 pairs x 2 modes x 3 replicates");
+  assert.deepEqual([...new Set(stitches.map((s) => s.replicate))], [0, 1, 2]);
+  // The identical pair's replicates: one model, three IRI sets (their own seeds), three stitch tasks.
+  const identical = stitches.filter((s) => s.relation === "identical");
+  const irisKeys = new Set(identical.filter((s) => s.mode === "iris").map((s) => s.irisKey));
+  assert.equal(irisKeys.size, 3);
+  assert.equal(new Set(identical.map((s) => s.key)).size, 6);
+  const stitchSeeds = plan.tasks
+    .filter((t) => t.kind === "stitch")
+    .map((t) => (t.spec as { config: { seed: number } }).config.seed);
+  assert.deepEqual(
+    [...new Set(stitchSeeds)].sort((a, b) => a - b),
+    [0, REPLICATE_SEED_STRIDE, 2 * REPLICATE_SEED_STRIDE],
+  );
+  // replicateBack: the back is retrained per replicate too.
+  const withBack = planExperiment(parseExperiment(`${EXP}replicateBack: true\n`, "reps.yaml"), join(tmp, "reps.yaml"));
+  const backSeeds = withBack.tasks
+    .filter((t) => t.kind === "train")
+    .map((t) => (t.spec as TrainTask).config)
+    .filter((c) => c.shortcut === null && c.seed % REPLICATE_SEED_STRIDE === 0)
+    .map((c) => c.seed);
+  assert.deepEqual(
+    backSeeds.sort((a, b) => a - b),
+    [0, REPLICATE_SEED_STRIDE, 2 * REPLICATE_SEED_STRIDE],
+  );
+  // One replicate plans exactly what the file without the key plans.
+  const one = planExperiment(parseExperiment(EXP.replace("replicates: 3", ""), "r.yaml"), join(tmp, "r.yaml"));
+  const first = plan.tasks.filter((t) => !t.label.includes(" rep ")).map((t) => t.key);
+  assert.deepEqual(one.tasks.map((t) => t.key).sort(), first.sort());
+});
+
+/** A made-up row. */
+function row(over: Partial<StitchRow>): StitchRow {
+  return {
+    front: "f",
+    back: "b",
+    pair: "cross-seed",
+    point: "layer1.0",
+    pointIndex: 1,
+    objective: "slm",
+    mode: "iris",
+    accuracy: 0.9,
+    back_accuracy: 0.9,
+    hard_agreement: 0.9,
+    agreement_prob: 0.9,
+    hard_error_consistency: 0.5,
+    soft_error_consistency: 0.5,
+    cka: 0.8,
+    excess_agreement: null,
+    test_data: "clean",
+    iri_residual: 0.05,
+    bn_mode: "eval",
+    epochs: 30,
+    seed: 0,
+    replicate: 0,
+    front_accuracy: 0.9,
+    train_steps: 300,
+    ...over,
+  };
+}
+
+/** Rows of two pairs at two points over replicates with the given agreements. */
+function rows(seed: number[][], bias: number[][]): StitchRow[] {
+  const points = ["layer2.1", "layer4.1"];
+  const out: StitchRow[] = [];
+  for (const [pair, front, values, data] of [
+    ["cross-seed", "clean-s1", seed, "clean"],
+    ["cross-bias", "pixel-s1", bias, "pixel"],
+  ] as const)
+    for (const [replicate, perPoint] of values.entries())
+      for (const [i, v] of perPoint.entries())
+        out.push(
+          row({
+            pair,
+            front,
+            back: "clean-s0",
+            point: points[i],
+            pointIndex: i + 3,
+            agreement_prob: v,
+            replicate,
+            test_data: data,
+          }),
+        );
+  return out;
+}
+
+test("summary.csv: one row per group with n, mean, std and the t interval; the table prints mean ± half-width", () => {
+  const rs = rows(
+    [
+      [0.8, 0.6],
+      [0.82, 0.62],
+      [0.84, 0.64],
+    ],
+    [
+      [0.3, 0.2],
+      [0.32, 0.22],
+      [0.34, 0.24],
+    ],
+  );
+  const summary = summarize(rs);
+  assert.equal(summary.length, 4);
+  const s = summary.find((x) => x.pair === "cross-seed" && x.point === "layer2.1")!;
+  assert.equal(s.n, 3);
+  assert.ok(Math.abs(s.scores.agreement_prob.mean - 0.82) < 1e-12);
+  assert.ok(Math.abs(s.scores.agreement_prob.std - 0.02) < 1e-12);
+  const csv = summaryCsv(summary).trim().split("\n");
+  const head = csv[0].split(",");
+  assert.deepEqual(head.slice(0, 8), ["pair", "front", "back", "point", "objective", "mode", "test_data", "n"]);
+  const line = csv.find((l) => l.startsWith("cross-seed,clean-s1,clean-s0,layer2.1"))!.split(",");
+  const col = (name: string) => Number(line[head.indexOf(name)]);
+  assert.equal(col("n"), 3);
+  assert.ok(Math.abs(col("agreement_prob_lo") - (0.82 - (4.3027 * 0.02) / Math.sqrt(3))) < 1e-4);
+  assert.equal(line[head.indexOf("excess_agreement_mean")], "", "no excess: empty, not 0");
+  assert.match(agreementTable(rs), /0\.820 ± 0\.050/);
+  assert.match(agreementTable(rs), /cross-bias \[pixel\]/);
+  // rAuA per replicate (mean over the two points), then over replicates.
+  const curve = curveSummaries(rs).find((c) => c.pair === "cross-seed")!;
+  assert.ok(Math.abs(curve.rAuA.mean - 0.72) < 1e-12);
+});
+
+test("the reading: 'apart' only where the 95% intervals separate, otherwise 'not told apart with N replicates'", () => {
+  const apart = reading(
+    rows(
+      [
+        [0.8, 0.6],
+        [0.82, 0.62],
+        [0.84, 0.64],
+      ],
+      [
+        [0.3, 0.2],
+        [0.32, 0.22],
+        [0.34, 0.24],
+      ],
+    ),
+  ).join("\n");
+  assert.match(apart, /cross-seed agrees more than cross-bias, with the 95% intervals apart at every point/);
+  // Means differ (0.60 vs 0.50) but one replicate each way swings: the intervals overlap.
+  const noisy = reading(
+    rows(
+      [
+        [0.4, 0.6],
+        [0.8, 0.3],
+        [0.6, 0.9],
+      ],
+      [
+        [0.5, 0.5],
+        [0.3, 0.6],
+        [0.7, 0.4],
+      ],
+    ),
+  ).join("\n");
+  assert.match(noisy, /not told apart with 3 replicates/);
+  assert.doesNotMatch(noisy, /agrees more than/);
+  // One replicate: no interval, so no difference is called however large.
+  const single = reading(rows([[0.9, 0.9]], [[0.1, 0.1]])).join("\n");
+  assert.match(single, /not told apart with 1 replicate/);
+  assert.match(single, /one replicate: no interval/);
+});
+
+test("warnings: a back or front near chance, loose IRIs, too few steps, non-finite scores", () => {
+  const w = warnings([
+    row({ back_accuracy: 0.11 }),
+    row({ front: "g", front_accuracy: 0.12 }),
+    row({ iri_residual: 0.4 }),
+    row({ train_steps: 20 }),
+    row({ agreement_prob: Number.NaN }),
+  ]).map((x) => `${x.where}: ${x.what}`);
+  assert.ok(
+    w.some((x) => /^b: back model near chance/.test(x)),
+    w.join("\n"),
+  );
+  assert.ok(w.some((x) => /^g: front model near chance/.test(x)));
+  assert.ok(w.some((x) => /loose IRIs: mean residual 0\.400/.test(x)));
+  assert.ok(w.some((x) => /only 20 optimiser steps/.test(x)));
+  assert.ok(w.some((x) => /agreement_prob is not finite/.test(x)));
+  assert.deepEqual(warnings([row({})]), [], "a healthy row warns of nothing");
+  // NaN scores never enter a mean.
+  const s = summarize([row({ agreement_prob: Number.NaN }), row({ agreement_prob: 0.5 })]);
+  assert.equal(s[0].scores.agreement_prob.mean, 0.5);
+  assert.equal(s[0].scores.agreement_prob.dropped, 1);
+});
