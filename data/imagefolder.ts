@@ -20,6 +20,7 @@
 // images: 19 GB). A split over `maxBytes` (default a quarter of the machine's memory, since a
 // marked copy or a subset doubles it) is refused before decoding, with the number of images
 // that would fit; pass `limit`, a smaller size, or a larger `maxBytes`.
+
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { totalmem } from "node:os";
 import { extname, join } from "node:path";
@@ -27,6 +28,7 @@ import sharp from "sharp";
 import * as torch from "../torch/index.js";
 import type { Dataset, Split } from "./dataset.js";
 import { DataError, isDirectory } from "./files.js";
+import { Rng } from "./rng.js";
 
 const EXTENSIONS = new Set([".jpeg", ".jpg", ".png", ".webp", ".tif", ".tiff", ".bmp", ".gif"]);
 export const IMAGEFOLDER_HOW_TO_GET =
@@ -44,7 +46,7 @@ export interface ImageFolderOptions {
   classList?: string;
   /** Sub-folder of each split (defaults: train -> "train", test -> "val", or "test" when there is no "val"). */
   splitDir?: string;
-  /** Read only the first `limit` images (in class order, then file-name order). */
+  /** Read only `limit` images, drawn at random with a fixed seed from the whole split (kept in class order). */
   limit?: number;
   /** Images decoded at once (sharp decodes on its own thread pool). */
   concurrency?: number;
@@ -141,7 +143,13 @@ export async function readImageFolder(root: string, split: Split, opts: ImageFol
     for (const f of readdirSync(cdir).sort())
       if (EXTENSIONS.has(extname(f).toLowerCase())) files.push({ path: join(cdir, f), label });
   });
-  const n = Math.min(opts.limit ?? files.length, files.length);
+  // A limit draws its images at random (fixed seed) from the whole split, kept in class order:
+  // the first n of a class-ordered folder would hold only the first classes.
+  if (opts.limit !== undefined && opts.limit < files.length) {
+    const keep = Array.from(new Rng(0, 0x11f0).permutation(files.length).subarray(0, opts.limit)).sort((a, b) => a - b);
+    files.splice(0, files.length, ...keep.map((i) => files[i]));
+  }
+  const n = files.length;
   if (n === 0) throw new DataError(dir, "no images found in the class folders", IMAGEFOLDER_HOW_TO_GET);
 
   const plane = size * size * 3;
@@ -152,7 +160,7 @@ export async function readImageFolder(root: string, split: Split, opts: ImageFol
       dir,
       `${n} images at ${size} px need ${gb(n * plane)} in memory as uint8, over the ${gb(maxBytes)} limit of ` +
         `in-memory datasets (maxBytes; default a quarter of this machine's memory). Pass limit (at most ` +
-        `${Math.floor(maxBytes / plane)} images fit; limit takes the first images in class order), a smaller ` +
+        `${Math.floor(maxBytes / plane)} images fit; limit draws them at random from every class), a smaller ` +
         "image size, or a larger maxBytes",
     );
   }

@@ -213,6 +213,20 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     }
   }
 
+  // Replicate r adds REPLICATE_SEED_STRIDE r to every seed, so seeds at or above the stride could
+  // make one replicate's run another's (and count it twice).
+  if (exp.replicates > 1) {
+    const high = (what: string, seed: number | undefined) => {
+      if (seed !== undefined && seed >= REPLICATE_SEED_STRIDE)
+        problems.push(
+          `${what}: seed ${seed} must be below ${REPLICATE_SEED_STRIDE} with replicates (replicate r adds ${REPLICATE_SEED_STRIDE} r)`,
+        );
+    };
+    for (const [name, spec] of Object.entries(exp.models)) if (!isLoaded(spec)) high(`models.${name}.seed`, spec.seed);
+    for (const [i, seed] of exp.seeds.entries()) high(`seeds[${i}]`, seed);
+    high("iris.seed", exp.iris.seed);
+  }
+
   for (const [i, o] of exp.objectives.entries()) {
     try {
       parseObjective(o);

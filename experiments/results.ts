@@ -173,7 +173,7 @@ export async function writeResults(
       iris,
       environment: env,
       reading: read,
-      warnings: warned.map((w) => `${w.where}: ${w.what}`),
+      warnings: warned.map((w) => ({ text: `${w.where}: ${w.what}`, tag: w.tag, rows: w.rows })),
       notes: [
         ...(plan.experiment.description ? [plan.experiment.description] : []),
         ...(failed.length ? [`${failed.length} task(s) failed or were skipped: ${failed.join("; ")}`] : []),

@@ -10,7 +10,9 @@ import {
   formatInterval,
   groupKey,
   type IriPreview,
+  perReplicate,
   pointsOf,
+  rowKey,
   type StitchRow,
   type SummaryRow,
   summarize,
@@ -71,7 +73,7 @@ export interface CurveSummary {
   /** rAuA (mean agreement over the points run, per replicate), summarised over replicates. */
   rAuA: Interval;
   /** Excess agreement: the maximum over points of the replicate-averaged difference (null without excess). */
-  maxExcess: { value: number; point: string } | null;
+  maxExcess: { value: number; point: string; interval: Interval } | null;
 }
 
 /** rAuA and the excess-agreement summary per (pair, objective, mode). */
@@ -81,31 +83,38 @@ export function curveSummaries(rows: StitchRow[]): CurveSummary[] {
   for (const r of rows) groups.set(groupKey(r), [...(groups.get(groupKey(r)) ?? []), r]);
   const out: CurveSummary[] = [];
   for (const rs of groups.values()) {
-    const byReplicate = new Map<string, StitchRow[]>();
-    for (const r of rs) {
-      const k = `${r.replicate}/${r.seed}`;
-      byReplicate.set(k, [...(byReplicate.get(k) ?? []), r]);
-    }
-    const perReplicate = [...byReplicate.values()].map((curve) => {
-      const values = points.flatMap((p) => curve.filter((r) => r.point === p).map((r) => r.agreement_prob));
+    // rAuA per replicate: the mean over points of the seed-averaged agreement.
+    const replicates = [...new Set(rs.map((r) => r.replicate))].sort((a, b) => a - b);
+    const curves = replicates.map((rep) => {
+      const mine = rs.filter((r) => r.replicate === rep);
+      const values = points.flatMap((p) =>
+        perReplicate(
+          mine.filter((r) => r.point === p),
+          (r) => r.agreement_prob,
+        ),
+      );
       return values.length && values.every(Number.isFinite) ? rAuA(values) : Number.NaN;
     });
-    const excessMeans = points.map((p) => {
-      const xs = rs
-        .filter((r) => r.point === p && r.excess_agreement !== null)
-        .map((r) => r.excess_agreement as number);
-      return xs.length ? interval(xs).mean : Number.NaN;
-    });
-    const withExcess = excessMeans.some(Number.isFinite);
-    const best = withExcess ? maxExcessAgreement(excessMeans.map((v) => (Number.isFinite(v) ? v : -Infinity))) : null;
+    const excessAt = points.map((p) =>
+      interval(
+        perReplicate(
+          rs.filter((r) => r.point === p && r.excess_agreement !== null),
+          (r) => r.excess_agreement as number,
+        ),
+      ),
+    );
+    const withExcess = excessAt.some((i) => Number.isFinite(i.mean));
+    const best = withExcess
+      ? maxExcessAgreement(excessAt.map((i) => (Number.isFinite(i.mean) ? i.mean : -Infinity)))
+      : null;
     const r = rs[0];
     out.push({
       pair: r.pair,
       objective: r.objective,
       mode: r.mode,
       test_data: r.test_data,
-      rAuA: interval(perReplicate),
-      maxExcess: best ? { value: best.value, point: points[best.index] } : null,
+      rAuA: interval(curves),
+      maxExcess: best ? { value: best.value, point: points[best.index], interval: excessAt[best.index] } : null,
     });
   }
   return out;
@@ -115,6 +124,10 @@ export function curveSummaries(rows: StitchRow[]): CurveSummary[] {
 export interface Warning {
   what: string;
   where: string;
+  /** A few words for the affected rows of the report's table. */
+  tag: string;
+  /** The affected rows: summary keys (report/summary.ts rowKey). */
+  rows: string[];
 }
 
 /**
@@ -126,30 +139,63 @@ export interface Warning {
  */
 export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
   const out = new Map<string, Warning>();
-  const add = (w: Warning) => out.set(`${w.where}\t${w.what}`, w);
+  const add = (w: Omit<Warning, "rows">, r: StitchRow) => {
+    const k = `${w.where}\t${w.what}`;
+    const had = out.get(k);
+    if (had) {
+      if (!had.rows.includes(rowKey(r))) had.rows.push(rowKey(r));
+    } else out.set(k, { ...w, rows: [rowKey(r)] });
+  };
   for (const r of rows) {
     const k = numClasses;
     const rep = r.replicate > 0 ? ` (replicate ${r.replicate})` : "";
     if (r.back_accuracy <= 2 / k)
-      add({ where: `${r.back}${rep}`, what: `back model near chance (accuracy ${r.back_accuracy.toFixed(3)})` });
+      // The back is usually shared by every replicate: one warning, not one per replicate.
+      add(
+        {
+          where: r.back,
+          what: `back model near chance (accuracy ${r.back_accuracy.toFixed(3)})`,
+          tag: "back near chance",
+        },
+        r,
+      );
     if (r.front_accuracy !== null && r.front_accuracy <= 2 / k)
-      add({ where: `${r.front}${rep}`, what: `front model near chance (accuracy ${r.front_accuracy.toFixed(3)})` });
+      add(
+        {
+          where: `${r.front}${rep}`,
+          what: `front model near chance (accuracy ${r.front_accuracy.toFixed(3)})`,
+          tag: "front near chance",
+        },
+        r,
+      );
     if (r.iri_residual !== null && r.iri_residual > 0.1)
-      add({
-        where: `${r.front}${rep} @ ${r.point}`,
-        what: `loose IRIs: mean residual ${r.iri_residual.toFixed(3)} > 0.1 (A does not represent these x' as it represents x), so invariance-aware conclusions at this point are loose`,
-      });
+      add(
+        {
+          where: `${r.front}${rep} @ ${r.point}`,
+          what: `loose IRIs: mean residual ${r.iri_residual.toFixed(3)} > 0.1 (A does not represent these x' as it represents x), so invariance-aware conclusions at this point are loose`,
+          tag: "loose IRIs",
+        },
+        r,
+      );
     if (r.train_steps < 100)
-      add({
-        where: `${r.pair} ${r.objective} ${r.mode}`,
-        what: `T trained for only ${r.train_steps} optimiser steps (< 100)`,
-      });
+      add(
+        {
+          where: `${r.pair} ${r.objective} ${r.mode}`,
+          what: `T trained for only ${r.train_steps} optimiser steps (< 100)`,
+          tag: "< 100 steps",
+        },
+        r,
+      );
     for (const s of ["accuracy", "agreement_prob", "hard_agreement", "soft_error_consistency"] as const)
       if (!Number.isFinite(r[s]))
-        add({
-          where: `${r.pair} @ ${r.point} ${r.objective} ${r.mode}${rep}`,
-          what: `${s} is not finite (left out of every mean)`,
-        });
+        add(
+          {
+            where: `${r.pair} @ ${r.point} ${r.objective} ${r.mode}${rep}`,
+            what: `${s} is not finite (left out of every mean)`,
+            tag: "not finite",
+          },
+          r,
+        );
   }
   return [...out.values()];
 }
@@ -166,6 +212,51 @@ export const PAPER_VALUES: Record<string, string> = {
   "rand-control": "excess agreement about 0 everywhere",
 };
 
+/** One pair against another on invariance-aware agreement, from the middle point on. */
+export interface Contrast {
+  higher: string;
+  lower: string;
+  objective: string;
+  points: { point: string; higher: Interval; lower: Interval; apart: boolean }[];
+  /** Whether the intervals separate (higher above lower) at every point. */
+  apart: boolean;
+  /** Per replicate: whether `higher` agrees more than `lower` at every point, that replicate alone. */
+  perReplicate: { replicate: number; holds: boolean }[];
+}
+
+/**
+ * `higher` against `lower` (pair relations) with one objective, invariance-aware, from the middle
+ * of the points run on: the intervals per point, and the verdict in each replicate alone.
+ */
+export function contrast(rows: StitchRow[], higher: string, lower: string, objective: string): Contrast | null {
+  const points = pointsOf(rows);
+  const from = points.slice(Math.floor((points.length - 1) / 2));
+  const pick = (pair: string, point: string) =>
+    rows.filter((r) => r.pair === pair && r.mode === "iris" && r.objective === objective && r.point === point);
+  const per = from.map((point) => {
+    const h = interval(perReplicate(pick(higher, point), (r) => r.agreement_prob));
+    const l = interval(perReplicate(pick(lower, point), (r) => r.agreement_prob));
+    return { point, higher: h, lower: l, apart: compareIntervals(h, l) === "higher" };
+  });
+  if (per.every((p) => p.higher.n === 0 || p.lower.n === 0)) return null;
+  const replicates = [...new Set(rows.map((r) => r.replicate))].sort((a, b) => a - b);
+  const verdicts = replicates.map((replicate) => ({
+    replicate,
+    holds: from.every((point) => {
+      const [h] = perReplicate(
+        pick(higher, point).filter((r) => r.replicate === replicate),
+        (r) => r.agreement_prob,
+      );
+      const [l] = perReplicate(
+        pick(lower, point).filter((r) => r.replicate === replicate),
+        (r) => r.agreement_prob,
+      );
+      return h !== undefined && l !== undefined && h > l;
+    }),
+  }));
+  return { higher, lower, objective, points: per, apart: per.every((p) => p.apart), perReplicate: verdicts };
+}
+
 /**
  * The reading in words. Every number is a mean over replicates with its 95% interval; pairs are
  * compared point by point on invariance-aware agreement, and a difference is stated only where
@@ -179,26 +270,29 @@ export function reading(rows: StitchRow[], opts: { settings?: string[]; warnings
   const pairs = [...new Set(rows.map((r) => r.pair))];
   const n = Math.max(...summary.map((s) => s.n));
   const fmt = (v: number) => v.toFixed(2);
-  const at = (pair: string, mode: string, objective: string, point: string) =>
-    summary.find((s) => s.pair === pair && s.mode === mode && s.objective === objective && s.point === point)?.scores
-      .agreement_prob;
   const objectives = [...new Set(rows.map((r) => r.objective))];
   out.push(
     `Replicates: ${n}. Values are means${n > 1 ? " ± the half-width of their 95% Student-t interval" : " (one replicate: no interval, so no difference can be called)"}.`,
   );
   if (pairs.includes("identical")) {
-    const means = summary.filter((s) => s.pair === "identical").map((s) => s.scores.agreement_prob.mean);
-    const min = Math.min(...means);
+    const means = summary
+      .filter((s) => s.pair === "identical")
+      .map((s) => s.scores.agreement_prob.mean)
+      .filter(Number.isFinite);
+    const min = means.length ? Math.min(...means) : Number.NaN;
     out.push(
-      min >= 0.95
-        ? `Control: the identical pair agrees at ${min.toFixed(3)} or more everywhere, as a model stitched with itself must.`
-        : `Control FAILED: the identical pair drops to ${min.toFixed(3)} (below 0.95); the other numbers cannot be trusted.`,
+      !means.length
+        ? "Control: the identical pair has no finite score."
+        : min >= 0.95
+          ? `Control: the identical pair agrees at ${min.toFixed(3)} or more everywhere, as a model stitched with itself must.`
+          : `Control FAILED: the identical pair drops to ${min.toFixed(3)} (below 0.95); the other numbers cannot be trusted.`,
     );
   }
   for (const pair of pairs.filter((p) => p !== "identical")) {
     const std = summary
       .filter((s) => s.pair === pair && s.mode === "standard")
-      .map((s) => s.scores.agreement_prob.mean);
+      .map((s) => s.scores.agreement_prob.mean)
+      .filter(Number.isFinite);
     if (std.length)
       out.push(
         `${pair}: standard stitching agrees at ${fmt(Math.min(...std))}-${fmt(Math.max(...std))}` +
@@ -208,28 +302,36 @@ export function reading(rows: StitchRow[], opts: { settings?: string[]; warnings
   // Each other pair against cross-seed (the paper's baseline of functional similarity), per
   // objective, from the middle point on.
   if (pairs.includes("cross-seed") && points.length >= 1) {
-    const from = Math.floor((points.length - 1) / 2);
     for (const other of pairs.filter((p) => p !== "cross-seed" && p !== "identical"))
       for (const objective of objectives) {
-        const cmp = points.slice(from).map((p) => {
-          const a = at("cross-seed", "iris", objective, p);
-          const b = at(other, "iris", objective, p);
-          return { p, a, b, c: a && b ? compareIntervals(a, b) : "unknown" };
-        });
-        if (cmp.every((x) => !x.a || !x.b)) continue;
-        const show = cmp.map((x) => `${x.p} ${formatInterval(x.a, 2)} vs ${formatInterval(x.b, 2)}`).join(", ");
-        const higher = cmp.filter((x) => x.c === "higher").length;
+        const c = contrast(rows, "cross-seed", other, objective);
+        if (!c) continue;
+        const show = c.points
+          .map((x) => `${x.point} ${formatInterval(x.higher, 2)} vs ${formatInterval(x.lower, 2)}`)
+          .join(", ");
+        const apartAt = c.points.filter((x) => x.apart).length;
+        const held = c.perReplicate.filter((r) => r.holds).length;
         out.push(
-          higher === cmp.length
-            ? `Invariance-aware ${objective.toUpperCase()}: from the middle point on, cross-seed agrees more than ${other}, with the 95% intervals apart at every point (${show}): the ${other} front is not functionally similar to the back model in the way a model of another seed is${pairs.includes(other) ? ", whatever standard stitching says" : ""}.`
-            : `Invariance-aware ${objective.toUpperCase()}, cross-seed vs ${other} from the middle point on: ${show}: ${higher ? `apart at ${higher} of ${cmp.length} points, not told apart at the others` : "not told apart"} with ${n} replicate${n > 1 ? "s" : ""}.`,
+          (c.apart
+            ? `Invariance-aware ${objective.toUpperCase()}: from the middle point on, cross-seed agrees more than ${other}, with the 95% intervals apart at every point (${show}): the ${other} front is not functionally similar to the back model in the way a model of another seed is, whatever standard stitching says.`
+            : `Invariance-aware ${objective.toUpperCase()}, cross-seed vs ${other} from the middle point on: ${show}: ${apartAt ? `apart at ${apartAt} of ${c.points.length} points, not told apart at the others` : "not told apart"} with ${n} replicate${n > 1 ? "s" : ""}.`) +
+            (c.perReplicate.length > 1
+              ? ` Taken alone, ${held} of ${c.perReplicate.length} replicates rank cross-seed above ${other} at every one of these points.`
+              : ""),
         );
       }
   }
-  for (const c of curveSummaries(rows))
+  const curves = curveSummaries(rows);
+  if (curves.length)
+    out.push(
+      `rAuA (mean agreement over the points run, larger = more similar): ${curves
+        .map((c) => `${c.pair} ${c.objective} ${c.mode} ${formatInterval(c.rAuA, 2)}`)
+        .join("; ")}.`,
+    );
+  for (const c of curves)
     if (c.maxExcess)
       out.push(
-        `${c.pair} ${c.objective} ${c.mode}: excess agreement up to ${c.maxExcess.value.toFixed(3)} (at ${c.maxExcess.point}, mean over replicates).`,
+        `${c.pair} ${c.objective} ${c.mode}: excess agreement up to ${formatInterval(c.maxExcess.interval)} (at ${c.maxExcess.point}; the maximum over points of the replicate means).`,
       );
   for (const pair of pairs)
     if (PAPER_VALUES[pair]) out.push(`The paper (ResNet-18, CIFAR-10), ${pair}: ${PAPER_VALUES[pair]}.`);

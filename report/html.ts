@@ -2,7 +2,7 @@
 // CSS, the figures as inline SVG, the IRI grids as data: URLs, and plain tables. Every piece
 // of text that comes from the input is escaped.
 import type { Figure } from "./charts.js";
-import { formatInterval, summarize } from "./summary.js";
+import { formatInterval, rowKey, summarize } from "./summary.js";
 import type { IriPreview, ModelRow, ReportInput, StitchRow } from "./types.js";
 
 /** A figure ready for the page: its spec's description and the rendered SVG text. */
@@ -66,6 +66,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr:hover td { background: #fafbfd; }
 .reading li { margin: 4px 0; }
 .warnings li { color: #a33; }
+td.warning { color: #a33; font-size: 0.78rem; }
 .muted { color: #888; }
 `;
 
@@ -164,9 +165,10 @@ function resultsSection(rows: StitchRow[]): string {
 }
 
 /** Mean ± 95% half-width over replicates, one row per (pair, point, objective, mode, test data). */
-function summarySection(rows: StitchRow[]): string {
+function summarySection(rows: StitchRow[], warned: NonNullable<ReportInput["warnings"]>): string {
   if (rows.length === 0) return '<p class="muted">No stitched runs.</p>';
   const summary = summarize(rows);
+  const tagsOf = (key: string) => [...new Set(warned.filter((w) => w.rows.includes(key)).map((w) => w.tag))].join(", ");
   const headers = [
     "pair",
     "front → back",
@@ -180,6 +182,7 @@ function summarySection(rows: StitchRow[]): string {
     "soft EC",
     "CKA",
     "excess agr.",
+    "warnings",
   ];
   const body = summary.map((s) => [
     cell(s.pair),
@@ -194,6 +197,7 @@ function summarySection(rows: StitchRow[]): string {
     cell(formatInterval(s.scores.soft_error_consistency), true),
     cell(formatInterval(s.scores.cka), true),
     cell(formatInterval(s.scores.excess_agreement), true),
+    `<td class="warning">${h(tagsOf(rowKey(s)))}</td>`,
   ]);
   return (
     "<p>Means over replicates ± the half-width of their 95% Student-t interval (no interval for one replicate); " +
@@ -211,7 +215,7 @@ function readingSection(input: ReportInput): string {
     .filter((l) => !l.startsWith("Warning: "))
     .map((l) => `<li>${h(l)}</li>`)
     .join("\n");
-  const warn = warned.map((w) => `<li class="warning">${h(w)}</li>`).join("\n");
+  const warn = warned.map((w) => `<li class="warning">${h(w.text)}</li>`).join("\n");
   return `<ul class="reading">\n${items}\n</ul>${warn ? `\n<h3>Warnings</h3>\n<ul class="warnings">\n${warn}\n</ul>` : ""}`;
 }
 
@@ -268,7 +272,7 @@ export function reportHtml(input: ReportInput, figures: PageFigure[]): string {
   const sections: [string, string, string][] = [
     ...(read ? ([["reading", "Reading", read]] as [string, string, string][]) : []),
     ["figures", "Figures", chartsSection(figures)],
-    ["summary", "Summary over replicates", summarySection(input.rows)],
+    ["summary", "Summary over replicates", summarySection(input.rows, input.warnings ?? [])],
     ["results", "Every run", resultsSection(input.rows)],
     ["models", "Base models", modelsSection(input.models)],
     ["iris", "IRIs", irisSection(input.iris)],

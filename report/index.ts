@@ -6,7 +6,9 @@ export { type Rendered, renderFigure, renderSvg } from "./render.js";
 export {
   formatInterval,
   groupKey,
+  perReplicate,
   pointsOf,
+  rowKey,
   SUMMARY_SCORES,
   type SummaryRow,
   type SummaryScore,

@@ -26,7 +26,7 @@ export interface SummaryRow {
   objective: string;
   mode: string;
   test_data: string;
-  /** Replicates (rows) in the group. */
+  /** Replicates in the group (each score's interval says how many had a finite value: its n). */
   n: number;
   scores: Record<SummaryScore, Interval>;
 }
@@ -35,6 +35,10 @@ export interface SummaryRow {
 export function pointsOf(rows: StitchRow[]): string[] {
   return [...new Map(rows.map((r) => [r.point, r.pointIndex])).entries()].sort((a, b) => a[1] - b[1]).map(([p]) => p);
 }
+
+/** The key of a run's summary row: its group and point. */
+export const rowKey = (r: Record<"pair" | "front" | "back" | "objective" | "mode" | "test_data" | "point", string>) =>
+  `${groupKey(r)}\t${r.point}`;
 
 export const groupKey = (r: Record<"pair" | "front" | "back" | "objective" | "mode" | "test_data", string>) =>
   [r.pair, r.front, r.back, r.objective, r.mode, r.test_data].join("\t");
@@ -50,7 +54,10 @@ export function summarize(rows: StitchRow[]): SummaryRow[] {
   for (const rs of groups.values()) {
     const r = rs[0];
     const scores = Object.fromEntries(
-      SUMMARY_SCORES.map((s) => [s, interval(rs.map((x) => (x[s] === null ? Number.NaN : (x[s] as number))))]),
+      SUMMARY_SCORES.map((s) => [
+        s,
+        interval(perReplicate(rs, (x) => (x[s] === null ? Number.NaN : (x[s] as number)))),
+      ]),
     ) as Record<SummaryScore, Interval>;
     out.push({
       pair: r.pair,
@@ -61,11 +68,27 @@ export function summarize(rows: StitchRow[]): SummaryRow[] {
       objective: r.objective,
       mode: r.mode,
       test_data: r.test_data,
-      n: rs.length,
+      n: new Set(rs.map((x) => x.replicate)).size,
       scores,
     });
   }
   return out.sort((a, b) => groupKey(a).localeCompare(groupKey(b)) || a.pointIndex - b.pointIndex);
+}
+
+/**
+ * One value per replicate: the mean over its stitching seeds of the finite values (NaN when it
+ * has none). Seeds within a replicate share their front model, so they are not independent
+ * replicates and never count as such.
+ */
+export function perReplicate(rows: StitchRow[], value: (r: StitchRow) => number): number[] {
+  const by = new Map<number, number[]>();
+  for (const r of rows) by.set(r.replicate, [...(by.get(r.replicate) ?? []), value(r)]);
+  return [...by.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([, vs]) => {
+      const ok = vs.filter(Number.isFinite);
+      return ok.length ? ok.reduce((a, b) => a + b, 0) / ok.length : Number.NaN;
+    });
 }
 
 /** summary.csv: the group, n, then mean, std, lo, hi of every score (empty where undefined). */

@@ -69,7 +69,7 @@ export interface ReportInput {
   environment: Record<string, string | number | boolean>;
   /** The reading in words (experiments/summary.ts makes it; the terminal prints the same lines). */
   reading?: string[];
-  /** Sanity warnings ("where: what"), shown above the results. */
-  warnings?: string[];
+  /** Sanity warnings: the text, a tag shown next to the affected rows, and those rows (rowKey). */
+  warnings?: { text: string; tag: string; rows: string[] }[];
   notes?: string[];
 }

@@ -19,7 +19,6 @@ import {
   type Normalization,
   normalizationFor,
   normalize,
-  paintMarkers,
   pixelScale,
   planDatasetMarkers,
   type ShortcutKind,
@@ -309,13 +308,13 @@ export async function runStitch(
     let irisInfo: StitchResult["iris"] = null;
     let train: Dataset;
     // The real images: clean, with their markers planned once (seed 0, as the IRIs' sources were
-    // marked). The least-squares start reads them marked; standard runs paint the same markers
-    // on each batch after augmentation, so a marker is never cropped or mirrored.
+    // marked). The least-squares start paints them on its images; standard runs paint them on
+    // each batch after augmentation, so a marker is never cropped or mirrored (and no marked copy
+    // of the whole split is held).
     const clean = await loadSource({ ...source, shortcut: null }, "train");
     owned.push(clean);
     const markers = cfg.shortcut ? planDatasetMarkers(clean, { kind: cfg.shortcut, seed: 0 }) : null;
-    const real = markers ? paintMarkers(clean, markers, `${clean.name}+${cfg.shortcut}`) : clean;
-    if (real !== clean) owned.push(real);
+    const real = clean;
     if (cfg.mode === "iris") {
       const dir = cfg.iris as string;
       const set = loadIriSet(dir);
@@ -334,6 +333,8 @@ export async function runStitch(
     // Every model normalises its own input (StitchedModel): batches are float pixels in [0, 1].
     const norm = pixelScale(test.images.shape[1]);
 
+    // CKA compares A and B as they are: before training, since "adapt" moves A's statistics.
+    const cka = cfg.ckaImages > 0 ? ckaAt(s, test, cfg.ckaImages, cfg) : null;
     const trained = trainStitch(
       s,
       train,
@@ -351,6 +352,7 @@ export async function runStitch(
         initImages: cfg.initImages,
         augment: cfg.mode === "standard" ? standardAugment(train.images.shape[2]) : null,
         markers: cfg.mode === "standard" ? markers : null,
+        initMarkers: markers,
         device: cfg.device,
       },
       onProgress,
@@ -375,7 +377,6 @@ export async function runStitch(
       const r = evaluateStitch(s, rolled, evalOpts);
       excess = { kind, marked: m, rolled: r, excessAgreement: excessAgreement(m, r) };
     }
-    const cka = cfg.ckaImages > 0 ? ckaAt(s, test, cfg.ckaImages, cfg) : null;
     const spectrum = weightSpectrum(s.layer.weight);
 
     const result: StitchResult = {

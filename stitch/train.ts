@@ -9,6 +9,7 @@ import {
   disposeDataset,
   type LoaderOptions,
   type Normalization,
+  paintBatchMarkers,
   Rng,
   subset,
 } from "../data/index.js";
@@ -85,6 +86,8 @@ export interface StitchTrainOptions {
   augment?: LoaderOptions["augment"];
   /** Shortcut markers painted on each training batch after augmentation (standard runs on marked data). */
   markers?: LoaderOptions["markers"];
+  /** Markers of `real` (a plan for the whole set), painted on the least-squares images only. */
+  initMarkers?: LoaderOptions["markers"];
   /** Where the batches go (the models must already be there); default "cpu". */
   device?: string;
 }
@@ -114,13 +117,16 @@ export function trainStitch(
   const init = opts.init ?? "lstsq";
   if (init === "lstsq") {
     const k = Math.min(opts.initImages ?? 500, datasetSize(real));
-    // A seeded random draw from the whole split, as the reference's K_init images are
-    // (train_stithching.py); the first k of a class-ordered image folder would be one class.
+    // A seeded random draw from the whole split, as the reference shuffles before taking its
+    // K_init images (dataloaders/cifar.py); the first k of a class-ordered image folder would be one class.
     const draw = new Rng(opts.seed ?? 0, 0x1a57).permutation(datasetSize(real)).subarray(0, k);
-    const part = subset(
-      real,
-      Array.from(draw).sort((a, b) => a - b),
-    );
+    const picked = Array.from(draw).sort((a, b) => a - b);
+    const part = subset(real, picked);
+    if (opts.initMarkers) {
+      const marked = paintBatchMarkers(part.images, opts.initMarkers, picked);
+      part.images.dispose();
+      part.images = torch.keep(marked);
+    }
     // Initialisation features are B's own, so batch norm there uses running statistics.
     inEvalMode(s.networks, () => {
       for (const b of batches(part, { batchSize: k, normalization: opts.normalization, device: opts.device })) {

@@ -753,3 +753,29 @@ test("stitchlab data preview writes a PNG grid with markers", async () => {
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /^stitchlab: .*x: not found\. Download the binary version/);
 });
+
+test("image folder: limit draws its images at random (fixed seed) from every class, kept in class order", async () => {
+  const r = join(dir, "limited");
+  for (const [k, wnid] of ["n001", "n002"].entries()) {
+    mkdirSync(join(r, "train", wnid), { recursive: true });
+    for (let i = 0; i < 4; i++)
+      await sharp({ create: { width: 8, height: 8, channels: 3, background: { r: 200 * k, g: 50 * i, b: 0 } } })
+        .png()
+        .toFile(join(r, "train", wnid, `${i}.png`));
+  }
+  const load = async () => {
+    const d = await loadDataset("imagefolder", { root: r, split: "train", imageSize: 8, limit: 4 });
+    const labels = labelsOf(d);
+    disposeDataset(d);
+    return labels;
+  };
+  const labels = await load();
+  // The first 4 in class order would all be n001; the draw reaches n002 and keeps class order.
+  assert.equal(labels.length, 4);
+  assert.ok(labels.includes(1), `labels ${labels}`);
+  assert.deepEqual(
+    labels,
+    [...labels].sort((a, b) => a - b),
+  );
+  assert.deepEqual(await load(), labels, "the same draw every time");
+});

@@ -16,6 +16,8 @@ import {
   normalize,
   planMarkers,
 } from "../data/index.js";
+import { type IrisTask, planExperiment, type StitchTask, type TrainTask } from "../experiments/plan.js";
+import { readExperiment } from "../experiments/spec.js";
 import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { saveCheckpoint } from "../nn/checkpoint.js";
@@ -270,4 +272,36 @@ test("a marked pair is scored on a marked test set, recorded as test_data; the i
   assert.equal(r.config.bnMode, "adapt");
   const evalRun = JSON.parse(readFileSync(join(tmp, "identical-clean", "scores.json"), "utf8"));
   assert.equal(r.scores.backAccuracy, evalRun.scores.backAccuracy, "B's own accuracy does not depend on the bn mode");
+});
+
+test("the presets mark what the reference marks: the cross-bias pair's data, never the cross-seed or identical pair's", () => {
+  const root = join(import.meta.dirname, "..");
+  for (const [file, scale] of [
+    ["cross-bias.yaml", "small"],
+    ["cross-bias.yaml", "paper"],
+    ["demo.yaml", undefined],
+    ["objectives.yaml", "small"],
+  ] as const) {
+    const path = join(root, "presets", file);
+    const plan = planExperiment(readExperiment(path, scale), path);
+    const byKey = new Map(plan.tasks.map((t) => [t.key, t]));
+    for (const s of plan.stitches) {
+      const want = s.relation === "cross-bias" ? "pixel" : null;
+      const task = byKey.get(s.key)!.spec as StitchTask;
+      assert.equal(task.config.shortcut, want, `${file} ${s.relation} stitch data`);
+      if (s.irisKey) assert.equal((byKey.get(s.irisKey)!.spec as IrisTask).shortcut, want, `${file} IRI sources`);
+    }
+  }
+  // Unseen information: clean models; only the stitching data are marked, each pair with its
+  // own markers, and excess agreement is scored on them.
+  const path = join(root, "presets", "unseen-information.yaml");
+  const plan = planExperiment(readExperiment(path, "small"), path);
+  for (const t of plan.tasks) if (t.kind === "train") assert.equal((t.spec as TrainTask).config.shortcut, null);
+  const byKey = new Map(plan.tasks.map((t) => [t.key, t]));
+  for (const s of plan.stitches) {
+    const cfg = (byKey.get(s.key)!.spec as StitchTask).config;
+    const want = s.relation === "pixel-loc" ? "pixel-loc" : "rand";
+    assert.equal(cfg.shortcut, want);
+    assert.equal(cfg.excess, want);
+  }
 });

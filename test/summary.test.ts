@@ -10,7 +10,7 @@ import { planExperiment, REPLICATE_SEED_STRIDE, type TrainTask } from "../experi
 import { parseExperiment } from "../experiments/spec.js";
 import { agreementTable, curveSummaries, reading, warnings } from "../experiments/summary.js";
 import { compareIntervals, interval, tQuantile975 } from "../metrics/interval.js";
-import { type StitchRow, summarize, summaryCsv } from "../report/index.js";
+import { rowKey, type StitchRow, summarize, summaryCsv } from "../report/index.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-summary-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -251,8 +251,31 @@ test("warnings: a back or front near chance, loose IRIs, too few steps, non-fini
   assert.ok(w.some((x) => /only 20 optimiser steps/.test(x)));
   assert.ok(w.some((x) => /agreement_prob is not finite/.test(x)));
   assert.deepEqual(warnings([row({})]), [], "a healthy row warns of nothing");
+  // Each warning names the rows it affects, for the report's table.
+  const loose = warnings([row({ iri_residual: 0.4 }), row({ point: "layer4.1", iri_residual: 0.05 })]);
+  assert.equal(loose.length, 1);
+  assert.equal(loose[0].tag, "loose IRIs");
+  assert.deepEqual(loose[0].rows, [rowKey(row({}))]);
   // NaN scores never enter a mean.
-  const s = summarize([row({ agreement_prob: Number.NaN }), row({ agreement_prob: 0.5 })]);
+  const s = summarize([row({ agreement_prob: Number.NaN }), row({ replicate: 1, agreement_prob: 0.5 })]);
   assert.equal(s[0].scores.agreement_prob.mean, 0.5);
   assert.equal(s[0].scores.agreement_prob.dropped, 1);
+});
+
+test("stitching seeds within a replicate are averaged, never counted as replicates; seeds >= 1000 are refused", () => {
+  // Two seeds in each of two replicates: n is 2, and each replicate's value is its seeds' mean.
+  const s = summarize([
+    row({ replicate: 0, seed: 0, agreement_prob: 0.5 }),
+    row({ replicate: 0, seed: 1, agreement_prob: 0.7 }),
+    row({ replicate: 1, seed: 0, agreement_prob: 0.8 }),
+    row({ replicate: 1, seed: 1, agreement_prob: 0.8 }),
+  ]);
+  assert.equal(s[0].n, 2);
+  assert.equal(s[0].scores.agreement_prob.n, 2);
+  assert.ok(Math.abs(s[0].scores.agreement_prob.mean - 0.7) < 1e-12);
+  assert.ok(Math.abs(s[0].scores.agreement_prob.std - Math.SQRT2 * 0.1) < 1e-12);
+  assert.throws(
+    () => planExperiment(parseExperiment(`${EXP}seeds: [0, 1000]\n`, "reps.yaml"), join(tmp, "reps.yaml")),
+    /seeds\[1\]: seed 1000 must be below 1000 with replicates/,
+  );
 });
