@@ -19,6 +19,7 @@ export function registerTrainCommand(program: Command): void {
     .requiredOption("--dataset <name>", "fashion-mnist, mnist, cifar10 or imagefolder")
     .requiredOption("--out <dir>", "run folder: model.safetensors + model.json, config.json, metrics.jsonl")
     .option("--root <path>", "dataset location (Fashion-MNIST defaults to Debian's)")
+    .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
     .option("--limit <n>", "train on the first n images only", int)
     .option("--test-limit <n>", "evaluate on the first n test images only", int)
     .option("--shortcut <kind>", `pixel shortcut in the training images: ${SHORTCUT_KINDS.join(", ")}`)
@@ -53,6 +54,7 @@ export function registerTrainCommand(program: Command): void {
       model: o.model,
       dataset: o.dataset,
       root: o.root,
+      ...(o.imageSize !== undefined ? { imageSize: o.imageSize } : {}),
       limit: o.limit,
       testLimit: o.testLimit,
       modelOptions: o.width !== undefined ? { width: o.width } : {},

@@ -16,9 +16,10 @@
 //   - an image counts as broken when the clean image or any iterate is misclassified.
 // Inputs are normalised as the model sees them; eps and step sizes are in pixel units, scaled per
 // channel by 1/std as in train/pgd.ts. The model runs in eval mode.
-import { batches, type Dataset, type Normalization, validRange } from "../data/index.js";
+import { type Dataset, type Normalization, validRange } from "../data/index.js";
 import { inEvalMode, type Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
+import { forEachEvalBatch } from "./batches.js";
 import { pixelsToNormalised } from "./pgd.js";
 
 type Tensor = torch.Tensor;
@@ -252,22 +253,13 @@ export function apgdRobustAccuracy(
   let dlr = 0;
   let worst = 0;
   let n = 0;
-  inEvalMode([model], () => {
-    for (const b of batches(ds, {
-      batchSize: opts.batchSize ?? 256,
-      normalization: opts.normalization,
-      device: opts.device,
-    })) {
-      torch.tidy(() => {
-        const rc = apgdAttack(model, b.x, b.y, { ...opts, loss: "ce" }).robust;
-        const rd = apgdAttack(model, b.x, b.y, { ...opts, loss: "dlr" }).robust;
-        ce += rc.sum().item();
-        dlr += rd.sum().item();
-        worst += rc.logicalAnd(rd).sum().item();
-        n += b.indices.length;
-      });
-      torch.dispose(b);
-    }
+  forEachEvalBatch(model, ds, opts, (b) => {
+    const rc = apgdAttack(model, b.x, b.y, { ...opts, loss: "ce" }).robust;
+    const rd = apgdAttack(model, b.x, b.y, { ...opts, loss: "dlr" }).robust;
+    ce += rc.sum().item();
+    dlr += rd.sum().item();
+    worst += rc.logicalAnd(rd).sum().item();
+    n += b.indices.length;
   });
   return { ce: ce / n, dlr: dlr / n, worst: worst / n, n };
 }

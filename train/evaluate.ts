@@ -1,9 +1,10 @@
 // Evaluation: accuracy and mean loss of a model on a dataset, in eval mode without gradients;
 // robust accuracy under APGD-CE and APGD-DLR (or PGD).
-import { batches, type Dataset, type Normalization } from "../data/index.js";
-import { inEvalMode, type Module } from "../nn/module.js";
+import type { Dataset, Normalization } from "../data/index.js";
+import type { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { apgdRobustAccuracy } from "./apgd.js";
+import { forEachEvalBatch } from "./batches.js";
 import { robustAccuracy } from "./pgd.js";
 
 export interface EvalOptions {
@@ -23,23 +24,14 @@ export function evaluate(model: Module, ds: Dataset, opts: EvalOptions): EvalRes
   let correct = 0;
   let lossSum = 0;
   let n = 0;
-  inEvalMode([model], () => {
-    for (const b of batches(ds, {
-      batchSize: opts.batchSize ?? 256,
-      normalization: opts.normalization,
-      device: opts.device,
-    })) {
-      torch.tidy(() =>
-        torch.noGrad(() => {
-          const logits = model.forward(b.x);
-          correct += logits.argmax(1).eq(b.y).sum().item();
-          lossSum += torch.crossEntropy(logits, b.y, { reduction: "sum" }).item();
-          n += b.indices.length;
-        }),
-      );
-      torch.dispose(b);
-    }
-  });
+  forEachEvalBatch(model, ds, opts, (b) =>
+    torch.noGrad(() => {
+      const logits = model.forward(b.x);
+      correct += logits.argmax(1).eq(b.y).sum().item();
+      lossSum += torch.crossEntropy(logits, b.y, { reduction: "sum" }).item();
+      n += b.indices.length;
+    }),
+  );
   return { accuracy: correct / n, loss: lossSum / n, n };
 }
 

@@ -6,9 +6,10 @@
 // By default the attack starts from x itself, as the paper's reference does: its PGD
 // (external/attacks/pgd.py) has `random_start=False` and train_base.py never turns it on. Madry
 // et al.'s uniform start in the ball is `randomStart: true`.
-import { batches, type Dataset, type Normalization, validRange } from "../data/index.js";
+import { type Dataset, type Normalization, validRange } from "../data/index.js";
 import { inEvalMode, type Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
+import { forEachEvalBatch } from "./batches.js";
 
 type Tensor = torch.Tensor;
 
@@ -71,19 +72,10 @@ export function robustAccuracy(
 ): number {
   let correct = 0;
   let n = 0;
-  inEvalMode([model], () => {
-    for (const b of batches(ds, {
-      batchSize: opts.batchSize ?? 256,
-      normalization: opts.normalization,
-      device: opts.device,
-    })) {
-      torch.tidy(() => {
-        const adv = pgdAttack(model, b.x, b.y, opts);
-        correct += torch.noGrad(() => model.forward(adv).argmax(1).eq(b.y).sum().item());
-        n += b.indices.length;
-      });
-      torch.dispose(b);
-    }
+  forEachEvalBatch(model, ds, opts, (b) => {
+    const adv = pgdAttack(model, b.x, b.y, opts);
+    correct += torch.noGrad(() => model.forward(adv).argmax(1).eq(b.y).sum().item());
+    n += b.indices.length;
   });
   return correct / n;
 }
