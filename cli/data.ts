@@ -28,7 +28,7 @@ interface PreviewOptions {
   split: string;
   root?: string;
   seed: number;
-  size?: number;
+  imageSize?: number;
   resize?: number;
   classList?: string;
   scale?: number;
@@ -43,13 +43,17 @@ export function registerDataCommands(program: Command): void {
     .argument("<dataset>", `dataset: ${DATASET_NAMES.join(", ")}`)
     .requiredOption("--out <file>", "PNG file to write")
     .option("--shortcut <kind>", `add markers: ${SHORTCUT_KINDS.join(", ")}`)
-    .option("--rolled", "marker colours shifted by one class (the rolled test set)")
+    .option("--rolled", "class c carries class c-1's whole marker (the rolled test set)")
     .option("--n <count>", "number of images (the first n of the split)", positiveInt("n"), 64)
     .option("--split <split>", "train or test", "test")
     .option("--root <path>", "where the dataset files are (cifar10: .tar.gz or folder; imagefolder: ImageNet layout)")
     .option("--seed <n>", "seed of marker locations (pixel, rand) and colours (rand)", Number, 0)
-    .option("--size <px>", "imagefolder: output side in pixels (default 32)", positiveInt("size"))
-    .option("--resize <px>", "imagefolder: shorter side before the centre crop (default = size)", positiveInt("resize"))
+    .option("--image-size <px>", "imagefolder: output side in pixels (default 32)", positiveInt("image size"))
+    .option(
+      "--resize <px>",
+      "imagefolder: shorter side before the centre crop (default: 256 for 224, the image size itself up to 64 px)",
+      positiveInt("resize"),
+    )
     .option("--class-list <file>", "imagefolder: one wnid per line, in label order")
     .option("--scale <k>", "nearest-neighbour upscale (default 4 at 32 px)", positiveInt("scale"))
     .action(async (name: string, opts: PreviewOptions) => {
@@ -61,7 +65,7 @@ export function registerDataCommands(program: Command): void {
         split: opts.split as Split,
         root: opts.root,
         limit: opts.n,
-        size: opts.size,
+        imageSize: opts.imageSize,
         resize: opts.resize,
         classList: opts.classList,
       });

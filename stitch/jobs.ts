@@ -314,7 +314,6 @@ export async function runStitch(
     const clean = await loadSource({ ...source, shortcut: null }, "train");
     owned.push(clean);
     const markers = cfg.shortcut ? planDatasetMarkers(clean, { kind: cfg.shortcut, seed: 0 }) : null;
-    const real = clean;
     if (cfg.mode === "iris") {
       const dir = cfg.iris as string;
       const set = loadIriSet(dir);
@@ -338,7 +337,7 @@ export async function runStitch(
     const trained = trainStitch(
       s,
       train,
-      real,
+      clean,
       {
         objective: weights,
         normalization: norm,

@@ -17,12 +17,13 @@ import {
   planMarkers,
 } from "../data/index.js";
 import { type IrisTask, planExperiment, type StitchTask, type TrainTask } from "../experiments/plan.js";
-import { readExperiment } from "../experiments/spec.js";
+import { parseExperiment, readExperiment } from "../experiments/spec.js";
 import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { saveCheckpoint } from "../nn/checkpoint.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
+import { IRI_STEP_SIZE_224 } from "../stitch/iris.js";
 import { loadSource, runStitch, STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
@@ -304,4 +305,31 @@ test("the presets mark what the reference marks: the cross-bias pair's data, nev
     assert.equal(cfg.shortcut, want);
     assert.equal(cfg.excess, want);
   }
+});
+
+test("image folders at 224 px through an experiment file: every task loads at 224, and the IRI step is the reference's", () => {
+  const text = `
+name: big
+dataset: { name: imagefolder, root: /nowhere, imageSize: 224 }
+models:
+  a: { arch: resnet18, width: 0.125, seed: 0, epochs: 1, options: { stem: imagenet } }
+pairs:
+  - { front: a, back: a, relation: identical }
+points: [stem, layer4.1]
+objectives: [slm]
+`;
+  const plan = planExperiment(parseExperiment(text, "big.yaml"), join(tmp, "big.yaml"));
+  for (const t of plan.tasks) {
+    if (t.kind === "train") assert.equal((t.spec as TrainTask).config.imageSize, 224);
+    if (t.kind === "iris") {
+      const spec = t.spec as IrisTask;
+      assert.equal(spec.imageSize, 224);
+      assert.ok(Math.abs(spec.options.stepSize - IRI_STEP_SIZE_224) < 1e-12);
+      assert.ok(Math.abs(spec.options.stepSize * 255 - 5.4) < 0.1, "about 5.4/255 in pixel units");
+    }
+    if (t.kind === "stitch") assert.equal((t.spec as StitchTask).config.imageSize, 224);
+  }
+  // Without imageSize, nothing of it enters the keys (32 px plans keep their cache entries).
+  const small = planExperiment(parseExperiment(text.replace(", imageSize: 224", ""), "s.yaml"), join(tmp, "s.yaml"));
+  for (const t of small.tasks) assert.ok(!JSON.stringify(t.spec).includes("imageSize"), t.label);
 });
