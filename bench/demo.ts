@@ -67,11 +67,13 @@ function toRow(r: Record<string, string>): StitchRow {
 }
 
 export async function main(args: string[]): Promise<void> {
-  let cache = mkdtempSync(join(tmpdir(), "stitchlab-demo-cache-"));
+  let given: string | undefined;
   for (let i = 0; i < args.length; i++) {
-    if (args[i] === "--cache") cache = args[++i];
+    if (args[i] === "--cache") given = args[++i];
     else throw new Error(`demo: unknown option '${args[i]}'; options: --cache DIR`);
   }
+  // A fresh temporary cache unless one is given (kept afterwards, for a cached rerun by hand).
+  const cache = given ?? mkdtempSync(join(tmpdir(), "stitchlab-demo-cache-"));
   const out = mkdtempSync(join(tmpdir(), "stitchlab-demo-out-"));
   const first = timeDemo(cache, join(out, "first"));
   const second = timeDemo(cache, join(out, "second"));

@@ -355,7 +355,7 @@ export function settingsLines(exp: Experiment): string[] {
   const marked = exp.pairs.filter((p) => (p.shortcut !== undefined ? p.shortcut : st.shortcut));
   return [
     `Settings: ${d.name}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
-    `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.optimizer ?? IRI_DEFAULTS.optimizer} optimiser, ${iris.steps ?? IRI_DEFAULTS.steps} steps. ` +
+    `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.optimizer ?? IRI_DEFAULTS.optimizer} optimiser, ${iris.steps ?? IRI_DEFAULTS.steps} steps from ${iris.start === "image" ? "another image" : `${iris.start ?? IRI_DEFAULTS.start} noise`}${iris.keepBest ? ", best iterate kept" : ""}. ` +
       `Stitching: ${st.epochs ?? "30 (12 for image folders)"} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize ?? 128}; ` +
       `batch norm ${st.bnMode?.standard ?? defaultBnMode("standard")} (standard) and ${st.bnMode?.iris ?? defaultBnMode("iris")} (invariance-aware). ` +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +

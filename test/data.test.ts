@@ -3,10 +3,10 @@
 // installed, shortcut markers, transforms, seeded loading, and the preview command.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { test } from "node:test";
+import { after, test } from "node:test";
 import { gzipSync } from "node:zlib";
 import sharp from "sharp";
 import {
@@ -40,6 +40,7 @@ import { runCli } from "./helpers/cli.js";
 
 const root = join(import.meta.dirname, "..");
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-data-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
 
 const RECORD = 3073;
 /** A CIFAR-10 batch of 10,000 records with a recognisable pattern: label i % 10, pixel j of record i = (i + 7j) mod 256. */

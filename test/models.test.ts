@@ -107,8 +107,9 @@ const PARITY: [string, ModelOptions][] = [
 for (const [arch, opts] of PARITY) {
   test(`${arch} ${JSON.stringify(opts)}: a PyTorch state dict gives the same logits here, and ours gives the same logits in PyTorch`, {
     skip: skipUnlessPytorch(),
-  }, () => {
+  }, (t) => {
     const dir = mkdtempSync(join(tmpdir(), "stitchlab-zoo-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
     const py = (mode: string) => {
       const r = spawnSync(
         PYTHON,

@@ -1,10 +1,10 @@
 // Stitching a model with itself, every objective, at an early, a middle and the last point:
 // agreement probability at least 0.99 (the paper: identical models about 0.95-1.0).
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { before, test } from "node:test";
+import { after, before, test } from "node:test";
 import { type Dataset, disposeDataset, loadDataset, normalizationFor } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { loadCheckpoint } from "../nn/checkpoint.js";
@@ -25,6 +25,7 @@ let testSet: Dataset;
 before(async () => {
   if (!HAVE_DATA) return;
   const dir = mkdtempSync(join(tmpdir(), "stitchlab-stitching-"));
+  after(() => rmSync(dir, { recursive: true, force: true }));
   const r = await trainModel(
     {
       ...TRAIN_DEFAULTS,
