@@ -22,6 +22,7 @@ import {
   pixelScale,
   planDatasetMarkers,
   type ShortcutKind,
+  type ShortcutOptions,
   standardAugment,
   subset,
 } from "../data/index.js";
@@ -61,6 +62,9 @@ export interface Source {
   imageSize?: number;
 }
 
+/** The seed of a split's markers: the same marked images wherever a split is marked. */
+export const markerSeed = (split: "train" | "test"): number => (split === "train" ? 0 : 1);
+
 /**
  * The images of a stitch or IRI job: the split, marked with the source's shortcut when it has one (seed 0
  * for the training split, 1 for the test split: the IRIs' sources and the stitching's real images are
@@ -74,7 +78,7 @@ export async function loadSource(src: Source, split: "train" | "test", limit = s
     imageSize: src.imageSize,
   });
   if (!src.shortcut) return clean;
-  const marked = applyShortcut(clean, { kind: src.shortcut, seed: split === "train" ? 0 : 1 });
+  const marked = applyShortcut(clean, { kind: src.shortcut, seed: markerSeed(split) });
   disposeDataset(clean);
   return marked;
 }
@@ -313,7 +317,7 @@ export async function runStitch(
     // of the whole split is held).
     const clean = await loadSource({ ...source, shortcut: null }, "train");
     owned.push(clean);
-    const markers = cfg.shortcut ? planDatasetMarkers(clean, { kind: cfg.shortcut, seed: 0 }) : null;
+    const markers = cfg.shortcut ? planDatasetMarkers(clean, { kind: cfg.shortcut, seed: markerSeed("train") }) : null;
     if (cfg.mode === "iris") {
       const dir = cfg.iris as string;
       const set = loadIriSet(dir);
@@ -327,8 +331,16 @@ export async function runStitch(
       irisInfo = { dir, residuals: set.info.residuals };
       train = set.dataset;
     } else train = clean;
-    const test = await loadSource({ ...source, limit: cfg.testLimit }, "test");
-    owned.push(test);
+    // The test split is read once: scored as the stitching data are marked, and the source of the
+    // excess sets below.
+    const cleanTest = await loadSource({ ...source, shortcut: null, limit: cfg.testLimit }, "test");
+    owned.push(cleanTest);
+    const markTest = (opts: ShortcutOptions): Dataset => {
+      const d = applyShortcut(cleanTest, opts);
+      owned.push(d);
+      return d;
+    };
+    const test = cfg.shortcut ? markTest({ kind: cfg.shortcut, seed: markerSeed("test") }) : cleanTest;
     // Every model normalises its own input (StitchedModel): batches are float pixels in [0, 1].
     const norm = pixelScale(test.images.shape[1]);
 
@@ -361,18 +373,14 @@ export async function runStitch(
     let excess: StitchResult["excess"] = null;
     if (cfg.excess) {
       const kind = cfg.excess;
-      const clean = await loadSource({ ...source, shortcut: null, limit: cfg.testLimit }, "test");
-      owned.push(clean);
-      const marked = applyShortcut(clean, { kind, seed: 1 });
-      owned.push(marked);
+      // When the stitching data carry these markers, the marked set is the test set, already scored.
+      const same = kind === cfg.shortcut;
+      const marked = same ? test : markTest({ kind, seed: markerSeed("test") });
       // Rand markers carry no class to roll: their baseline is another draw of random markers, as
       // the reference's shuffled Rand set (dataloaders/shortcut_markers.py) holds no class link either.
       const rolled =
-        kind === "rand"
-          ? applyShortcut(clean, { kind, seed: 2 })
-          : applyShortcut(clean, { kind, seed: 1, rolled: true });
-      owned.push(rolled);
-      const m = evaluateStitch(s, marked, evalOpts);
+        kind === "rand" ? markTest({ kind, seed: 2 }) : markTest({ kind, seed: markerSeed("test"), rolled: true });
+      const m = same ? scores : evaluateStitch(s, marked, evalOpts);
       const r = evaluateStitch(s, rolled, evalOpts);
       excess = { kind, marked: m, rolled: r, excessAgreement: excessAgreement(m, r) };
     }

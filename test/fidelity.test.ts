@@ -265,6 +265,21 @@ test("a marked pair is scored on a marked test set, recorded as test_data; the i
     assert.ok(Math.abs(r.scores.softErrorConsistency - 1) < 1e-6, `soft kappa ${r.scores.softErrorConsistency}`);
     assert.ok(Math.abs(r.scores.hardErrorConsistency - 1) < 1e-6, `hard kappa ${r.scores.hardErrorConsistency}`);
   }
+  // Excess agreement: on the marked test set (the test set itself when the data carry the same
+  // markers) minus on the rolled one; for Rand, minus another draw of random markers.
+  for (const [shortcut, kind] of [
+    ["pixel-loc", "pixel-loc"],
+    [null, "pixel-loc"],
+    ["rand", "rand"],
+  ] as const) {
+    const out = join(tmp, `excess-${shortcut}-${kind}`);
+    await runStitch(stitchConfig(path, path, { bnMode: "eval", shortcut, excess: kind }), out);
+    const r = JSON.parse(readFileSync(join(out, "scores.json"), "utf8"));
+    assert.equal(r.excess.kind, kind);
+    assert.equal(r.excess.excessAgreement, r.excess.marked.agreementProbability - r.excess.rolled.agreementProbability);
+    if (shortcut === kind) assert.deepEqual(r.excess.marked, r.scores, "the marked set is the test set");
+    else assert.equal(r.testData, "clean");
+  }
   // Standard mode defaults to "adapt", which loads A, B and the stitched copy of B separately
   // even for the identical pair: B's scores are those of the untouched checkpoint.
   const out = join(tmp, "identical-adapt");
