@@ -146,7 +146,7 @@ export async function readImageFolder(root: string, split: Split, opts: ImageFol
   // A limit draws its images at random (fixed seed) from the whole split, kept in class order:
   // the first n of a class-ordered folder would hold only the first classes.
   if (opts.limit !== undefined && opts.limit < files.length) {
-    const keep = Array.from(new Rng(0, 0x11f0).permutation(files.length).subarray(0, opts.limit)).sort((a, b) => a - b);
+    const keep = new Rng(0, 0x11f0).sample(files.length, opts.limit);
     files.splice(0, files.length, ...keep.map((i) => files[i]));
   }
   const n = files.length;

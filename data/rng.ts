@@ -48,6 +48,11 @@ export class Rng {
     return Math.floor(this.random() * n);
   }
 
+  /** k of 0..n-1 drawn without replacement, in increasing order (the first k of a permutation). */
+  sample(n: number, k: number): number[] {
+    return Array.from(this.permutation(n).subarray(0, k)).sort((a, b) => a - b);
+  }
+
   /** A random permutation of 0..n-1 (Fisher-Yates). */
   permutation(n: number): Int32Array {
     const p = new Int32Array(n);

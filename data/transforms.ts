@@ -39,9 +39,7 @@ function channelTensor(values: number[], like: torch.Tensor): torch.Tensor {
 
 /** (x / 255 - mean) / std per channel: uint8 [N, C, H, W] (or float in 0..255) to float32. */
 export function normalize(x: torch.Tensor, norm: Normalization): torch.Tensor {
-  if (x.shape[1] !== norm.mean.length)
-    throw new Error(`normalize: ${x.shape[1]} channels but ${norm.mean.length} means in the preset`);
-  return torch.tidy(() => x.float().div(255).sub(channelTensor(norm.mean, x)).div(channelTensor(norm.std, x)));
+  return torch.tidy(() => normalizePixels(x.float().div(255), norm));
 }
 
 /** normalize for float pixels already in [0, 1] (what pixelScale batches give). */

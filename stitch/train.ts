@@ -119,8 +119,7 @@ export function trainStitch(
     const k = Math.min(opts.initImages ?? 500, datasetSize(real));
     // A seeded random draw from the whole split, as the reference shuffles before taking its
     // K_init images (dataloaders/cifar.py); the first k of a class-ordered image folder would be one class.
-    const draw = new Rng(opts.seed ?? 0, 0x1a57).permutation(datasetSize(real)).subarray(0, k);
-    const picked = Array.from(draw).sort((a, b) => a - b);
+    const picked = new Rng(opts.seed ?? 0, 0x1a57).sample(datasetSize(real), k);
     const part = subset(real, picked);
     if (opts.initMarkers) {
       const marked = paintBatchMarkers(part.images, opts.initMarkers, picked);
