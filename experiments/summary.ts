@@ -8,13 +8,13 @@ import { compareIntervals, type Interval, interval } from "../metrics/interval.j
 import { rAuA } from "../metrics/raua.js";
 import {
   formatInterval,
+  groupBy,
   groupKey,
   type IriPreview,
   perReplicate,
   pointsOf,
   rowKey,
   type StitchRow,
-  type SummaryRow,
   summarize,
 } from "../report/index.js";
 import { IRI_DEFAULTS } from "../stitch/iris.js";
@@ -38,9 +38,7 @@ export function agreementTable(rows: StitchRow[]): string {
   const summary = summarize(rows);
   const points = pointsOf(rows);
   const lines = [["pair", "front->back", "objective", "mode", "n", ...points]];
-  const seen = new Map<string, SummaryRow[]>();
-  for (const s of summary) seen.set(groupKey(s), [...(seen.get(groupKey(s)) ?? []), s]);
-  for (const ss of seen.values()) {
+  for (const ss of groupBy(summary, groupKey).values()) {
     const s = ss[0];
     const data = s.test_data === "clean" ? "" : ` [${s.test_data}]`;
     lines.push([
@@ -79,10 +77,8 @@ export interface CurveSummary {
 /** rAuA and the excess-agreement summary per (pair, objective, mode). */
 export function curveSummaries(rows: StitchRow[]): CurveSummary[] {
   const points = pointsOf(rows);
-  const groups = new Map<string, StitchRow[]>();
-  for (const r of rows) groups.set(groupKey(r), [...(groups.get(groupKey(r)) ?? []), r]);
   const out: CurveSummary[] = [];
-  for (const rs of groups.values()) {
+  for (const rs of groupBy(rows, groupKey).values()) {
     // rAuA per replicate: the mean over points of the seed-averaged agreement.
     const replicates = [...new Set(rs.map((r) => r.replicate))].sort((a, b) => a - b);
     const curves = replicates.map((rep) => {

@@ -5,6 +5,7 @@ export { escapeHtml, type PageFigure, reportHtml } from "./html.js";
 export { type Rendered, renderFigure, renderSvg } from "./render.js";
 export {
   formatInterval,
+  groupBy,
   groupKey,
   perReplicate,
   pointsOf,

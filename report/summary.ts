@@ -43,15 +43,22 @@ export const rowKey = (r: Record<"pair" | "front" | "back" | "objective" | "mode
 export const groupKey = (r: Record<"pair" | "front" | "back" | "objective" | "mode" | "test_data", string>) =>
   [r.pair, r.front, r.back, r.objective, r.mode, r.test_data].join("\t");
 
+/** Items grouped by key, groups in order of first appearance (Map.groupBy, which Node 20 lacks). */
+export function groupBy<T, K>(items: Iterable<T>, key: (item: T) => K): Map<K, T[]> {
+  const groups = new Map<K, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const group = groups.get(k);
+    if (group) group.push(item);
+    else groups.set(k, [item]);
+  }
+  return groups;
+}
+
 /** One summary row per (pair, front, back, point, objective, mode, test data), over replicates and seeds. */
 export function summarize(rows: StitchRow[]): SummaryRow[] {
-  const groups = new Map<string, StitchRow[]>();
-  for (const r of rows) {
-    const k = `${groupKey(r)}\t${r.point}`;
-    groups.set(k, [...(groups.get(k) ?? []), r]);
-  }
   const out: SummaryRow[] = [];
-  for (const rs of groups.values()) {
+  for (const rs of groupBy(rows, rowKey).values()) {
     const r = rs[0];
     const scores = Object.fromEntries(
       SUMMARY_SCORES.map((s) => [
@@ -81,12 +88,10 @@ export function summarize(rows: StitchRow[]): SummaryRow[] {
  * replicates and never count as such.
  */
 export function perReplicate(rows: StitchRow[], value: (r: StitchRow) => number): number[] {
-  const by = new Map<number, number[]>();
-  for (const r of rows) by.set(r.replicate, [...(by.get(r.replicate) ?? []), value(r)]);
-  return [...by.entries()]
+  return [...groupBy(rows, (r) => r.replicate).entries()]
     .sort((a, b) => a[0] - b[0])
-    .map(([, vs]) => {
-      const ok = vs.filter(Number.isFinite);
+    .map(([, rs]) => {
+      const ok = rs.map(value).filter(Number.isFinite);
       return ok.length ? ok.reduce((a, b) => a + b, 0) / ok.length : Number.NaN;
     });
 }
