@@ -4,7 +4,7 @@
 // count, in Python PyTorch (bench/stitch_torch.py --workload=stitch): torch.nn modules, a 1x1
 // Conv2d with bias as T and torch.optim.Adam.
 //
-//   npm run bench -- stitch [--quick]
+//   npm run bench -- stitch [--quick] [--mode standard|iris]
 //
 // Each step draws its batch through data/loader.ts's batches() (shuffle, CIFAR-10
 // normalisation, no augmentation, as trainStitch does) from synthetic CIFAR-sized uint8 images
@@ -20,6 +20,15 @@
 // alternating step by step; --quick (or STITCHLAB_BENCH_QUICK=1) runs batch 16, 1 warm-up + 2
 // timed steps, as a smoke test, and writes bench/results/stitch-quick.json so that it never
 // overwrites the real figures.
+//
+// --mode iris times whole invariance-aware runs instead (stitch-iris.json): trainStitch with SLM
+// and batch norm "eval" over stored images (synthetic, as IRIs are uint8 images), once with A's
+// features and B's targets computed once per run (stitch/frozen.ts, the default), once with
+// every step running A and B again (frozenOnce: false, the path before), and the same run in
+// Python PyTorch as the reference loops it (stitch_torch.py --workload=stitch-iris). speedup is
+// every-step / once; ratio is once / PyTorch. 256 images of batch 128, 8 epochs (16 steps, the
+// precomputation included); 1 warm-up + 3 timed runs per side, the three alternating. --quick:
+// batch 16, 32 images, 2 epochs, 1 + 1 runs.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
@@ -27,11 +36,20 @@ import { createModel } from "../models/registry.js";
 import { Adam } from "../nn/optim.js";
 import { fulaPoints, stitchLoss } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
-import { setFrozenBnMode } from "../stitch/train.js";
+import { setFrozenBnMode, trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
 import { endlessBatches, isQuick, syntheticCifar } from "./synthetic.js";
-import { alternate, logTimings, median, type Protocol, printComparison, round, writeResult } from "./timing.js";
+import {
+  alternate,
+  logTimings,
+  median,
+  type Protocol,
+  printComparison,
+  round,
+  timeOnce,
+  writeResult,
+} from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -47,11 +65,23 @@ interface Options {
   protocol: Protocol;
 }
 
-function parseOptions(args: string[]): Options {
+function parseOptions(args: string[]): Options & { mode: "standard" | "iris" } {
+  let mode: "standard" | "iris" = "standard";
+  const i = args.indexOf("--mode");
+  if (i >= 0) {
+    const v = args[i + 1];
+    if (v !== "standard" && v !== "iris") throw new Error(`stitch: --mode takes standard or iris, got '${v ?? ""}'`);
+    mode = v;
+    args = [...args.slice(0, i), ...args.slice(i + 2)];
+  }
   const quick = isQuick("stitch", args);
+  if (mode === "iris")
+    return quick
+      ? { mode, quick, batch: 16, protocol: { warmup: 1, iters: 1 } }
+      : { mode, quick, batch: 128, protocol: { warmup: 1, iters: 3 } };
   return quick
-    ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 } }
-    : { quick, batch: 128, protocol: { warmup: 3, iters: 20 } };
+    ? { mode, quick, batch: 16, protocol: { warmup: 1, iters: 2 } }
+    : { mode, quick, batch: 128, protocol: { warmup: 3, iters: 20 } };
 }
 
 /** The stitched model, optimiser and in-memory data, and one training step that draws its own batch. */
@@ -121,6 +151,7 @@ export interface StitchResult {
 
 export async function main(args: string[]): Promise<void> {
   const o = parseOptions(args);
+  if (o.mode === "iris") return mainIris(o);
   const { warmup, iters } = o.protocol;
   const threads = torch.getNumThreads();
   const libtorch = torch.buildInfo().torch;
@@ -173,4 +204,127 @@ export async function main(args: string[]): Promise<void> {
     { name: "images/s", ours: result.images_per_second, theirs: result.images_per_second_pytorch },
   );
   writeResult("stitch", o.quick, result);
+}
+
+/** Batches of stored images per invariance-aware run, and its epochs (see the top of this file). */
+const IRIS_RUN = { batches: 2, epochs: 8, quick: { batches: 2, epochs: 2 } } as const;
+
+export interface StitchIrisResult {
+  /** Median ms of one whole run, A's features and B's targets computed once (the default). */
+  ms: number;
+  /** The same run with A and B on every step (frozenOnce: false), as before. */
+  ms_every_step: number;
+  ms_pytorch: number;
+  speedup: number;
+  ratio: number;
+  ratio_every_step: number;
+  runs: number;
+  images: number;
+  epochs: number;
+  batch: number;
+  model: string;
+  point: string;
+  objective: string;
+  bn_mode: string;
+  threads: number;
+  libtorch: string;
+  torch: string;
+}
+
+async function mainIris(o: Options): Promise<void> {
+  const { warmup, iters } = o.protocol;
+  const shape = o.quick ? IRIS_RUN.quick : IRIS_RUN;
+  const threads = torch.getNumThreads();
+  const libtorch = torch.buildInfo().torch;
+  console.error(
+    `stitch --mode iris: ${o.batch * shape.batches} images, batch ${o.batch}, ${shape.epochs} epochs per run, ${warmup} warm-up + ${iters} timed runs per side, ${threads} threads`,
+  );
+  torch.manualSeed(0);
+  const data = syntheticCifar(o.batch, shape.batches);
+  torch.manualSeed(0);
+  const front = createModel("resnet18", { numClasses: 10 });
+  torch.manualSeed(1);
+  const back = createModel("resnet18", { numClasses: 10 });
+  const run = (frozenOnce: boolean) => () => {
+    torch.manualSeed(2);
+    const s = new StitchedModel(front, back, POINT);
+    try {
+      const r = trainStitch(s, data, data, {
+        objective: { slm: 1 },
+        normalization: CIFAR10_NORMALIZATION,
+        epochs: shape.epochs,
+        batchSize: o.batch,
+        ...HYPER,
+        seed: 0,
+        bnMode: "eval",
+        init: "random",
+        frozenOnce,
+      });
+      if (r.frozen !== (frozenOnce ? "memory" : null)) throw new Error(`stitch: frozen rows kept in ${r.frozen}`);
+    } finally {
+      s.layer.dispose();
+    }
+  };
+  const once = run(true);
+  const every = run(false);
+  const { peer, hello } = await PyTorchPeer.start(join(here, "stitch_torch.py"), [
+    "--workload=stitch-iris",
+    `--batch=${o.batch}`,
+    `--point=${POINT}`,
+    `--batches=${shape.batches}`,
+    `--epochs=${shape.epochs}`,
+    `--threads=${threads}`,
+  ]);
+  const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
+  const t = { once: [] as number[], every: [] as number[], theirs: [] as number[] };
+  try {
+    if (pyThreads !== threads) throw new Error(`stitch: PyTorch runs ${pyThreads} threads, not ${threads}`);
+    // Three sides, alternating run by run, so that all three see the same machine load.
+    for (let i = 0; i < warmup + iters; i++) {
+      const a = await alternate({ warmup: 0, iters: 1 }, once, peer);
+      const b = timeOnce(every);
+      if (i < warmup) continue;
+      t.once.push(...a.ours);
+      t.theirs.push(...a.theirs);
+      t.every.push(b);
+    }
+  } finally {
+    await peer.close();
+    front.dispose();
+    back.dispose();
+    torch.dispose([data.images, data.labels]);
+  }
+  logTimings("stitch --mode iris (computed once)", { ours: t.once, theirs: t.theirs });
+  console.error(`stitch --mode iris (every step): ${t.every.map((x) => x.toFixed(0)).join(" ")} ms`);
+  const ms = median(t.once);
+  const msEvery = median(t.every);
+  const msPy = median(t.theirs);
+  const result: StitchIrisResult = {
+    ms: round(ms, 1),
+    ms_every_step: round(msEvery, 1),
+    ms_pytorch: round(msPy, 1),
+    speedup: round(msEvery / ms, 3),
+    ratio: round(ms / msPy, 4),
+    ratio_every_step: round(msEvery / msPy, 4),
+    runs: iters,
+    images: o.batch * shape.batches,
+    epochs: shape.epochs,
+    batch: o.batch,
+    model: "resnet18",
+    point: POINT,
+    objective: "slm",
+    bn_mode: "eval",
+    threads,
+    libtorch,
+    torch: pytorch,
+  };
+  console.log(
+    [
+      `Invariance-aware stitching runs (SLM, eval batch norm) between two ResNet-18s at ${POINT}: ${result.images} images, batch ${o.batch}, ${result.epochs} epochs, median of ${iters}`,
+      `  computed once   ${result.ms} ms`,
+      `  every step      ${result.ms_every_step} ms   speedup ${result.speedup}`,
+      `  PyTorch (ref.)  ${result.ms_pytorch} ms   ratio ${result.ratio} (every step: ${result.ratio_every_step})`,
+    ].join("\n"),
+  );
+  writeResult("stitch-iris", o.quick, result);
 }

@@ -15,6 +15,9 @@ imported from there (through train_torch.py), not copied.
                      every point from the stitch point on (no grad), A to the point (no grad),
                      T, B's tail with the features at the same points, FuLA, backward,
                      torch.optim.Adam (lr 1e-3, weight decay 1e-4), zero_grad, .item().
+  --workload=stitch-iris  one whole invariance-aware stitching run of --epochs epochs with SLM,
+                     A and B frozen in eval mode, as the reference loops it: every step runs A to
+                     the point and B on its batch again (bench/stitch.ts --mode iris).
 
 --device cuda (or cuda:N; iris only): the model and the batch are built on the CPU from the same
 seeds, then moved to the GPU, and each timed call ends with torch.cuda.synchronize() before the
@@ -204,22 +207,64 @@ def stitch_workload(a):
     return step, points
 
 
+def stitch_iris_workload(a):
+    """One whole invariance-aware stitching run as the reference loops it: --epochs epochs over
+    batch * batches stored IRIs with SLM, A and B frozen in eval mode, and every step running A
+    to the point and B on the batch again (nothing computed once). T is a fresh 1x1 conv with
+    its Adam per run, as trainStitch makes (init "random")."""
+    torch.manual_seed(0)
+    n = a.batch * a.batches
+    images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8)
+    front, back = Staged(resnet18(0)), Staged(resnet18(1))
+    for m in (front.model, back.model):
+        m.requires_grad_(False)
+        m.eval()
+    point = a.point
+    channels = front.forward_to(torch.zeros(1, 3, 32, 32), point).shape[1]
+    mean, std = channel(CIFAR10_MEAN), channel(CIFAR10_STD)
+
+    def run():
+        torch.manual_seed(2)
+        layer = nn.Conv2d(channels, channels, 1, bias=True)
+        opt = torch.optim.Adam(layer.parameters(), lr=1e-3, weight_decay=1e-4)
+        for _ in range(a.epochs):
+            order = torch.randperm(n)
+            for b in range(n // a.batch):
+                idx = order[b * a.batch : (b + 1) * a.batch]
+                x = images.index_select(0, idx).float().div(255).sub(mean).div(std)
+                with torch.no_grad():
+                    _, target = back.forward_features(x, [])
+                    fa = front.forward_to(x, point)
+                _, logits = back.forward_features_from(layer(fa), point, [])
+                loss = F.cross_entropy(logits, target.softmax(1))
+                value = loss.item()
+                if not math.isfinite(value):
+                    raise RuntimeError(f"stitching diverged: loss is {value}")
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+
+    return run, [point]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--workload", choices=["iris", "stitch"], required=True)
+    ap.add_argument("--workload", choices=["iris", "stitch", "stitch-iris"], required=True)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--point", default="layer2.1")
     ap.add_argument("--steps", type=int, default=5, help="iris: signed steps per generateIriBatch call")
     ap.add_argument("--batches", type=int, default=23, help="stitch: images in memory: batch * batches")
+    ap.add_argument("--epochs", type=int, default=8, help="stitch-iris: epochs per timed run")
     ap.add_argument("--threads", type=int, required=True, help="the TypeScript side's torch.getNumThreads()")
     ap.add_argument("--device", default="cpu", help="iris: cpu, cuda or cuda:N (stitch runs on the CPU)")
     a = ap.parse_args()
     # Debian's PyTorch starts with one thread; match the other side exactly.
     torch.set_num_threads(a.threads)
-    if a.workload == "stitch" and a.device != "cpu":
-        ap.error("--device: the stitch workload runs on the CPU only")
+    if a.workload.startswith("stitch") and a.device != "cpu":
+        ap.error("--device: the stitch workloads run on the CPU only")
     device, sync = use_device(a.device)
-    step, points = iris_workload(a, device) if a.workload == "iris" else stitch_workload(a)
+    workloads = {"iris": lambda: iris_workload(a, device), "stitch": lambda: stitch_workload(a), "stitch-iris": lambda: stitch_iris_workload(a)}
+    step, points = workloads[a.workload]()
 
     hello = {"threads": torch.get_num_threads(), "torch": torch.__version__, "points": points, **device_info(device)}
     print(json.dumps(hello), flush=True)

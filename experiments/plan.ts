@@ -20,8 +20,9 @@ import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./sp
 // train 2: markers painted after augmentation, lr steps at 1/3 and 2/3; stitch 2: marked test
 // sets, batch-norm "adapt", augmentation, dropped last batch, random init images, soft kappa;
 // iris 2 (and all three): the ViT head point is the [N, D] class token, the ImageNet stem point
-// precedes the max-pool, VGG-16-BN has torchvision's layout.
-export const TASK_FORMAT = { train: 2, iris: 2, stitch: 2 } as const;
+// precedes the max-pool, VGG-16-BN has torchvision's layout; iris 3: an IRI that starts from
+// another image starts from a seeded derangement of its batch (was: the next image).
+export const TASK_FORMAT = { train: 2, iris: 3, stitch: 2 } as const;
 export type TaskKind = keyof typeof TASK_FORMAT;
 
 /** A model as a task input: made by a train task, or a checkpoint file identified by its bytes. */

@@ -7,7 +7,7 @@
 // x' to [(0 - mean)/std, (1 - mean)/std] per channel), and it makes the step size a pixel unit:
 // a signed step of 1/255 moves every pixel by one grey level whatever the channel's std, as
 // the PGD attack's budget does (train/pgd.ts). Sign steps are the same in either space.
-import type { Normalization } from "../data/index.js";
+import { type Normalization, Rng } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
@@ -19,7 +19,7 @@ type Tensor = torch.Tensor;
 /** "sign": signed-gradient descent with a fixed step (the default); "adam": Adam with cosine decay. */
 export const IRI_OPTIMIZERS = ["sign", "adam"] as const;
 export type IriOptimizer = (typeof IRI_OPTIMIZERS)[number];
-/** "uniform": uniform noise over the valid range (default); "gaussian": N(mean, std) per channel, clamped; "image": another image of the batch. */
+/** "uniform": uniform noise over the valid range (default); "gaussian": N(mean, std) per channel, clamped; "image": another image of the batch, drawn by the seed. */
 export const IRI_STARTS = ["uniform", "gaussian", "image"] as const;
 export type IriStart = (typeof IRI_STARTS)[number];
 
@@ -89,7 +89,7 @@ function channelTensor(values: number[], device: string): Tensor {
   return torch.tensor(values, { device }).reshape(1, values.length, 1, 1);
 }
 
-function startingPoint(x01: Tensor, start: IriStart, norm: Normalization): Tensor {
+function startingPoint(x01: Tensor, start: IriStart, norm: Normalization, batchSeed: number): Tensor {
   if (start === "uniform") return torch.randLike(x01);
   if (start === "gaussian")
     return torch
@@ -97,9 +97,14 @@ function startingPoint(x01: Tensor, start: IriStart, norm: Normalization): Tenso
       .mul(channelTensor(norm.std, x01.device))
       .add(channelTensor(norm.mean, x01.device))
       .clamp(0, 1);
-  // Another image of the batch (the next one, cyclically): an IRI that starts from a real
-  // image of (usually) another class.
-  return torch.cat([x01.slice(0, 1), x01.slice(0, 0, 1)], 0);
+  // Another image of the batch: image perm[i] starts from image perm[i + 1] (cyclically), a
+  // seeded derangement, so no IRI starts from its own source and each seed (each replicate)
+  // pairs the images differently. A batch of one has no other image and starts from itself.
+  const n = x01.shape[0] as number;
+  const perm = new Rng(batchSeed, 0x5a27).permutation(n);
+  const from = new Array<number>(n);
+  for (let i = 0; i < n; i++) from[perm[i] as number] = perm[(i + 1) % n] as number;
+  return x01.indexSelect(0, torch.tensor(from, { dtype: "int64", device: x01.device }));
 }
 
 /**
@@ -136,7 +141,7 @@ export function generateIriBatch(
         throw new Error(`A's features at ${point} are ${targetNorm} for this batch: nothing to match`);
 
       torch.manualSeed(batchSeed);
-      const start = startingPoint(x01, opts.start, norm);
+      const start = startingPoint(x01, opts.start, norm, batchSeed);
       const lo = opts.ball === null ? 0 : start.sub(opts.ball).clamp(0, 1);
       const hi = opts.ball === null ? 1 : start.add(opts.ball).clamp(0, 1);
       const p = torch.keep(start.clone()).requiresGrad_(true);

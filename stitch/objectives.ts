@@ -42,18 +42,47 @@ export function fulaPoints(s: StitchedModel): string[] {
   return names.slice(names.indexOf(s.backPoint));
 }
 
+/** B's targets for a batch: its logits and, when DM or FuLA need them, its features. */
+export interface StitchTargets {
+  logits: Tensor;
+  features: Record<string, Tensor>;
+}
+
+/** The points whose features the objective needs from B (none for HLM and SLM alone). */
+export function targetPoints(s: StitchedModel, weights: ObjectiveWeights): string[] {
+  if ((weights.fula ?? 0) > 0) return fulaPoints(s);
+  return (weights.dm ?? 0) > 0 ? [s.backPoint] : [];
+}
+
+/** B's targets on x, without gradients (B as it is set: eval or batch statistics). */
+export function stitchTargets(s: StitchedModel, x: Tensor, weights: ObjectiveWeights): StitchTargets {
+  return torch.noGrad(() => s.back.forwardFeatures(s.backInput(x), targetPoints(s, weights)));
+}
+
 /**
  * The training loss of T on a batch: x is what both the stitched model and B see, labels are
  * HLM's targets. B runs without gradients (its targets); the stitched model runs A, T and B's
  * tail (s.tail, B's own layers or their adapting copy); the gradient reaches T only.
  */
 export function stitchLoss(s: StitchedModel, x: Tensor, labels: Tensor, weights: ObjectiveWeights): Tensor {
+  return torch.tidy(() => stitchLossFrom(s, s.frontFeatures(x), stitchTargets(s, x, weights), labels, weights));
+}
+
+/**
+ * The same loss from A's features at the point and B's targets, however they were obtained
+ * (computed now, or once per run when A and B are frozen in eval mode: stitch/frozen.ts).
+ */
+export function stitchLossFrom(
+  s: StitchedModel,
+  frontFeatures: Tensor,
+  target: StitchTargets,
+  labels: Tensor,
+  weights: ObjectiveWeights,
+): Tensor {
   return torch.tidy(() => {
-    const needFeatures = (weights.dm ?? 0) > 0 || (weights.fula ?? 0) > 0;
-    const points = (weights.fula ?? 0) > 0 ? fulaPoints(s) : [s.backPoint];
-    const target = torch.noGrad(() => s.back.forwardFeatures(s.backInput(x), needFeatures ? points : []));
-    const h = s.layer.forward(s.frontFeatures(x));
-    const mine = s.tail.forwardFeaturesFrom(h, s.backPoint, needFeatures ? points : []);
+    const points = targetPoints(s, weights);
+    const h = s.layer.forward(frontFeatures);
+    const mine = s.tail.forwardFeaturesFrom(h, s.backPoint, points);
     const terms: Tensor[] = [];
     const add = (w: number | undefined, f: () => Tensor) => {
       if (w) terms.push(f().mul(w));

@@ -7,6 +7,7 @@ import {
   type Dataset,
   datasetSize,
   disposeDataset,
+  epochOrder,
   type LoaderOptions,
   type Normalization,
   paintBatchMarkers,
@@ -19,8 +20,12 @@ import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
 import { MultiStepLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
+
+type Tensor = torch.Tensor;
+
+import { FrozenOutputs } from "./frozen.js";
 import type { StitchInit } from "./layer.js";
-import { type ObjectiveWeights, stitchLoss } from "./objectives.js";
+import { type ObjectiveWeights, stitchLoss, stitchLossFrom } from "./objectives.js";
 import type { StitchedModel } from "./stitched.js";
 
 /**
@@ -90,7 +95,19 @@ export interface StitchTrainOptions {
   initMarkers?: LoaderOptions["markers"];
   /** Where the batches go (the models must already be there); default "cpu". */
   device?: string;
+  /**
+   * Compute A's features and B's targets once per run when nothing T does not touch can change
+   * between epochs (stitch/frozen.ts: batch norm "eval", no augmentation, no markers). Default
+   * true; false runs every step's A and B again (the results agree within float rounding).
+   */
+  frozenOnce?: boolean;
+  /** In-memory budget for those rows in bytes (default stitch/frozen.ts defaultFrozenBudget()). */
+  frozenBudgetBytes?: number;
 }
+
+/** Whether A's features and B's targets are the same in every epoch (see StitchTrainOptions.frozenOnce). */
+export const frozenOnceApplies = (opts: StitchTrainOptions): boolean =>
+  opts.frozenOnce !== false && opts.bnMode === "eval" && !opts.augment && !opts.markers;
 
 export interface StitchTrainProgress {
   epoch: number;
@@ -110,7 +127,7 @@ export function trainStitch(
   real: Dataset,
   opts: StitchTrainOptions,
   onProgress: (p: StitchTrainProgress) => void = () => {},
-): { epochLosses: number[]; initResidual: number | null } {
+): { epochLosses: number[]; initResidual: number | null; frozen: "memory" | "file" | null } {
   const batchSize = opts.batchSize ?? 128;
   setStitchBnMode(s, opts.bnMode);
   let initResidual: number | null = null;
@@ -148,43 +165,84 @@ export function trainStitch(
     throw new Error(
       `stitching needs at least one full batch: ${datasetSize(train)} training images, batch size ${batchSize}`,
     );
+  const frozen = frozenOnceApplies(opts)
+    ? FrozenOutputs.build(s, train, {
+        weights: opts.objective,
+        normalization: opts.normalization,
+        batchSize,
+        device: opts.device,
+        budgetBytes: opts.frozenBudgetBytes,
+      })
+    : null;
+  const step = (x: Tensor | null, y: Tensor, indices: Int32Array, epoch: number, index: number): number =>
+    torch.tidy(() => {
+      const loss = frozen
+        ? (() => {
+            const rows = frozen.gather(indices);
+            return stitchLossFrom(s, rows.front, rows.target, y, opts.objective);
+          })()
+        : stitchLoss(s, x as Tensor, y, opts.objective);
+      const v = loss.item();
+      if (!Number.isFinite(v))
+        throw new Error(`stitching diverged: loss is ${v} at epoch ${epoch + 1}, step ${index + 1}`);
+      loss.backward();
+      opt.step();
+      opt.zeroGrad();
+      return v;
+    });
   try {
     for (let epoch = 0; epoch < opts.epochs; epoch++) {
       let sum = 0;
       let n = 0;
-      let step = 0;
-      for (const b of batches(train, {
-        batchSize,
-        shuffle: true,
-        seed: opts.seed ?? 0,
-        epoch,
-        dropLast: true,
-        augment: opts.augment ?? null,
-        markers: opts.markers ?? null,
-        normalization: opts.normalization,
-        device: opts.device,
-      })) {
-        const value = torch.tidy(() => {
-          const loss = stitchLoss(s, b.x, b.y, opts.objective);
-          const v = loss.item();
-          if (!Number.isFinite(v))
-            throw new Error(`stitching diverged: loss is ${v} at epoch ${epoch + 1}, step ${step + 1}`);
-          loss.backward();
-          opt.step();
-          opt.zeroGrad();
-          return v;
-        });
-        sum += value * b.indices.length;
-        n += b.indices.length;
-        torch.dispose(b);
-        step++;
-        onProgress({ epoch: epoch + 1, epochs: opts.epochs, step, steps, loss: sum / n });
+      const done = (count: number, value: number, index: number) => {
+        sum += value * count;
+        n += count;
+        onProgress({ epoch: epoch + 1, epochs: opts.epochs, step: index + 1, steps, loss: sum / n });
+      };
+      if (frozen) {
+        // The loader's order (same seed and epoch) and its dropped last batch, without the images.
+        const order = epochOrder(datasetSize(train), { shuffle: true, seed: opts.seed ?? 0, epoch });
+        for (let b = 0; b < steps; b++) {
+          const indices = order.slice(b * batchSize, (b + 1) * batchSize);
+          const y = torch.keep(
+            torch.tidy(() => {
+              const labels = train.labels.indexSelect(0, torch.tensor(BigInt64Array.from(indices, (i) => BigInt(i))));
+              return opts.device && opts.device !== "cpu" ? labels.to(opts.device) : labels;
+            }),
+          );
+          try {
+            done(indices.length, step(null, y, indices, epoch, b), b);
+          } finally {
+            y.dispose();
+          }
+        }
+      } else {
+        let b = 0;
+        for (const batch of batches(train, {
+          batchSize,
+          shuffle: true,
+          seed: opts.seed ?? 0,
+          epoch,
+          dropLast: true,
+          augment: opts.augment ?? null,
+          markers: opts.markers ?? null,
+          normalization: opts.normalization,
+          device: opts.device,
+        })) {
+          try {
+            done(batch.indices.length, step(batch.x, batch.y, batch.indices, epoch, b), b);
+          } finally {
+            torch.dispose(batch);
+          }
+          b++;
+        }
       }
       sched.step();
       epochLosses.push(sum / n);
     }
   } finally {
     opt.dispose();
+    frozen?.dispose();
   }
-  return { epochLosses, initResidual };
+  return { epochLosses, initResidual, frozen: frozen?.where ?? null };
 }

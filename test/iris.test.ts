@@ -138,6 +138,43 @@ test("IRIs at an early point: A represents x' as x (small residual) although x' 
   disposeDataset(ds);
 });
 
+test("an IRI that starts from another image starts from a seeded other image of its batch, never its own", {
+  skip,
+}, () => {
+  const ds = first(16);
+  const opts: IriOptions = { ...IRI_DEFAULTS, start: "image", steps: 0 };
+  // Zero steps: the stored IRI is the start itself (the images are uint8, so exactly).
+  const sources = (seed: number): number[] => {
+    const r = generateIriBatch(a, "stem", ds.images, norm, opts, seed);
+    const found = torch.tidy(() => {
+      const x = ds.images.flatten(1).float();
+      const s = r.images.flatten(1).float();
+      const out: number[] = [];
+      for (let i = 0; i < 16; i++) {
+        const d = x
+          .sub(s.slice(0, i, i + 1))
+          .abs()
+          .sum(1)
+          .toTypedArray() as Float32Array;
+        out.push(d.indexOf(0));
+      }
+      return out;
+    });
+    torch.dispose([r.images]);
+    return found;
+  };
+  const one = sources(1);
+  assert.deepEqual(sources(1), one, "the same seed draws the same starts");
+  // Every start is an image of the batch, each used once, none its own source.
+  assert.deepEqual(
+    [...one].sort((p, q) => p - q),
+    [...Array(16).keys()],
+  );
+  for (const [i, j] of one.entries()) assert.notEqual(i, j, `IRI ${i} starts from its own image`);
+  assert.notDeepEqual(sources(2), one, "another seed (another replicate) pairs the images differently");
+  disposeDataset(ds);
+});
+
 test("IRIs equal the same signed descent written in PyTorch (same weights, start and steps)", {
   skip: skip || skipUnlessPytorch(),
 }, () => {
@@ -315,6 +352,59 @@ test("the mode rule: on an IRI set, B's soft labels and features come from x', H
   s.layer.dispose();
   disposeDataset(set.dataset);
   set.indices.dispose();
+  disposeDataset(ds);
+});
+
+test("A's features and B's targets computed once (in memory or from a file) train T as every step's pass does", {
+  skip,
+}, () => {
+  // An eval-mode run on fixed images (the invariance-aware case): 3 epochs of SLM + FuLA, lr 1e-2.
+  const ds = first(64);
+  const point = "layer2.1";
+  const run = (frozen: { frozenOnce: boolean; frozenBudgetBytes?: number }) => {
+    const s = new StitchedModel(a, b, point);
+    torch.manualSeed(5);
+    const r = trainStitch(s, ds, ds, {
+      objective: { slm: 1, fula: 0.5 },
+      normalization: norm,
+      epochs: 3,
+      batchSize: 16,
+      lr: 1e-2,
+      seed: 3,
+      bnMode: "eval",
+      initImages: 32,
+      ...frozen,
+    });
+    const weights = s.layer.parameters().map((p) => Array.from(p.toTypedArray() as Float32Array));
+    s.layer.dispose();
+    return { ...r, weights };
+  };
+  const every = run({ frozenOnce: false });
+  const memory = run({ frozenOnce: true });
+  const file = run({ frozenOnce: true, frozenBudgetBytes: 0 });
+  assert.equal(every.frozen, null);
+  assert.equal(memory.frozen, "memory");
+  assert.equal(file.frozen, "file");
+  for (const [name, got] of [
+    ["memory", memory],
+    ["file", file],
+  ] as const) {
+    for (const [e, loss] of got.epochLosses.entries())
+      assert.ok(
+        Math.abs(loss - every.epochLosses[e]) < 1e-4 * every.epochLosses[e],
+        `${name} epoch ${e + 1}: ${loss} vs ${every.epochLosses[e]}`,
+      );
+    let worst = 0;
+    let scale = 0;
+    for (const [i, w] of got.weights.entries())
+      for (const [j, v] of w.entries()) {
+        worst = Math.max(worst, Math.abs(v - every.weights[i][j]));
+        scale = Math.max(scale, Math.abs(every.weights[i][j]));
+      }
+    assert.ok(worst < 1e-4 * scale, `${name}: T's weights differ by ${worst} (largest ${scale})`);
+  }
+  // T did train (the comparison is not between three untouched layers).
+  assert.ok(every.epochLosses[2] < every.epochLosses[0], `losses ${every.epochLosses}`);
   disposeDataset(ds);
 });
 
