@@ -47,7 +47,11 @@ class MemoryRows implements RowStore {
   #parts: Record<string, Tensor[]> = {};
   #rows: Record<string, Tensor> = {};
   append(named: Record<string, Tensor>): void {
-    for (const [k, t] of Object.entries(named)) (this.#parts[k] ??= []).push(torch.keep(t.clone()));
+    for (const [k, t] of Object.entries(named)) {
+      const parts = this.#parts[k] ?? [];
+      parts.push(torch.keep(t.clone()));
+      this.#parts[k] = parts;
+    }
   }
   finish(): void {
     for (const [k, parts] of Object.entries(this.#parts)) {
