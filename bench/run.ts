@@ -9,6 +9,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   iris: () => import("./iris.js"),
   stitch: () => import("./stitch.js"),
   slurm: () => import("./slurm.js"),
+  overhead: () => import("./overhead.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);
