@@ -1,12 +1,12 @@
 // `stitchlab iris`: an IRI set for a front model at a stitch point (stitch/iriset.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { defaultIriStepSize, IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { defaultIriStepSize, IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS, iriOptionsSchema } from "../stitch/iris.js";
 import { IRIS_CONFIG_DEFAULTS, runIris } from "../stitch/jobs.js";
-import { AUTOCAST_MODES } from "../torch/index.js";
 import { computeOptions, requireDevice } from "./device.js";
-import { fraction, int, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
+import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
 export function registerIrisCommand(program: Command): void {
   const d = IRI_DEFAULTS;
@@ -16,7 +16,10 @@ export function registerIrisCommand(program: Command): void {
       "identically represented inputs: for each training image x, an x' the front model represents as x at the point " +
         "(PROTOCOL.md: 200 signed steps of 1/255 from uniform noise). Resumes an interrupted run in the same --out.",
     )
-    .requiredOption("--front <ckpt>", "front model checkpoint (.safetensors with its .json sidecar)")
+    .requiredOption(
+      "--front <file>",
+      "front model: a stitchlab checkpoint, or weights made elsewhere with --front-arch",
+    )
     .requiredOption("--point <name>", "stitch point (see `stitchlab layers MODEL`)")
     .requiredOption("--out <dir>", "IRI set folder: iris.safetensors, iris.json, preview.png")
     .option("--dataset <name>", "source images (default: the dataset the front model was trained on)")
@@ -37,6 +40,7 @@ export function registerIrisCommand(program: Command): void {
     .option("--keep-best", "keep each image's best iterate instead of the last")
     .option("--batch-size <n>", "images per batch", int, d.batchSize)
     .option("--seed <n>", "seed of the starting noise", int, d.seed);
+  addModelSourceOptions(cmd, "front");
   computeOptions(cmd, IRIS_CONFIG_DEFAULTS.device).action(async (o) => {
     requireDevice(o.device);
     const sink = progressSink(
@@ -45,7 +49,7 @@ export function registerIrisCommand(program: Command): void {
     );
     const info = await runIris(
       {
-        front: o.front,
+        front: modelSourceFrom(o, "front", o.front),
         point: o.point,
         dataset: o.dataset,
         root: o.root,
@@ -53,18 +57,19 @@ export function registerIrisCommand(program: Command): void {
         limit: o.limit ?? null,
         shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
         device: o.device,
-        options: {
+        // Checked by the IRI layer's schema, as an experiment file's iris: section is.
+        options: checkedFlags(iriOptionsSchema, {
           steps: o.steps,
           stepSize: o.stepSize ?? defaultIriStepSize(o.imageSize ?? 32),
-          optimizer: oneOf("--optimizer", IRI_OPTIMIZERS, o.optimizer) ?? d.optimizer,
+          optimizer: o.optimizer,
           lr: o.lr,
-          start: oneOf("--start", IRI_STARTS, o.start) ?? d.start,
+          start: o.start,
           ball: o.ball ?? null,
           keepBest: Boolean(o.keepBest),
           batchSize: o.batchSize,
           seed: o.seed,
-          ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
-        },
+          ...optional("autocast", o.autocast),
+        }),
       },
       o.out,
       (p) =>

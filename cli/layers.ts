@@ -1,6 +1,10 @@
-// `stitchlab layers MODEL [--json]`: the stitch points of a zoo model.
+// `stitchlab layers MODEL [--json]`: the stitch points of a zoo model, or of a checkpoint's model
+// (`--checkpoint FILE`, with MODEL naming the architecture of weights made elsewhere).
 import type { Command } from "commander";
+import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel, describeModel, modelNames } from "../models/registry.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import { modelSourceFrom } from "./source.js";
 
 function positive(v: string): number {
   const n = Number(v);
@@ -12,7 +16,9 @@ export function registerLayersCommand(program: Command): void {
   program
     .command("layers")
     .description(`list a model's stitch points (models: ${modelNames().join(", ")})`)
-    .argument("<model>", "model name")
+    .argument("[model]", "model name (with --checkpoint: the architecture of weights made elsewhere)")
+    .option("--checkpoint <file>", "a stitchlab checkpoint, or weights made elsewhere (torch.save, safetensors)")
+    .option("--options <yaml>", "with --checkpoint: createModel options the weights' shapes do not show")
     .option(
       "--json",
       'print [{"name","kind","channels","height","width"}] (kind vit: dimension, tokens, 1; vector: dimension, 1, 1)',
@@ -24,8 +30,10 @@ export function registerLayersCommand(program: Command): void {
     .option("--image-size <n>", "input height and width", positive)
     .action(
       (
-        name: string,
+        given: string | undefined,
         o: {
+          checkpoint?: string;
+          options?: string;
           json?: boolean;
           width?: number;
           stem?: "cifar" | "imagenet";
@@ -36,13 +44,25 @@ export function registerLayersCommand(program: Command): void {
       ) => {
         if (o.stem && o.stem !== "cifar" && o.stem !== "imagenet")
           throw new Error(`--stem must be cifar or imagenet, not '${o.stem}'`);
-        const model = createModel(name, {
-          width: o.width,
-          stem: o.stem,
-          depth: o.depth,
-          embedDim: o.embedDim,
-          imageSize: o.imageSize,
-        });
+        let model: StitchableModel;
+        if (o.checkpoint) {
+          const source = modelSourceFrom(
+            { frontArch: given, frontOptions: o.options, frontImageSize: o.imageSize },
+            "front",
+            o.checkpoint,
+          );
+          model = loadCheckpoint(source).model;
+        } else {
+          if (!given) throw new Error("name a model (stitchlab layers resnet18) or give --checkpoint FILE");
+          model = createModel(given, {
+            width: o.width,
+            stem: o.stem,
+            depth: o.depth,
+            embedDim: o.embedDim,
+            imageSize: o.imageSize,
+          });
+        }
+        const name = model.arch;
         const points = model.stitchPoints;
         model.dispose();
         if (o.json) {

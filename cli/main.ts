@@ -5,6 +5,7 @@ import { Command } from "commander";
 import { repoRoot } from "../torch/native.js";
 import { registerDataCommands } from "./data.js";
 import { doctor, formatDoctor } from "./doctor.js";
+import { registerImportCommand } from "./import.js";
 import { registerIrisCommand } from "./iris.js";
 import { registerLayersCommand } from "./layers.js";
 import { registerRunCommands } from "./run.js";
@@ -28,6 +29,7 @@ program
 
 registerLayersCommand(program);
 registerTrainCommand(program);
+registerImportCommand(program);
 registerDataCommands(program);
 registerIrisCommand(program);
 registerStitchCommand(program);

@@ -29,3 +29,27 @@ export function oneOf<T extends string>(what: string, allowed: readonly T[], v: 
 export function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
   return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };
 }
+
+/**
+ * `value` checked by the schema that owns it (the same one an experiment file's section uses),
+ * with an error that names the flag: `--steps: Too small: expected number to be >=1`.
+ */
+export function checkedFlags<T>(
+  schema: {
+    safeParse(
+      v: unknown,
+    ): { success: true; data: T } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } };
+  },
+  value: unknown,
+  /** Flags whose names are not the key's in kebab case, by the key's path ("step": "--pgd-step"). */
+  flags: Record<string, string> = {},
+): T {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const lines = r.error.issues.map((i) => {
+    const path = i.path.map(String).join(".");
+    const key = String(i.path.at(-1) ?? "");
+    return `${flags[path] ?? `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`}: ${i.message}`;
+  });
+  throw new Error(lines.join("; "));
+}

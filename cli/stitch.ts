@@ -1,22 +1,26 @@
 // `stitchlab stitch`: train a stitching layer between two checkpoints and score it (stitch/jobs.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { runStitch, STITCH_CONFIG_DEFAULTS, STITCH_MODES } from "../stitch/jobs.js";
+import { runStitch, STITCH_CONFIG_DEFAULTS, STITCH_MODES, stitchSettingsSchema } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
 import { deviceArg, requireDevice } from "./device.js";
-import { int, num, oneOf } from "./parse.js";
+import { checkedFlags, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
+import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
 export function registerStitchCommand(program: Command): void {
   const d = STITCH_CONFIG_DEFAULTS;
-  program
+  const cmd = program
     .command("stitch")
     .description(
       "train the stitching layer T between front and back at a point (PROTOCOL.md defaults: least-squares start, " +
         "Adam 1e-3, wd 1e-4, 30 epochs, lr x0.1 at 1/3 and 2/3) and score the stitched model on the clean test set",
     )
-    .requiredOption("--front <ckpt>", "front model A (checkpoint)")
-    .requiredOption("--back <ckpt>", "back model B (checkpoint)")
+    .requiredOption(
+      "--front <file>",
+      "front model A: a stitchlab checkpoint, or weights made elsewhere with --front-arch",
+    )
+    .requiredOption("--back <file>", "back model B: a stitchlab checkpoint, or weights made elsewhere with --back-arch")
     .requiredOption("--point <name>", "stitch point of A (and of B unless --back-point)")
     .requiredOption("--objective <o>", "hlm, slm, dm, fula, or a weighted sum such as hlm:1,fula:0.5")
     .requiredOption("--mode <m>", "standard (real images) or iris (invariance-aware, on an IRI set)")
@@ -48,63 +52,68 @@ export function registerStitchCommand(program: Command): void {
     )
     .option("--cka-images <n>", "test images for linear CKA at the point (0: skip)", int, d.ckaImages)
     .option("--seed <n>", "seed of the batch order", int, d.seed)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device)
-    .action(async (o) => {
-      requireDevice(o.device);
-      const sink = progressSink("stitch", (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss}`);
-      const r = await runStitch(
-        {
-          ...d,
-          front: o.front,
-          back: o.back,
-          frontPoint: o.point,
-          backPoint: o.backPoint,
-          objective: o.objective,
-          mode: oneOf("--mode", STITCH_MODES, o.mode) as (typeof STITCH_MODES)[number],
-          iris: o.iris,
-          dataset: o.dataset,
-          root: o.root,
-          imageSize: o.imageSize,
-          limit: o.limit ?? null,
-          testLimit: o.testLimit ?? null,
-          shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-          excess: oneOf("--excess", SHORTCUT_KINDS, o.excess) ?? null,
-          epochs: o.epochs,
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device);
+  addModelSourceOptions(cmd, "front");
+  addModelSourceOptions(cmd, "back");
+  cmd.action(async (o) => {
+    requireDevice(o.device);
+    const sink = progressSink("stitch", (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss}`);
+    const r = await runStitch(
+      {
+        ...d,
+        front: modelSourceFrom(o, "front", o.front),
+        back: modelSourceFrom(o, "back", o.back),
+        frontPoint: o.point,
+        backPoint: o.backPoint,
+        objective: o.objective,
+        mode: oneOf("--mode", STITCH_MODES, o.mode) as (typeof STITCH_MODES)[number],
+        iris: o.iris,
+        dataset: o.dataset,
+        root: o.root,
+        imageSize: o.imageSize,
+        limit: o.limit ?? null,
+        testLimit: o.testLimit ?? null,
+        shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
+        excess: oneOf("--excess", SHORTCUT_KINDS, o.excess) ?? null,
+        // Checked by the stitching layer's schema, as an experiment file's stitch: section is.
+        ...checkedFlags(stitchSettingsSchema, {
+          ...optional("epochs", o.epochs),
           batchSize: o.batchSize,
           lr: o.lr,
           weightDecay: o.weightDecay,
-          init: oneOf("--init", ["lstsq", "random", "identity"] as const, o.init) ?? d.init,
+          init: o.init,
           initImages: o.initImages,
-          bnMode: oneOf("--bn-mode", BN_MODES, o.bnMode),
           ckaImages: o.ckaImages,
           seed: o.seed,
-          device: o.device,
-        },
-        o.out,
-        (p) =>
-          sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
-            epoch: p.epoch,
-            epochs: p.epochs,
-            loss: Number(p.loss.toFixed(4)),
-          }),
-      );
-      sink.stop();
-      const s = r.scores;
-      console.log(
-        JSON.stringify({
-          event: "done",
-          out: o.out,
-          accuracy: s.accuracy,
-          backAccuracy: s.backAccuracy,
-          agreementProbability: s.agreementProbability,
-          hardAgreement: s.hardAgreement,
-          softErrorConsistency: s.softErrorConsistency,
-          cka: r.cka,
-          excessAgreement: r.excess?.excessAgreement ?? null,
-          bnMode: r.config.bnMode,
-          testData: r.testData,
-          seconds: Number(r.training.seconds.toFixed(1)),
         }),
-      );
-    });
+        bnMode: oneOf("--bn-mode", BN_MODES, o.bnMode),
+        device: o.device,
+      },
+      o.out,
+      (p) =>
+        sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
+          epoch: p.epoch,
+          epochs: p.epochs,
+          loss: Number(p.loss.toFixed(4)),
+        }),
+    );
+    sink.stop();
+    const s = r.scores;
+    console.log(
+      JSON.stringify({
+        event: "done",
+        out: o.out,
+        accuracy: s.accuracy,
+        backAccuracy: s.backAccuracy,
+        agreementProbability: s.agreementProbability,
+        hardAgreement: s.hardAgreement,
+        softErrorConsistency: s.softErrorConsistency,
+        cka: r.cka,
+        excessAgreement: r.excess?.excessAgreement ?? null,
+        bnMode: r.config.bnMode,
+        testData: r.testData,
+        seconds: Number(r.training.seconds.toFixed(1)),
+      }),
+    );
+  });
 }

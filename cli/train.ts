@@ -3,9 +3,16 @@ import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
 import { ROBUST_EVAL_ATTACKS } from "../train/evaluate.js";
-import { defaultLr, TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
+import {
+  adversarialSchema,
+  defaultLr,
+  TRAIN_DEFAULTS,
+  type TrainConfig,
+  trainModel,
+  trainSettingsSchema,
+} from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
-import { fraction, int, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 export function registerTrainCommand(program: Command): void {
@@ -49,6 +56,27 @@ export function registerTrainCommand(program: Command): void {
     .option("--width <w>", "width multiplier (CNNs)", num);
   computeOptions(cmd, d.device).action(async (o) => {
     requireDevice(o.device);
+    // Checked by the training layer's schemas, as an experiment file's model entry is.
+    const settings = checkedFlags(trainSettingsSchema, {
+      epochs: o.epochs,
+      lr: o.lr ?? defaultLr(o.model),
+      batchSize: o.batchSize,
+      seed: o.seed,
+      ...optional("width", o.width),
+    });
+    const adversarial = o.adversarial
+      ? checkedFlags(
+          adversarialSchema,
+          {
+            eps: o.eps,
+            step: o.pgdStep,
+            steps: o.pgdSteps,
+            fraction: o.advFraction,
+            randomStart: Boolean(o.randomStart),
+          },
+          { step: "--pgd-step", steps: "--pgd-steps", fraction: "--adv-fraction" },
+        )
+      : null;
     const cfg: TrainConfig = {
       ...d,
       model: o.model,
@@ -57,23 +85,15 @@ export function registerTrainCommand(program: Command): void {
       ...(o.imageSize !== undefined ? { imageSize: o.imageSize } : {}),
       limit: o.limit,
       testLimit: o.testLimit,
-      modelOptions: o.width !== undefined ? { width: o.width } : {},
+      modelOptions: settings.width !== undefined ? { width: settings.width } : {},
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-      adversarial: o.adversarial
-        ? {
-            eps: o.eps,
-            step: o.pgdStep,
-            steps: o.pgdSteps,
-            fraction: o.advFraction,
-            randomStart: Boolean(o.randomStart),
-          }
-        : null,
+      adversarial,
       robustEvalSteps: o.robustEvalSteps ?? (o.adversarial ? d.robustEvalSteps : 0),
       robustEvalAttack: oneOf("--robust-eval-attack", ROBUST_EVAL_ATTACKS, o.robustEvalAttack) ?? d.robustEvalAttack,
-      seed: o.seed,
-      epochs: o.epochs,
-      batchSize: o.batchSize,
-      lr: o.lr ?? defaultLr(o.model),
+      seed: settings.seed,
+      epochs: settings.epochs,
+      batchSize: settings.batchSize,
+      lr: settings.lr,
       device: o.device,
       ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
     };

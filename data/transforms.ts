@@ -27,6 +27,7 @@ export function normalizationFor(dataset: string): Normalization {
     "fashion-mnist": FASHION_MNIST_NORMALIZATION,
     mnist: MNIST_NORMALIZATION,
     imagefolder: IMAGENET_NORMALIZATION,
+    imagenet: IMAGENET_NORMALIZATION,
   };
   const p = presets[dataset.split("/")[0]];
   if (!p) throw new Error(`no normalisation preset for '${dataset}' (known: ${Object.keys(presets).join(", ")})`);

@@ -8,8 +8,10 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import type { ShortcutKind } from "../data/index.js";
+import type { ModelSource } from "../models/checkpoint.js";
+import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
-import { sidecarPath } from "../nn/checkpoint.js";
+import type { StitchableModel } from "../models/stitchable.js";
 import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
 import { STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
 import { parseObjective } from "../stitch/objectives.js";
@@ -25,8 +27,12 @@ import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./sp
 export const TASK_FORMAT = { train: 2, iris: 3, stitch: 2 } as const;
 export type TaskKind = keyof typeof TASK_FORMAT;
 
-/** A model as a task input: made by a train task, or a checkpoint file identified by its bytes. */
-export type ModelRef = { task: string } | { checkpoint: string; sha256: string };
+/**
+ * A model as a task input: made by a train task, or a file identified by its bytes, with how to
+ * read it when it is not a stitchlab checkpoint (architecture, options, input statistics: these
+ * enter the key; the path does not).
+ */
+export type ModelRef = { task: string } | ({ sha256: string } & ModelSource);
 
 export interface TrainTask {
   kind: "train";
@@ -122,20 +128,27 @@ function fileSha256(path: string): string {
   return createHash("sha256").update(readFileSync(path)).digest("hex");
 }
 
-/** Stitch point names of a model spec (a model is built to ask it, then freed). */
+/**
+ * Stitch point names of a model spec (a model is built to ask it, then freed). Weights made
+ * elsewhere are loaded here, so a file that does not fit its architecture is refused before any
+ * work.
+ */
 function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: string[] } {
-  let arch: string;
-  let options: ModelOptions;
+  let m: StitchableModel;
   if (isLoaded(spec)) {
-    const meta = JSON.parse(readFileSync(sidecarPath(resolve(baseDir, spec.checkpoint)), "utf8"));
-    arch = meta.arch;
-    options = meta.options ?? {};
+    const path = resolve(baseDir, spec.checkpoint);
+    if (isStitchlabCheckpoint(path) && Object.keys(spec).length === 1) {
+      const meta = JSON.parse(readFileSync(sidecarPath(path), "utf8"));
+      m = createModel(meta.arch, meta.options ?? {});
+    } else m = loadCheckpoint({ ...spec, checkpoint: path }).model;
   } else {
-    arch = spec.arch;
-    options = { ...(spec.options as ModelOptions), ...(spec.width !== undefined ? { width: spec.width } : {}) };
+    m = createModel(spec.arch, {
+      ...(spec.options as ModelOptions),
+      ...(spec.width !== undefined ? { width: spec.width } : {}),
+    });
   }
-  const m = createModel(arch, options);
   const points = m.stitchPoints.map((p) => p.name);
+  const arch = m.arch;
   m.dispose();
   return { arch, points };
 }
@@ -176,9 +189,15 @@ export function planExperiment(exp: Experiment, file: string): Plan {
       if (isLoaded(spec)) {
         const path = isAbsolute(spec.checkpoint) ? spec.checkpoint : resolve(baseDir, spec.checkpoint);
         if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
-        if (!existsSync(sidecarPath(path)))
-          throw new Error(`checkpoint ${path} has no sidecar ${sidecarPath(path)} (architecture and options)`);
-        models[name] = { checkpoint: path, sha256: fileSha256(path) };
+        if (!isStitchlabCheckpoint(path) && !spec.arch)
+          throw new Error(
+            `${path} is not a stitchlab checkpoint (no ${sidecarPath(path)} beside it): give arch (and normalization) for weights made elsewhere, or convert it once with stitchlab import`,
+          );
+        if (!isStitchlabCheckpoint(path) && spec.normalization === undefined)
+          throw new Error(
+            `${path}: give normalization, the statistics its inputs were normalised with in training (a dataset name such as cifar10 or imagenet, or {mean, std})`,
+          );
+        models[name] = { ...spec, checkpoint: path, sha256: fileSha256(path) };
       } else {
         const config: TrainConfig = {
           ...TRAIN_DEFAULTS,

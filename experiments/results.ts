@@ -4,6 +4,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
+import { asModelSource, isStitchlabCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import type { IriPreview, ModelRow, StitchRow } from "../report/index.js";
 import { writeReport } from "../report/index.js";
 import type { IriSetInfo } from "../stitch/iriset.js";
@@ -13,7 +14,7 @@ import { repoRoot } from "../torch/native.js";
 import type { Plan } from "./plan.js";
 import type { RunSummary } from "./runner.js";
 import { reading, settingsLines, type Warning, warnings } from "./summary.js";
-import { modelPath, taskDir } from "./tasks.js";
+import { modelSource, taskDir } from "./tasks.js";
 
 const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
 
@@ -71,8 +72,22 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
 export function modelRows(plan: Plan, cache: string): ModelRow[] {
   const rows: ModelRow[] = [];
   for (const [name, ref] of Object.entries(plan.models)) {
-    const side = modelPath(cache, ref).replace(/\.safetensors$/, ".json");
-    if (!existsSync(side)) continue;
+    const source = asModelSource(modelSource(cache, ref));
+    if (!isStitchlabCheckpoint(source.checkpoint)) {
+      // Weights made elsewhere: what the experiment file says of them (no recorded accuracies).
+      if (!existsSync(source.checkpoint)) continue;
+      rows.push({
+        name,
+        arch: source.arch ?? "",
+        dataset: "",
+        shortcut: null,
+        adversarial: false,
+        seed: 0,
+        accuracies: {},
+      });
+      continue;
+    }
+    const side = sidecarPath(source.checkpoint);
     const m = readJson<{
       arch: string;
       dataset?: string;

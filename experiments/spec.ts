@@ -7,9 +7,12 @@ import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { DATASET_NAMES, SHORTCUT_KINDS } from "../data/index.js";
-import { IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { modelSourceSchema } from "../models/checkpoint.js";
+import { iriOptionsSchema } from "../stitch/iris.js";
+import { stitchSettingsSchema } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
+import { adversarialSchema } from "../train/trainer.js";
 
 const int = (min = 0) => z.number().int().min(min);
 const shortcut = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
@@ -50,27 +53,13 @@ const trainedModelSchema = z
       .describe(
         "robust evaluation of an adversarially trained model: APGD-CE and APGD-DLR (default) or PGD, 100 iterations each by default",
       ),
-    adversarial: z
-      .object({
-        eps: z.number().positive(),
-        step: z.number().positive(),
-        steps: int(1),
-        fraction: z.number().min(0).max(1),
-        randomStart: z
-          .boolean()
-          .default(false)
-          .describe("start each attack from a random point in the ball (default: from the image, as the reference)"),
-      })
-      .strict()
-      .nullable()
-      .default(null)
-      .describe("Madry adversarial training (pixel units)"),
+    adversarial: adversarialSchema.nullable().default(null).describe("Madry adversarial training (pixel units)"),
   })
   .strict();
 
-const loadedModelSchema = z
-  .object({ checkpoint: z.string().describe("a stitchlab checkpoint (.safetensors with its .json sidecar)") })
-  .strict();
+// A model loaded from a file: a stitchlab checkpoint, or weights made elsewhere with their
+// architecture, options and input statistics (the schema is the loader's: models/checkpoint.ts).
+const loadedModelSchema = modelSourceSchema;
 
 const pointsSchema = z.union([z.literal("all"), z.array(z.string()).min(1)]);
 
@@ -89,27 +78,20 @@ const pairSchema = z
   })
   .strict();
 
-const irisSchema = z
-  .object({
+// The IRI settings are the IRI layer's schema (stitch/iris.ts), each optional, plus how many.
+const irisSchema = iriOptionsSchema
+  .partial()
+  .extend({
     limit: int(1).nullable().default(null).describe("IRIs per (front, point): the first n training images"),
-    steps: int(1).optional(),
-    stepSize: z.number().positive().optional(),
-    optimizer: z.enum(IRI_OPTIMIZERS).optional(),
-    lr: z.number().positive().optional(),
-    start: z.enum(IRI_STARTS).optional(),
-    ball: z.number().positive().nullable().optional(),
-    keepBest: z.boolean().optional(),
-    batchSize: int(1).optional(),
-    seed: int().optional(),
-    autocast: autocast
-      .optional()
-      .describe("mixed precision of the descent: bf16 autocast (residuals are measured in float32; default float32)"),
   })
   .strict();
 
-const stitchSchema = z
-  .object({
-    epochs: int(1).optional().describe("default 30 (12 for image folders)"),
+// How T is trained is the stitching layer's schema (stitch/jobs.ts), each optional (the seeds
+// are the experiment's own), plus which data and batch-norm modes.
+const stitchSchema = stitchSettingsSchema
+  .omit({ seed: true })
+  .partial()
+  .extend({
     limit: int(1).nullable().default(null).describe("real training images for standard mode and the init pool"),
     shortcut: shortcut
       .nullable()
@@ -117,11 +99,6 @@ const stitchSchema = z
       .describe(
         "mark every pair's stitching data (real training images, the IRIs' sources and the test set) with this shortcut; a pair's own shortcut overrides it",
       ),
-    batchSize: int(1).optional(),
-    lr: z.number().positive().optional(),
-    weightDecay: z.number().min(0).optional(),
-    init: z.enum(["lstsq", "random", "identity"]).optional(),
-    initImages: int(1).optional(),
     bnMode: z
       .object({ standard: z.enum(BN_MODES).optional(), iris: z.enum(BN_MODES).optional() })
       .strict()
@@ -129,7 +106,6 @@ const stitchSchema = z
       .describe(
         "frozen networks' batch norm per mode: adapt, batch or eval (default: adapt for standard, eval for iris)",
       ),
-    ckaImages: int().optional(),
   })
   .strict();
 

@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } 
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { ModelSourceLike } from "../models/checkpoint.js";
 import { runIris, runStitch } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
 import { trainModel } from "../train/trainer.js";
@@ -34,8 +35,11 @@ export function loadTask(cache: string, key: string): Task {
   return JSON.parse(readFileSync(path, "utf8")) as Task;
 }
 
-export function modelPath(cache: string, ref: ModelRef): string {
-  return "task" in ref ? join(taskDir(cache, "train", ref.task), "model.safetensors") : ref.checkpoint;
+/** Where a task input's model is: a train task's checkpoint, or the file (and how to read it) the experiment names. */
+export function modelSource(cache: string, ref: ModelRef): ModelSourceLike {
+  if ("task" in ref) return join(taskDir(cache, "train", ref.task), "model.safetensors");
+  const { sha256: _, ...source } = ref;
+  return Object.keys(source).length === 1 ? source.checkpoint : source;
 }
 
 /**
@@ -133,7 +137,7 @@ async function makeTask(
   } else if (spec.kind === "iris") {
     await runIris(
       {
-        front: modelPath(cache, spec.front),
+        front: modelSource(cache, spec.front),
         point: spec.point,
         dataset: spec.dataset,
         root: spec.root,
@@ -156,8 +160,8 @@ async function makeTask(
     await runStitch(
       {
         ...spec.config,
-        front: modelPath(cache, spec.front),
-        back: modelPath(cache, spec.back),
+        front: modelSource(cache, spec.front),
+        back: modelSource(cache, spec.back),
         iris: spec.iris ? taskDir(cache, "iris", spec.iris) : undefined,
         device,
       },

@@ -1,6 +1,6 @@
 // The model zoo: createModel(name, options), as timm's create_model. Each entry documents its
 // stitch points (PROTOCOL.md, "Stitch points").
-import { ResNet18, type ResNetOptions } from "./resnet.js";
+import { RESNET18, RESNET50, ResNet, type ResNetOptions } from "./resnet.js";
 import type { StitchableModel } from "./stitchable.js";
 import { Vgg16Bn, type VggOptions } from "./vgg.js";
 import { VisionTransformer, type VitOptions } from "./vit.js";
@@ -10,7 +10,12 @@ export type ModelOptions = ResNetOptions & VggOptions & VitOptions;
 const REGISTRY: Record<string, { describe: string; create: (o: ModelOptions) => StitchableModel }> = {
   resnet18: {
     describe: "ResNet-18, CIFAR stem by default (stem: 'imagenet' for 224 px); 9 points: stem + 8 blocks",
-    create: (o) => new ResNet18(o),
+    create: (o) => new ResNet(RESNET18, o),
+  },
+  resnet50: {
+    describe:
+      "ResNet-50 (Bottleneck blocks 3-4-6-3, torchvision's layout), CIFAR stem by default; 9 points: stem + the first and last block of each stage",
+    create: (o) => new ResNet(RESNET50, o),
   },
   vgg16_bn: {
     describe: "VGG-16 with batch norm, torchvision's layout; 6 points: features.2, .5, .12, .22, .32, .42 (post-ReLU)",
@@ -23,19 +28,32 @@ const REGISTRY: Record<string, { describe: string; create: (o: ModelOptions) => 
   },
   vit_base_patch16_224: {
     describe: "ViT-Base, patch 16, 224 px, dim 768, depth 12, 12 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
-    create: (o) => {
-      const depth = o.depth ?? 12;
-      return new VisionTransformer("vit_base_patch16_224", {
-        imageSize: 224,
-        patchSize: 16,
-        embedDim: 768,
-        numHeads: 12,
-        pointBlocks: Array.from({ length: depth }, (_, i) => i).filter((i) => i % 2 === 0 && i < depth - 1),
-        ...o,
-      });
-    },
+    create: (o) => vit224("vit_base_patch16_224", 768, 12, o),
+  },
+  vit_small_patch16_224: {
+    describe:
+      "timm's ViT-Small, patch 16, 224 px, dim 384, depth 12, 6 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
+    create: (o) => vit224("vit_small_patch16_224", 384, 6, o),
+  },
+  vit_tiny_patch16_224: {
+    describe:
+      "timm's ViT-Tiny, patch 16, 224 px, dim 192, depth 12, 3 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
+    create: (o) => vit224("vit_tiny_patch16_224", 192, 3, o),
   },
 };
+
+/** A timm ViT at 224 px, patch 16, with the ViT-Base points: every other block and the head input. */
+function vit224(name: string, embedDim: number, numHeads: number, o: ModelOptions): StitchableModel {
+  const depth = o.depth ?? 12;
+  return new VisionTransformer(name, {
+    imageSize: 224,
+    patchSize: 16,
+    embedDim,
+    numHeads,
+    pointBlocks: Array.from({ length: depth }, (_, i) => i).filter((i) => i % 2 === 0 && i < depth - 1),
+    ...o,
+  });
+}
 
 export const modelNames = (): string[] => Object.keys(REGISTRY);
 export const describeModel = (name: string): string => REGISTRY[name]?.describe ?? "";

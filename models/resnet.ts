@@ -1,8 +1,11 @@
-// ResNet-18 with torchvision's parameter names (conv1, bn1, layer1.0.conv1, ..., fc). The CIFAR
-// stem (3x3 conv, stride 1, no max-pool) is the default; the ImageNet stem (7x7 stride 2 and a
-// 3x3 max-pool) is an option. Stitch points: the stem output (after its ReLU; with the ImageNet
-// stem before the max-pool, which then runs on the way to layer1.0, as the reference hooks the
-// stem's ReLU: models/model_utils.py, resnet 'post_act') and the 8 BasicBlock outputs.
+// ResNet-18 and ResNet-50 with torchvision's parameter names (conv1, bn1, layer1.0.conv1, ...,
+// fc). The CIFAR stem (3x3 conv, stride 1, no max-pool) is the default; the ImageNet stem (7x7
+// stride 2 and a 3x3 max-pool) is an option. Stitch points: the stem output (after its ReLU; with
+// the ImageNet stem before the max-pool, which then runs on the way to layer1.0, as the reference
+// hooks the stem's ReLU: models/model_utils.py, resnet 'post_act'), then block outputs: every
+// BasicBlock of ResNet-18 (8), and the first and last Bottleneck of each stage of ResNet-50
+// (layer1.0, layer1.2, layer2.0, layer2.3, layer3.0, layer3.5, layer4.0, layer4.2: the
+// reference's resnet50 points, models/model_utils.py).
 import { AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Linear, MaxPool2d, Sequential } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
 import type * as torch from "../torch/index.js";
@@ -19,6 +22,20 @@ export interface ResNetOptions {
   imageSize?: number;
 }
 
+/** Releases t once f has read it (see BasicBlock.forward). */
+function step(t: Tensor, f: (t: Tensor) => Tensor): Tensor {
+  const next = f(t);
+  t.dispose();
+  return next;
+}
+
+/** The 1x1 convolution and batch norm that match the identity's shape to the block's output. */
+function downsample(inPlanes: number, out: number, stride: number): Sequential | null {
+  return stride !== 1 || inPlanes !== out
+    ? new Sequential(new Conv2d(inPlanes, out, 1, { stride, bias: false }), new BatchNorm2d(out))
+    : null;
+}
+
 export class BasicBlock extends Module {
   readonly conv1: Conv2d;
   readonly bn1: BatchNorm2d;
@@ -31,24 +48,14 @@ export class BasicBlock extends Module {
     this.bn1 = this.child("bn1", new BatchNorm2d(planes));
     this.conv2 = this.child("conv2", new Conv2d(planes, planes, 3, { padding: 1, bias: false }));
     this.bn2 = this.child("bn2", new BatchNorm2d(planes));
-    this.downsample =
-      stride !== 1 || inPlanes !== planes
-        ? this.child(
-            "downsample",
-            new Sequential(new Conv2d(inPlanes, planes, 1, { stride, bias: false }), new BatchNorm2d(planes)),
-          )
-        : null;
+    const d = downsample(inPlanes, planes, stride);
+    this.downsample = d ? this.child("downsample", d) : null;
   }
   forward(x: Tensor): Tensor {
     // Each intermediate is released as soon as the next op has read it, as Python's reference
     // counting does: a block's scope would otherwise hold five full-size maps until its end
     // (measured: 2-4x PyTorch's page faults in no-grad forwards). Autograd keeps its own
     // references to what backward needs, so releasing ours is safe with gradients too.
-    const step = (t: Tensor, f: (t: Tensor) => Tensor): Tensor => {
-      const next = f(t);
-      t.dispose();
-      return next;
-    };
     let out = this.conv1.forward(x);
     out = step(out, (t) => this.bn1.forward(t));
     out = step(out, (t) => t.relu());
@@ -61,8 +68,63 @@ export class BasicBlock extends Module {
   }
 }
 
-export class ResNet18 extends StitchableModel {
-  readonly arch = "resnet18";
+/** torchvision's Bottleneck (v1.5: the stride on the 3x3 convolution), output 4 x planes channels. */
+export class Bottleneck extends Module {
+  static readonly expansion = 4;
+  readonly conv1: Conv2d;
+  readonly bn1: BatchNorm2d;
+  readonly conv2: Conv2d;
+  readonly bn2: BatchNorm2d;
+  readonly conv3: Conv2d;
+  readonly bn3: BatchNorm2d;
+  readonly downsample: Sequential | null;
+  constructor(inPlanes: number, planes: number, stride: number) {
+    super();
+    const out = planes * Bottleneck.expansion;
+    this.conv1 = this.child("conv1", new Conv2d(inPlanes, planes, 1, { bias: false }));
+    this.bn1 = this.child("bn1", new BatchNorm2d(planes));
+    this.conv2 = this.child("conv2", new Conv2d(planes, planes, 3, { stride, padding: 1, bias: false }));
+    this.bn2 = this.child("bn2", new BatchNorm2d(planes));
+    this.conv3 = this.child("conv3", new Conv2d(planes, out, 1, { bias: false }));
+    this.bn3 = this.child("bn3", new BatchNorm2d(out));
+    const d = downsample(inPlanes, out, stride);
+    this.downsample = d ? this.child("downsample", d) : null;
+  }
+  forward(x: Tensor): Tensor {
+    let out = this.conv1.forward(x);
+    out = step(out, (t) => this.bn1.forward(t));
+    out = step(out, (t) => t.relu());
+    out = step(out, (t) => this.conv2.forward(t));
+    out = step(out, (t) => this.bn2.forward(t));
+    out = step(out, (t) => t.relu());
+    out = step(out, (t) => this.conv3.forward(t));
+    out = step(out, (t) => this.bn3.forward(t));
+    const identity = this.downsample ? this.downsample.forward(x) : x;
+    out = step(out, (t) => t.add(identity));
+    if (identity !== x) identity.dispose();
+    return step(out, (t) => t.relu());
+  }
+}
+
+/** A ResNet's recipe: its block, blocks per stage, and which block outputs are stitch points. */
+interface ResNetRecipe {
+  arch: string;
+  block: "basic" | "bottleneck";
+  blocks: [number, number, number, number];
+  /** Whether block b (0-based) of a stage of n blocks is a stitch point. */
+  isPoint: (b: number, n: number) => boolean;
+}
+
+export const RESNET18: ResNetRecipe = { arch: "resnet18", block: "basic", blocks: [2, 2, 2, 2], isPoint: () => true };
+export const RESNET50: ResNetRecipe = {
+  arch: "resnet50",
+  block: "bottleneck",
+  blocks: [3, 4, 6, 3],
+  isPoint: (b, n) => b === 0 || b === n - 1,
+};
+
+export class ResNet extends StitchableModel {
+  readonly arch: string;
   readonly config: Required<ResNetOptions>;
   protected readonly stageList: Stage[];
   readonly conv1: Conv2d;
@@ -72,8 +134,9 @@ export class ResNet18 extends StitchableModel {
   readonly #pool = new AdaptiveAvgPool2d(1);
   readonly #maxpool = new MaxPool2d(3, 2, 1);
 
-  constructor(opts: ResNetOptions = {}) {
+  constructor(recipe: ResNetRecipe, opts: ResNetOptions = {}) {
     super();
+    this.arch = recipe.arch;
     const c: Required<ResNetOptions> = {
       numClasses: opts.numClasses ?? 10,
       width: opts.width ?? 1,
@@ -82,6 +145,7 @@ export class ResNet18 extends StitchableModel {
     };
     this.config = c;
     const widths = [64, 128, 256, 512].map((w) => Math.max(1, Math.round(w * c.width)));
+    const expansion = recipe.block === "bottleneck" ? Bottleneck.expansion : 1;
     const imagenet = c.stem === "imagenet";
     this.conv1 = this.child(
       "conv1",
@@ -106,21 +170,27 @@ export class ResNet18 extends StitchableModel {
     this.layers = [];
     let inPlanes = widths[0];
     widths.forEach((planes, li) => {
-      const blocks = [0, 1].map(
-        (bi) => new BasicBlock(bi === 0 ? inPlanes : planes, planes, bi === 0 && li > 0 ? 2 : 1),
-      );
-      inPlanes = planes;
+      const n = recipe.blocks[li];
+      const blocks = Array.from({ length: n }, (_, bi) => {
+        const stride = bi === 0 && li > 0 ? 2 : 1;
+        const input = bi === 0 ? inPlanes : planes * expansion;
+        return recipe.block === "bottleneck"
+          ? new Bottleneck(input, planes, stride)
+          : new BasicBlock(input, planes, stride);
+      });
+      inPlanes = planes * expansion;
       this.layers.push(this.child(`layer${li + 1}`, new Sequential(...blocks)));
       blocks.forEach((b, bi) => {
-        if (bi === 0 && li > 0) size = Math.floor((size - 1) / 2) + 1;
+        if (bi === 0 && li > 0) size = half(size);
+        const name = `layer${li + 1}.${bi}`;
         this.stageList.push({
-          name: `layer${li + 1}.${bi}`,
-          point: point(`layer${li + 1}.${bi}`, planes),
+          name,
+          point: recipe.isPoint(bi, n) ? point(name, planes * expansion) : null,
           run: (h) => b.forward(h),
         });
       });
     });
-    this.fc = this.child("fc", new Linear(widths[3], c.numClasses));
+    this.fc = this.child("fc", new Linear(widths[3] * expansion, c.numClasses));
   }
 
   protected head(h: Tensor): Tensor {

@@ -117,3 +117,17 @@ export abstract class StitchableModel extends Module {
     return { features: Object.fromEntries(keep), logits };
   }
 }
+
+/**
+ * Images of shape [N, C, H, W] must have the side the model was built for (its config's
+ * `imageSize`): a network trained on 224 px images and fed 32 px ones gives numbers, not
+ * answers. Callers check before any work; `what` names the model in the error.
+ */
+export function checkInputSize(model: StitchableModel, shape: number[], what: string): void {
+  const side = model.config.imageSize;
+  const [h, w] = shape.slice(2);
+  if (typeof side === "number" && (h !== side || w !== side))
+    throw new Error(
+      `${what} model (${model.arch}) takes ${side} x ${side} images, and the data are ${h} x ${w}: use data of that size (image folders: imageSize / --image-size ${side}), or give the model's imageSize if it was trained on ${h} px images`,
+    );
+}

@@ -7,6 +7,8 @@
 // x' to [(0 - mean)/std, (1 - mean)/std] per channel), and it makes the step size a pixel unit:
 // a signed step of 1/255 moves every pixel by one grey level whatever the channel's std, as
 // the PGD attack's budget does (train/pgd.ts). Sign steps are the same in either space.
+
+import { z } from "zod";
 import { type Normalization, Rng } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
@@ -23,30 +25,42 @@ export type IriOptimizer = (typeof IRI_OPTIMIZERS)[number];
 export const IRI_STARTS = ["uniform", "gaussian", "image"] as const;
 export type IriStart = (typeof IRI_STARTS)[number];
 
-export interface IriOptions {
-  /** Descent steps (no early stop). */
-  steps: number;
-  /** Signed step in pixel units ("sign"). */
-  stepSize: number;
-  optimizer: IriOptimizer;
-  /** Adam's learning rate in pixel units, decayed to 0 by a cosine over the steps ("adam"). */
-  lr: number;
-  start: IriStart;
-  /** L-inf radius around the start, in pixel units; null: only the valid range bounds x'. */
-  ball: number | null;
-  /** Return each image's best iterate (lowest own residual) rather than the last. */
-  keepBest: boolean;
-  batchSize: number;
-  /** Seeds the starts; batch b uses a seed derived from (seed, b), so a resumed run draws the same. */
-  seed: number;
-  /**
-   * Mixed precision for the descent: "bf16" runs each step's forward pass and loss under
-   * bfloat16 autocast (backward outside it). The target features and the residuals that are
-   * stored and reported are always computed in float32. Absent: float32 throughout (and absent
-   * from IRI set settings and task keys, so it is never set to null in IRI_DEFAULTS).
-   */
-  autocast?: torch.AutocastMode;
-}
+/**
+ * The IRI settings, one schema for every place that takes them (experiment files' `iris:`, the
+ * `iris` command's flags, task specs): the type, the validation and the JSON Schema follow from it.
+ */
+export const iriOptionsSchema = z
+  .object({
+    steps: z.number().int().min(1).describe("descent steps (no early stop)"),
+    stepSize: z.number().positive().max(1).describe("signed step in pixel units ([0, 1] images), optimizer sign"),
+    optimizer: z.enum(IRI_OPTIMIZERS).describe("sign: signed-gradient steps; adam: Adam with cosine decay"),
+    lr: z
+      .number()
+      .positive()
+      .describe("Adam's learning rate in pixel units, decayed to 0 by a cosine (optimizer adam)"),
+    start: z.enum(IRI_STARTS).describe("uniform noise, Gaussian noise, or another image of the batch"),
+    ball: z
+      .number()
+      .positive()
+      .max(1)
+      .nullable()
+      .describe("L-inf radius around the start, in pixel units; null: only the valid range bounds x'"),
+    keepBest: z.boolean().describe("return each image's best iterate (lowest own residual) rather than the last"),
+    batchSize: z.number().int().min(1),
+    seed: z
+      .number()
+      .int()
+      .min(0)
+      .describe("seeds the starts; batch b uses a seed derived from (seed, b), so a resumed run draws the same"),
+    autocast: z
+      .enum(torch.AUTOCAST_MODES)
+      .optional()
+      .describe(
+        "bf16: each step's forward and loss under bfloat16 autocast; targets and stored residuals stay float32 (absent: float32, and absent from keys)",
+      ),
+  })
+  .strict();
+export type IriOptions = z.infer<typeof iriOptionsSchema>;
 
 /** PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate. */
 export const IRI_DEFAULTS: IriOptions = {

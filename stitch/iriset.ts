@@ -9,7 +9,7 @@
 //   preview.png         x, x' and |x - x'| for the first images, one row each
 //   iris.json           settings + residual summary; written LAST, so it marks a finished set
 //
-// The front model is identified by a fingerprint of its weights (nn/checkpoint.ts), not by a
+// The front model is identified by a fingerprint of its weights (models/checkpoint.ts), not by a
 // path, so a stitch run can check that an IRI set was made by its front model at its point.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";

@@ -10,6 +10,7 @@
 // sources and the test set alike, and the result says which test data it was scored on.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { z } from "zod";
 import {
   applyShortcut,
   type Dataset,
@@ -33,8 +34,14 @@ import {
   type WeightSpectrum,
   weightSpectrum,
 } from "../metrics/index.js";
-import type { StitchableModel } from "../models/stitchable.js";
-import { type CheckpointMeta, loadCheckpoint, modelFingerprint } from "../nn/checkpoint.js";
+import {
+  asModelSource,
+  type CheckpointMeta,
+  loadCheckpoint,
+  type ModelSourceLike,
+  modelFingerprint,
+} from "../models/checkpoint.js";
+import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { evaluateStitch } from "./evaluate.js";
@@ -47,7 +54,7 @@ import {
   loadIriSet,
   type ResidualSummary,
 } from "./iriset.js";
-import type { StitchInit } from "./layer.js";
+import { STITCH_INITS, type StitchInit } from "./layer.js";
 import { type ObjectiveWeights, parseObjective } from "./objectives.js";
 import { StitchedModel } from "./stitched.js";
 import { type BnMode, defaultBnMode, type StitchTrainProgress, trainStitch } from "./train.js";
@@ -99,18 +106,25 @@ export function inputNormalization(meta: CheckpointMeta, what: string): Normaliz
   const recorded = meta.normalization as Normalization | undefined;
   if (recorded && Array.isArray(recorded.mean) && Array.isArray(recorded.std)) return recorded;
   if (!meta.dataset)
-    throw new Error(`${what} checkpoint records neither its input normalisation nor the dataset it was trained on`);
+    throw new Error(
+      `${what} checkpoint records neither its input normalisation nor the dataset it was trained on: give its normalization (a dataset name such as cifar10 or imagenet, or {mean, std})`,
+    );
   return normalizationFor(meta.dataset);
 }
 
-function loadModel(path: string, device: string): { model: StitchableModel; meta: CheckpointMeta } {
-  const loaded = loadCheckpoint(path);
+function loadModel(source: ModelSourceLike, device: string): { model: StitchableModel; meta: CheckpointMeta } {
+  const loaded = loadCheckpoint(source);
   if (device !== "cpu") loaded.model.to(device);
   return loaded;
 }
 
+/** Two sources name the same model (the same file read the same way). */
+const sameSource = (a: ModelSourceLike, b: ModelSourceLike): boolean =>
+  JSON.stringify(asModelSource(a)) === JSON.stringify(asModelSource(b));
+
 export interface IrisConfig {
-  front: string;
+  /** A stitchlab checkpoint's path, or a model source (models/checkpoint.ts). */
+  front: ModelSourceLike;
   point: string;
   dataset?: string;
   root?: string;
@@ -140,6 +154,7 @@ export async function runIris(
     const dataset = datasetOf(meta, cfg.dataset, "the front");
     const images = await loadSource({ ...cfg, dataset }, "train");
     try {
+      checkInputSize(model, images.images.shape, "the front");
       return await generateIriSet(
         model,
         images,
@@ -149,7 +164,7 @@ export async function runIris(
             arch: meta.arch,
             options: meta.options as Record<string, unknown>,
             fingerprint: modelFingerprint(model),
-            checkpoint: cfg.front,
+            checkpoint: asModelSource(cfg.front).checkpoint,
           },
           point: cfg.point,
           dataset,
@@ -174,9 +189,27 @@ export async function runIris(
 export type StitchMode = "standard" | "iris";
 export const STITCH_MODES: readonly StitchMode[] = ["standard", "iris"];
 
+/**
+ * How T is trained, one schema for experiment files' `stitch:` section and the `stitch` flags
+ * (PROTOCOL's defaults in STITCH_CONFIG_DEFAULTS).
+ */
+export const stitchSettingsSchema = z
+  .object({
+    epochs: z.number().int().min(1).optional().describe("default 30 (12 for image folders)"),
+    batchSize: z.number().int().min(1),
+    lr: z.number().positive().describe("Adam's learning rate"),
+    weightDecay: z.number().min(0).describe("Adam's weight decay"),
+    init: z.enum(STITCH_INITS).describe("lstsq (least squares on real images), random or identity"),
+    initImages: z.number().int().min(1).describe("real images for the least-squares start"),
+    ckaImages: z.number().int().min(0).describe("test images for linear CKA at the point (0: skip)"),
+    seed: z.number().int().min(0).describe("seed of the batch order and the least-squares draw"),
+  })
+  .strict();
+
 export interface StitchConfig {
-  front: string;
-  back: string;
+  /** Stitchlab checkpoints' paths, or model sources (models/checkpoint.ts). */
+  front: ModelSourceLike;
+  back: ModelSourceLike;
   frontPoint: string;
   /** Default: the front point (same-depth stitching). */
   backPoint?: string;
@@ -286,14 +319,14 @@ export async function runStitch(
   // it was: three separate networks, even when front and back are one checkpoint.
   const adapt = bnMode === "adapt";
   const loaded: { model: StitchableModel; meta: CheckpointMeta }[] = [];
-  const load = (path: string) => {
-    const m = loadModel(path, cfg.device);
+  const load = (source: ModelSourceLike) => {
+    const m = loadModel(source, cfg.device);
     loaded.push(m);
     return m;
   };
   try {
     const front = load(cfg.front);
-    const back = cfg.back === cfg.front && !adapt ? front : load(cfg.back);
+    const back = sameSource(cfg.back, cfg.front) && !adapt ? front : load(cfg.back);
     const tail = adapt ? load(cfg.back) : back;
     const dataset = datasetOf(back.meta, cfg.dataset, "the back");
     const backPoint = cfg.backPoint ?? cfg.frontPoint;
@@ -317,6 +350,8 @@ export async function runStitch(
     // of the whole split is held).
     const clean = await loadSource({ ...source, shortcut: null }, "train");
     owned.push(clean);
+    checkInputSize(front.model, clean.images.shape, "the front");
+    checkInputSize(back.model, clean.images.shape, "the back");
     const markers = cfg.shortcut ? planDatasetMarkers(clean, { kind: cfg.shortcut, seed: markerSeed("train") }) : null;
     if (cfg.mode === "iris") {
       const dir = cfg.iris as string;
@@ -400,8 +435,12 @@ export async function runStitch(
         seconds: (performance.now() - started) / 1000,
       },
       iris: irisInfo,
-      front: { arch: front.meta.arch, checkpoint: cfg.front, accuracies: front.meta.accuracies },
-      back: { arch: back.meta.arch, checkpoint: cfg.back, accuracies: back.meta.accuracies },
+      front: {
+        arch: front.meta.arch,
+        checkpoint: asModelSource(cfg.front).checkpoint,
+        accuracies: front.meta.accuracies,
+      },
+      back: { arch: back.meta.arch, checkpoint: asModelSource(cfg.back).checkpoint, accuracies: back.meta.accuracies },
     };
     mkdirSync(outDir, { recursive: true });
     torch.saveSafetensors(join(outDir, "layer.safetensors"), s.layer.stateDict(), {

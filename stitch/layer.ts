@@ -11,7 +11,8 @@ import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
 
-export type StitchInit = "lstsq" | "random" | "identity";
+export const STITCH_INITS = ["lstsq", "random", "identity"] as const;
+export type StitchInit = (typeof STITCH_INITS)[number];
 
 /** Why two points cannot be stitched, or null when they can. */
 export function stitchMismatch(a: StitchPoint, b: StitchPoint): string | null {

@@ -18,9 +18,9 @@ import {
 } from "../data/index.js";
 import { type IrisTask, planExperiment, type StitchTask, type TrainTask } from "../experiments/plan.js";
 import { parseExperiment, readExperiment } from "../experiments/spec.js";
+import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
-import { saveCheckpoint } from "../nn/checkpoint.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
 import { IRI_STEP_SIZE_224 } from "../stitch/iris.js";

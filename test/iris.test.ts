@@ -8,9 +8,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
 import { type Dataset, datasetSize, disposeDataset, loadDataset, normalizationFor, subset } from "../data/index.js";
+import { loadCheckpoint, modelFingerprint, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
-import { loadCheckpoint, modelFingerprint, saveCheckpoint } from "../nn/checkpoint.js";
 import { inEvalMode } from "../nn/module.js";
 import { generateIriBatch, IRI_DEFAULTS, type IriOptions, perImageResidual } from "../stitch/iris.js";
 import { checkIriSetFor, generateIriSet, type IriSetSettings, loadIriSet, readIriSetInfo } from "../stitch/iriset.js";
@@ -589,4 +589,31 @@ test("stitchlab iris and stitchlab stitch as a user runs them", { skip }, () => 
   ]);
   assert.match(badObjective.stderr, /unknown objective 'kl'/);
   assert.ok(!existsSync(join(tmp, "x")));
+});
+
+test("stitchlab iris refuses the IRI settings an experiment file refuses, naming the flag, before any work", () => {
+  for (const [flag, value, message] of [
+    ["--steps", "0", /--steps: Too small/],
+    ["--step-size", "-1", /--step-size: Too small/],
+    ["--ball", "0", /--ball: Too small/],
+    ["--lr", "0", /--lr: Too small/],
+    ["--optimizer", "sgd", /--optimizer: Invalid option/],
+    ["--start", "zeros", /--start: Invalid option/],
+  ] as const) {
+    const out = join(tmp, `bad-${flag.slice(2)}`);
+    const r = runCli([
+      "iris",
+      "--front",
+      join(tmp, "none.safetensors"),
+      "--point",
+      "layer1.0",
+      "--out",
+      out,
+      flag,
+      value,
+    ]);
+    assert.equal(r.status, 1, `${flag} ${value}: ${r.stdout}`);
+    assert.match(r.stderr, message, `${flag} ${value}`);
+    assert.ok(!existsSync(out), `${flag} ${value}: nothing is written`);
+  }
 });

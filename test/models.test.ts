@@ -17,7 +17,7 @@ import { stitchLoss } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
-import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
+import { PYTHON, skipUnlessPytorch, skipUnlessTorchvision } from "./helpers/pytorch.js";
 
 // Tiny variants, so every point of every model runs in a few hundred milliseconds.
 const TINY: Record<string, { opts: ModelOptions; points: number; size: number }> = {
@@ -25,11 +25,33 @@ const TINY: Record<string, { opts: ModelOptions; points: number; size: number }>
   vgg16_bn: { opts: { width: 0.125 }, points: 6, size: 32 },
   vit_tiny_patch4_32: { opts: { embedDim: 24, depth: 12 }, points: 13, size: 32 },
   vit_base_patch16_224: { opts: { embedDim: 24, depth: 12, numHeads: 3, imageSize: 64 }, points: 7, size: 64 },
+  resnet50: { opts: { width: 0.125 }, points: 9, size: 32 },
+  vit_small_patch16_224: { opts: { embedDim: 24, depth: 12, numHeads: 3, imageSize: 64 }, points: 7, size: 64 },
+  vit_tiny_patch16_224: { opts: { embedDim: 24, depth: 12, numHeads: 3, imageSize: 64 }, points: 7, size: 64 },
 };
 
-test("the registry has the four zoo models, and an unknown name is a clear error", () => {
+test("the registry has the seven zoo models, and an unknown name is a clear error", () => {
   assert.deepEqual(modelNames().sort(), Object.keys(TINY).sort());
-  assert.throws(() => createModel("resnet50"), /unknown model 'resnet50'; known models: resnet18/);
+  assert.throws(() => createModel("resnet101"), /unknown model 'resnet101'; known models: resnet18/);
+});
+
+test("resnet50's stitch points are the reference's: the stem and the first and last block of each stage", () => {
+  const m = createModel("resnet50", { width: 0.125 });
+  assert.deepEqual(
+    m.stitchPoints.map((p) => [p.name, p.channels, p.height]),
+    [
+      ["stem", 8, 32],
+      ["layer1.0", 32, 32],
+      ["layer1.2", 32, 32],
+      ["layer2.0", 64, 16],
+      ["layer2.3", 64, 16],
+      ["layer3.0", 128, 8],
+      ["layer3.5", 128, 8],
+      ["layer4.0", 256, 4],
+      ["layer4.2", 256, 4],
+    ],
+  );
+  m.dispose();
 });
 
 for (const [name, spec] of Object.entries(TINY)) {
@@ -102,11 +124,16 @@ const PARITY: [string, ModelOptions][] = [
   ["resnet18", { width: 0.25 }],
   ["resnet18", { width: 0.25, stem: "imagenet", imageSize: 64 }],
   ["vit_tiny_patch4_32", { embedDim: 48, depth: 3, numHeads: 3 }],
+  // torchvision's resnet50 itself, both stems; timm's ViT-Small and ViT-Tiny at 224 px (2 blocks).
+  ["resnet50", {}],
+  ["resnet50", { stem: "imagenet", imageSize: 64 }],
+  ["vit_small_patch16_224", { depth: 2 }],
+  ["vit_tiny_patch16_224", { depth: 2 }],
 ];
 
 for (const [arch, opts] of PARITY) {
   test(`${arch} ${JSON.stringify(opts)}: a PyTorch state dict gives the same logits here, and ours gives the same logits in PyTorch`, {
-    skip: skipUnlessPytorch(),
+    skip: arch === "resnet50" ? skipUnlessTorchvision() : skipUnlessPytorch(),
   }, (t) => {
     const dir = mkdtempSync(join(tmpdir(), "stitchlab-zoo-"));
     t.after(() => rmSync(dir, { recursive: true, force: true }));
@@ -134,7 +161,7 @@ for (const [arch, opts] of PARITY) {
     // The reverse: a freshly initialised stitchlab model, saved with torch.save's format.
     torch.manualSeed(7);
     const ours = createModel(arch, opts).eval();
-    if (arch === "resnet18")
+    if (arch.startsWith("resnet"))
       torch.noGrad(() => {
         for (const [k, t] of Object.entries(ours.stateDict()))
           if (k.endsWith("running_mean")) t.normal_(0, 0.5);
@@ -193,18 +220,6 @@ test("stitchlab layers vgg16_bn names torchvision's six post-ReLU points", () =>
     ],
   );
 });
-
-/** Whether PYTHON has torchvision; in CI (or with STITCHLAB_REQUIRE_PYTORCH) a missing one is an error, as for PyTorch. */
-function skipUnlessTorchvision(): string | false {
-  const missing = skipUnlessPytorch();
-  if (missing) return missing;
-  const r = spawnSync(PYTHON, ["-c", "import torchvision"], { encoding: "utf8", cwd: tmpdir() });
-  if (r.status === 0) return false;
-  const why = `${PYTHON} cannot import torchvision (${(r.error?.message ?? r.stderr).trim().split("\n").pop()})`;
-  if (process.env.STITCHLAB_REQUIRE_PYTORCH || process.env.CI)
-    throw new Error(`torchvision is required here (CI or STITCHLAB_REQUIRE_PYTORCH), but ${why}`);
-  return why;
-}
 
 test("vgg16_bn: torchvision's vgg16_bn(num_classes=10) state dict loads strictly and gives its logits and features", {
   skip: skipUnlessTorchvision(),

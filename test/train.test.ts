@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { before, test } from "node:test";
 import { loadDataset, type Normalization, normalizationFor } from "../data/index.js";
 import { cliCommand } from "../experiments/tasks.js";
-import { loadCheckpoint } from "../nn/checkpoint.js";
+import { loadCheckpoint } from "../models/checkpoint.js";
 import { Flatten, Linear, Sequential } from "../nn/layers.js";
 import type { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
@@ -430,4 +430,22 @@ test("a Pixel+Loc shortcut model relies on its marker: high on marked images, fa
   t.diagnostic(`shortcut model: clean ${r.accuracies.clean}, marked ${marked}, rolled ${rolled}`);
   assert.ok(marked > 0.85, `marked accuracy ${marked}`);
   assert.ok(marked - rolled > 0.15, `marked ${marked} vs rolled ${rolled}`);
+});
+
+test("stitchlab train refuses what an experiment file refuses, naming the flag, before any work", () => {
+  const out = mkdtempSync(join(tmpdir(), "stitchlab-train-flags-"));
+  const base = ["train", "--model", "resnet18", "--dataset", "fashion-mnist", "--out", join(out, "m")];
+  for (const [flags, message] of [
+    [["--epochs", "0"], /--epochs: Too small/],
+    [["--lr", "0"], /--lr: Too small/],
+    [["--width", "0"], /--width: Too small/],
+    [["--adversarial", "--eps", "8"], /--eps: pixel units are in \[0, 1\]; did you mean 8\/255\?/],
+    [["--adversarial", "--eps", "-1"], /--eps: Too small/],
+    [["--adversarial", "--pgd-steps", "0"], /--pgd-steps: Too small/],
+  ] as const) {
+    const r = spawnSync(process.execPath, cliCommand(...base, ...flags), { encoding: "utf8" });
+    assert.equal(r.status, 1, `${flags.join(" ")}: ${r.stdout}`);
+    assert.match(r.stderr, message, flags.join(" "));
+    assert.ok(!existsSync(join(out, "m")), `${flags.join(" ")}: nothing is written`);
+  }
 });

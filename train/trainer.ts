@@ -8,6 +8,7 @@
 // no random start).
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { z } from "zod";
 import {
   applyShortcut,
   batches,
@@ -19,24 +20,46 @@ import {
   type ShortcutKind,
   standardAugment,
 } from "../data/index.js";
+import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
-import { saveCheckpoint } from "../nn/checkpoint.js";
+import { checkInputSize } from "../models/stitchable.js";
 import { SGD } from "../nn/optim.js";
 import { MultiStepLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 import { evaluate, type RobustEvalAttack, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
 import { pgdAttack } from "./pgd.js";
 
-export interface AdversarialConfig {
-  /** L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR). */
-  eps: number;
-  step: number;
-  steps: number;
-  /** Share of each batch replaced by adversarial examples (PROTOCOL: one half). */
-  fraction: number;
-  /** Start each attack from a uniform point in the ball (Madry) instead of from x (the reference: false). */
-  randomStart: boolean;
-}
+const PIXEL_UNITS = "pixel units are in [0, 1]; did you mean 8/255?";
+
+/** Madry adversarial training, one schema for experiment files and the `train` flags. */
+export const adversarialSchema = z
+  .object({
+    eps: z.number().positive().max(1, PIXEL_UNITS).describe("L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR)"),
+    step: z.number().positive().max(1, PIXEL_UNITS).describe("PGD step in pixel units"),
+    steps: z.number().int().min(1).describe("PGD iterations"),
+    fraction: z
+      .number()
+      .min(0)
+      .max(1)
+      .describe("share of each batch replaced by adversarial examples (PROTOCOL: one half)"),
+    randomStart: z
+      .boolean()
+      .default(false)
+      .describe("start each attack from a random point in the ball (Madry) instead of from x (the reference: false)"),
+  })
+  .strict();
+export type AdversarialConfig = z.infer<typeof adversarialSchema>;
+
+/** The settings of a base-training run a user gives (flags or an experiment file's model entry). */
+export const trainSettingsSchema = z
+  .object({
+    epochs: z.number().int().min(1),
+    lr: z.number().positive(),
+    batchSize: z.number().int().min(1),
+    seed: z.number().int().min(0),
+    width: z.number().positive().optional().describe("width multiplier (CNNs)"),
+  })
+  .strict();
 
 export interface TrainConfig {
   model: string;
@@ -163,7 +186,14 @@ export async function trainModel(
   const markers = cfg.shortcut ? planDatasetMarkers(trainSet, { kind: cfg.shortcut, seed: cfg.seed }) : null;
 
   torch.manualSeed(cfg.seed);
-  const model = createModel(cfg.model, { numClasses: trainSet.classes.length, ...cfg.modelOptions });
+  // The model is built for the images it is trained on (its recorded imageSize is checked
+  // against the data wherever it is used later).
+  const model = createModel(cfg.model, {
+    numClasses: trainSet.classes.length,
+    imageSize: trainSet.images.shape[2],
+    ...cfg.modelOptions,
+  });
+  checkInputSize(model, trainSet.images.shape, "the");
   if (cfg.device !== "cpu") model.to(cfg.device);
   model.train();
   const opt = new SGD(model.parameters(), {

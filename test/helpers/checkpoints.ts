@@ -1,8 +1,8 @@
 // Checkpoints made for tests of what goes wrong.
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { saveCheckpoint } from "../../models/checkpoint.js";
 import { createModel } from "../../models/registry.js";
-import { saveCheckpoint } from "../../nn/checkpoint.js";
 import * as torch from "../../torch/index.js";
 
 /**

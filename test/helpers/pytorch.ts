@@ -81,3 +81,15 @@ export function skipUnlessPytorch(): string | false {
     throw new Error(`Python's PyTorch is required here (CI or STITCHLAB_REQUIRE_PYTORCH), but ${why}`);
   return why;
 }
+
+/** Whether PYTHON has torchvision; in CI (or with STITCHLAB_REQUIRE_PYTORCH) a missing one is an error, as for PyTorch. */
+export function skipUnlessTorchvision(): string | false {
+  const missing = skipUnlessPytorch();
+  if (missing) return missing;
+  const r = spawnSync(PYTHON, ["-c", "import torchvision"], { encoding: "utf8", cwd: tmpdir() });
+  if (r.status === 0) return false;
+  const why = `${PYTHON} cannot import torchvision (${(r.error?.message ?? r.stderr).trim().split("\n").pop()})`;
+  if (process.env.STITCHLAB_REQUIRE_PYTORCH || process.env.CI)
+    throw new Error(`torchvision is required here (CI or STITCHLAB_REQUIRE_PYTORCH), but ${why}`);
+  return why;
+}

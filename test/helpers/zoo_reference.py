@@ -1,5 +1,6 @@
 """PyTorch twins of stitchlab's ResNet-18 (torchvision names) and ViT (timm names), written with
-torch.nn only, and torchvision's own vgg16_bn, for the parity tests in test/models.test.ts.
+torch.nn only, and torchvision's own vgg16_bn and resnet50, for the parity tests in
+test/models.test.ts.
 
 Usage: python3 zoo_reference.py ARCH OPTIONS_JSON MODE DIR
   MODE save: build with seed 0, save DIR/py_state.pt, DIR/input.pt and DIR/py_logits.pt;
@@ -130,8 +131,27 @@ def build(arch, o):
         return torchvision.models.vgg16_bn(num_classes=o.get("numClasses", 10))
     if arch == "resnet18":
         return ResNet18(width=o.get("width", 1.0), stem=o.get("stem", "cifar"))
-    return ViT(image_size=o.get("imageSize", 32), patch=o.get("patchSize", 4), dim=o.get("embedDim", 192),
-               depth=o.get("depth", 12), heads=o.get("numHeads", 3))
+    if arch == "resnet50":
+        # torchvision's own resnet50; the CIFAR stem (stitchlab's default) swaps in a 3x3 conv1 of
+        # stride 1 and drops the max-pool, as CIFAR ResNets do.
+        import torchvision
+
+        m = torchvision.models.resnet50(num_classes=o.get("numClasses", 10))
+        if o.get("stem", "cifar") == "cifar":
+            m.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+            m.maxpool = nn.Identity()
+        return m
+    d = VIT_DEFAULTS[arch]
+    return ViT(image_size=o.get("imageSize", d["imageSize"]), patch=o.get("patchSize", d["patchSize"]),
+               dim=o.get("embedDim", d["embedDim"]), depth=o.get("depth", 12), heads=o.get("numHeads", d["numHeads"]))
+
+
+# The zoo's ViTs as createModel builds them without options (models/registry.ts).
+VIT_DEFAULTS = {
+    "vit_tiny_patch4_32": {"imageSize": 32, "patchSize": 4, "embedDim": 192, "numHeads": 3},
+    "vit_tiny_patch16_224": {"imageSize": 224, "patchSize": 16, "embedDim": 192, "numHeads": 3},
+    "vit_small_patch16_224": {"imageSize": 224, "patchSize": 16, "embedDim": 384, "numHeads": 6},
+}
 
 
 def main():
@@ -140,8 +160,8 @@ def main():
     m = build(arch, opts)
     if mode == "save":
         # Non-trivial batch-norm statistics, so eval mode exercises the running buffers.
-        size = opts.get("imageSize", 32)
-        if arch in ("resnet18", "vgg16_bn"):
+        size = opts.get("imageSize", VIT_DEFAULTS.get(arch, {}).get("imageSize", 32))
+        if arch in ("resnet18", "resnet50", "vgg16_bn"):
             m.train()
             with torch.no_grad():
                 for _ in range(3):

@@ -1,0 +1,60 @@
+// `stitchlab import FILE --arch NAME --out DIR`: weights made elsewhere become a stitchlab
+// checkpoint (models/import.ts), so every command and experiment file takes them by path alone.
+import type { Command } from "commander";
+import { importModel } from "../models/import.js";
+import { modelNames } from "../models/registry.js";
+import { int } from "./parse.js";
+import { modelSourceFrom } from "./source.js";
+
+export function registerImportCommand(program: Command): void {
+  program
+    .command("import")
+    .description(
+      "convert a torch.save or safetensors file (a state dict, a {state_dict | model | model_state_dict} wrapper, DataParallel's module. prefix, or a whole pickled nn.Module) into a stitchlab checkpoint, after a forward-pass check",
+    )
+    .argument("<file>", "the weights")
+    .requiredOption("--arch <name>", `the zoo architecture they fit: ${modelNames().join(", ")}`)
+    .requiredOption("--out <dir>", "a new folder: model.safetensors and model.json")
+    .option(
+      "--options <yaml>",
+      "createModel options the shapes do not show, e.g. '{numHeads: 6}' (classes, width, stem, ViT sizes are read from the weights)",
+    )
+    .option(
+      "--normalization <name|yaml>",
+      "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, or '{mean: [...], std: [...]}'",
+    )
+    .option("--image-size <px>", "the side of the images it was trained on", int)
+    .option("--dataset <name>", "the dataset it was trained on (stitch and iris then default to it)")
+    .option("--json", "print the result as one JSON line")
+    .action((file: string, o: Record<string, unknown>) => {
+      const source = modelSourceFrom(
+        {
+          frontArch: o.arch,
+          frontOptions: o.options,
+          frontNormalization: o.normalization,
+          frontImageSize: o.imageSize,
+        },
+        "front",
+        file,
+      );
+      if (typeof source === "string") throw new Error("--arch is required");
+      if (source.normalization === undefined && o.dataset === undefined)
+        throw new Error(
+          "give --normalization (the statistics its inputs were normalised with in training) or --dataset (the dataset it was trained on)",
+        );
+      const r = importModel(source, o.out as string, { dataset: o.dataset as string | undefined });
+      if (o.json) {
+        console.log(JSON.stringify({ event: "done", ...r }));
+        return;
+      }
+      console.log(`imported ${r.arch} from ${file}`);
+      if (r.notes.unwrapped.length) console.log(`  unwrapped: ${r.notes.unwrapped.join("; ")}`);
+      if (Object.keys(r.notes.inferred).length)
+        console.log(`  read from the weights: ${JSON.stringify(r.notes.inferred)}`);
+      console.log(`  options: ${JSON.stringify(r.options)}`);
+      console.log(
+        `  forward check: logits [${r.check.logits.join(", ")}] finite; the checkpoint read back gives the same logits`,
+      );
+      console.log(`  wrote ${r.checkpoint} and its sidecar`);
+    });
+}

@@ -1,0 +1,224 @@
+// Checkpoints: the state dict as safetensors with PyTorch parameter names, and a JSON sidecar
+// that says how to rebuild the model and where it came from. Both written atomically; the
+// sidecar last, so a checkpoint with a sidecar is complete.
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { z } from "zod";
+import { type Normalization, normalizationFor } from "../data/transforms.js";
+import * as torch from "../torch/index.js";
+import { repoRoot } from "../torch/native.js";
+import { describeMismatch, inferOptions, recogniseStateDict, type StateDict, unwrapStateDict } from "./foreign.js";
+import { createModel, type ModelOptions, modelNames } from "./registry.js";
+import type { StitchableModel } from "./stitchable.js";
+
+const VERSION: string = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).version;
+
+export interface CheckpointMeta {
+  arch: string;
+  options: ModelOptions;
+  dataset?: string;
+  shortcut?: string | null;
+  adversarial?: Record<string, number | boolean> | null;
+  seed?: number;
+  epochs?: number;
+  accuracies?: Record<string, number>;
+  stitchlabVersion?: string;
+  [key: string]: unknown;
+}
+
+export const sidecarPath = (path: string): string => `${path.replace(/\.safetensors$/, "")}.json`;
+
+/** Writes model weights to `path` (.safetensors) and `meta` beside it (.json). */
+export function saveCheckpoint(
+  path: string,
+  model: StitchableModel,
+  meta: Omit<CheckpointMeta, "arch" | "options">,
+): void {
+  if (!path.endsWith(".safetensors")) throw new Error(`checkpoint path must end in .safetensors: ${path}`);
+  const full: CheckpointMeta = {
+    arch: model.arch,
+    options: model.config as ModelOptions,
+    stitchlabVersion: VERSION,
+    ...meta,
+  };
+  torch.saveSafetensors(path, model.stateDict(), { arch: full.arch, options: JSON.stringify(full.options) });
+  torch.writeFileAtomic(sidecarPath(path), [`${JSON.stringify(full, null, 2)}\n`]);
+}
+
+/**
+ * Where a model comes from: a stitchlab checkpoint (its sidecar says everything), or weights
+ * made elsewhere (a torch.save file or a safetensors file) with what the file cannot say: the
+ * zoo architecture they fit, options the shapes do not show, and the input statistics the
+ * model was trained with. One schema for experiment files and the command line.
+ */
+export const modelSourceSchema = z
+  .object({
+    checkpoint: z
+      .string()
+      .min(1)
+      .describe(
+        "a stitchlab checkpoint (.safetensors with its .json sidecar), a torch.save file or a safetensors file",
+      ),
+    arch: z.string().optional().describe("the zoo architecture the weights fit (required for files made elsewhere)"),
+    options: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .describe(
+        "createModel options; those the weights' shapes show (classes, width, stem, ViT sizes) are read from them",
+      ),
+    normalization: z
+      .union([
+        z.string(),
+        z.object({ mean: z.array(z.number()).min(1), std: z.array(z.number().positive()).min(1) }).strict(),
+      ])
+      .optional()
+      .describe(
+        "the statistics its inputs were normalised with: a dataset name (cifar10, imagenet, ...) or {mean, std} in [0, 1] pixel units",
+      ),
+    imageSize: z.number().int().min(1).optional().describe("the side of the images it was trained on (pixels)"),
+    inputChannels: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe("input channels (3; grey data are fed as 3 equal channels)"),
+  })
+  .strict();
+export type ModelSource = z.infer<typeof modelSourceSchema>;
+
+/** A checkpoint path or a source: the path alone is a stitchlab checkpoint. */
+export type ModelSourceLike = string | ModelSource;
+
+export const asModelSource = (s: ModelSourceLike): ModelSource => (typeof s === "string" ? { checkpoint: s } : s);
+
+/** The statistics a source names: a dataset's (cifar10, imagenet, ...) or its own numbers. */
+export function resolveNormalization(n: ModelSource["normalization"]): Normalization | undefined {
+  if (n === undefined) return undefined;
+  if (typeof n === "string") return normalizationFor(n);
+  if (n.mean.length !== n.std.length)
+    throw new Error(`normalization: mean has ${n.mean.length} values and std ${n.std.length}`);
+  return n;
+}
+
+/** Whether a file is a stitchlab checkpoint (a .safetensors file with its .json sidecar). */
+export const isStitchlabCheckpoint = (path: string): boolean =>
+  path.endsWith(".safetensors") && existsSync(sidecarPath(path));
+
+/** What loading a source did, for the user: which wrapper was taken, which options were read from the weights. */
+export interface LoadNotes {
+  unwrapped: string[];
+  inferred: ModelOptions;
+}
+
+/**
+ * Rebuilds a zoo model from a source: a stitchlab checkpoint (its sidecar; the source's other
+ * fields, when given, override), or weights made elsewhere (torch.save or safetensors; `arch`
+ * required, wrappers unwrapped, shape options read from the weights). A mismatch says what the
+ * weights look like instead of listing every key.
+ */
+export function loadCheckpoint(source: ModelSourceLike): {
+  model: StitchableModel;
+  meta: CheckpointMeta;
+  notes: LoadNotes;
+} {
+  const src = asModelSource(source);
+  const path = src.checkpoint;
+  if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
+  const notes: LoadNotes = { unwrapped: [], inferred: {} };
+  let meta: CheckpointMeta | undefined;
+  let sd: StateDict;
+  let owned: unknown;
+  const zoo = `the zoo has ${modelNames().join(", ")}`;
+  if (isStitchlabCheckpoint(path)) {
+    sd = torch.loadSafetensors(path).tensors;
+    owned = sd;
+    const recorded: CheckpointMeta = JSON.parse(readFileSync(sidecarPath(path), "utf8"));
+    meta = recorded;
+    if (src.arch && src.arch !== recorded.arch) {
+      torch.dispose(owned);
+      throw new Error(`${path} is a stitchlab ${recorded.arch} checkpoint, not ${src.arch}: leave arch out`);
+    }
+  } else {
+    if (path.endsWith(".safetensors")) {
+      const file = torch.loadSafetensors(path);
+      ({ stateDict: sd, unwrapped: notes.unwrapped } = unwrapStateDict(file.tensors, path));
+      owned = file.tensors;
+      // A sidecar-less stitchlab file still names its architecture in the safetensors metadata.
+      if (!src.arch && file.metadata.arch) {
+        meta = { arch: file.metadata.arch, options: JSON.parse(file.metadata.options ?? "{}") };
+      }
+    } else {
+      const obj = torch.torchLoad(path);
+      owned = obj;
+      ({ stateDict: sd, unwrapped: notes.unwrapped } = unwrapStateDict(obj, path));
+    }
+    if (!meta) {
+      if (!src.arch) {
+        const looks = recogniseStateDict(sd);
+        torch.dispose(owned);
+        throw new Error(
+          `${path} is not a stitchlab checkpoint: name the architecture its weights fit (arch: in an experiment file; --arch, --front-arch or --back-arch on the command line)${looks ? `; these keys look like ${looks}` : ""}; ${zoo}`,
+        );
+      }
+      notes.inferred = inferOptions(src.arch, sd);
+      meta = { arch: src.arch, options: {} };
+    }
+  }
+  if (!meta) throw new Error(`${path}: no architecture`);
+  const given = (src.options ?? {}) as ModelOptions;
+  const options: ModelOptions = {
+    ...meta.options,
+    ...notes.inferred,
+    ...given,
+    ...(src.imageSize !== undefined ? { imageSize: src.imageSize } : {}),
+  };
+  for (const k of Object.keys(given)) delete (notes.inferred as Record<string, unknown>)[k];
+  const normalization = resolveNormalization(src.normalization);
+  meta = {
+    ...meta,
+    options,
+    ...(normalization ? { normalization } : {}),
+    ...(src.imageSize !== undefined ? { imageSize: src.imageSize } : {}),
+  };
+  let model: StitchableModel;
+  try {
+    model = createModel(meta.arch, options);
+  } catch (e) {
+    torch.dispose(owned);
+    throw new Error(`${path}: ${(e as Error).message}`);
+  }
+  try {
+    const why = describeMismatch(model, sd, given);
+    if (why) throw new Error(`${path}: ${why}\n  (${zoo})`);
+    model.loadStateDict(sd);
+    if (src.inputChannels !== undefined && src.inputChannels !== 3)
+      throw new Error(
+        `${path}: inputChannels ${src.inputChannels}: the zoo's models take 3-channel images (grey data are fed as 3 equal channels)`,
+      );
+  } catch (e) {
+    model.dispose();
+    throw e;
+  } finally {
+    torch.dispose(owned);
+  }
+  return { model, meta, notes };
+}
+
+/**
+ * A SHA-256 over a model's architecture and state dict (names, dtypes, shapes, bytes): what an
+ * IRI set records to prove which front model made it, whatever file the model came from.
+ */
+export function modelFingerprint(model: StitchableModel): string {
+  const h = createHash("sha256");
+  h.update(`${model.arch}\n`);
+  for (const [name, t] of Object.entries(model.stateDict())) {
+    h.update(`${name}:${t.dtype}:[${t.shape}]\n`);
+    const bytes = torch.tidy(() => {
+      const a = t.detach().cpu().contiguous().toTypedArray();
+      return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    });
+    h.update(bytes);
+  }
+  return h.digest("hex");
+}

@@ -1,0 +1,285 @@
+// Bring your own model: weights made elsewhere (torchvision's ResNet-18 made by Python in the
+// test run) in every form training scripts save them, loaded by architecture name, with the
+// options read from the weights and PyTorch's logits; mismatches that say what the weights look
+// like; `stitchlab import`; the command line's and an experiment file's model sources end to
+// end; and a model of another image size refused before any work.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { loadCheckpoint } from "../models/checkpoint.js";
+import { createModel } from "../models/registry.js";
+import * as torch from "../torch/index.js";
+import { runCli } from "./helpers/cli.js";
+import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
+
+const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+const noTorchvision = skipUnlessTorchvision();
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-byo-"));
+const file = (name: string) => join(tmp, name);
+
+before(() => {
+  if (noTorchvision) return;
+  const r = spawnSync(PYTHON, [join(import.meta.dirname, "helpers", "foreign_reference.py"), tmp], {
+    encoding: "utf8",
+    cwd: tmp,
+  });
+  assert.equal(r.status, 0, r.stderr);
+});
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+const FORMS: [string, RegExp | null][] = [
+  ["plain.pt", null],
+  ["model_state_dict.pt", /'model_state_dict' \(left: epoch\)/],
+  ["state_dict.pt", /'state_dict'/],
+  ["model.pt", /'model' \(left: args\)/],
+  ["dataparallel.pt", /'module\.' prefix \(DataParallel\)/],
+  ["whole.pt", /a whole pickled torchvision\.models\.resnet\.ResNet/],
+];
+
+test("torchvision weights in every saved form load by architecture name and give PyTorch's logits", {
+  skip: noTorchvision,
+}, () => {
+  const io = torch.torchLoad(file("io.pt")) as { x: torch.Tensor; logits: torch.Tensor };
+  // A safetensors file made elsewhere too (no stitchlab metadata, no sidecar).
+  const plain = torch.torchLoad(file("plain.pt")) as Record<string, torch.Tensor>;
+  torch.saveSafetensors(file("plain.safetensors"), plain);
+  torch.dispose(Object.values(plain));
+  for (const [name, unwrapped] of [...FORMS, ["plain.safetensors", null] as [string, null]]) {
+    const { model, meta, notes } = loadCheckpoint({
+      checkpoint: file(name),
+      arch: "resnet18",
+      normalization: "cifar10",
+    });
+    try {
+      if (unwrapped) assert.match(notes.unwrapped.join("; "), unwrapped, name);
+      else assert.deepEqual(notes.unwrapped, [], name);
+      // Options read from the shapes: a 3x3 conv1 is the CIFAR stem, 64 channels width 1, 10 classes.
+      assert.deepEqual(notes.inferred, { width: 1, stem: "cifar", numClasses: 10 }, name);
+      assert.deepEqual(meta.normalization, { mean: [0.4914, 0.4822, 0.4465], std: [0.247, 0.2435, 0.2616] });
+      const rel = torch.tidy(() => {
+        model.eval();
+        const got = torch.noGrad(() => model.forward(io.x));
+        return got.sub(io.logits).norm().item() / io.logits.norm().item();
+      });
+      assert.ok(rel < 1e-5, `${name}: logits differ from PyTorch's by ${rel}`);
+    } finally {
+      model.dispose();
+    }
+  }
+  torch.dispose([io.x, io.logits]);
+});
+
+test("a mismatch says what the weights look like, in a few lines", { skip: noTorchvision }, () => {
+  const fails = (source: Parameters<typeof loadCheckpoint>[0]) => {
+    try {
+      loadCheckpoint(source).model.dispose();
+    } catch (e) {
+      return (e as Error).message;
+    }
+    assert.fail("expected an error");
+  };
+  const noArch = fails(file("plain.pt"));
+  assert.match(noArch, /not a stitchlab checkpoint: name the architecture/);
+  assert.match(noArch, /look like torchvision's resnet18 \(BasicBlock blocks 2-2-2-2, 10 classes\)/);
+  const vgg = fails({ checkpoint: file("dataparallel.pt"), arch: "vgg16_bn" });
+  assert.match(vgg, /do not fit the zoo's vgg16_bn/);
+  assert.match(vgg, /look like torchvision's resnet18/);
+  assert.match(vgg, /the zoo has resnet18, resnet50, vgg16_bn/);
+  assert.ok(vgg.length < 800 && vgg.split("\n").length <= 6, `short: ${vgg.length} characters\n${vgg}`);
+  const classes = fails({ checkpoint: file("plain.pt"), arch: "resnet18", options: { numClasses: 100 } });
+  assert.match(classes, /fc\.weight: file \[10, 512\], model \[100, 512\]/);
+  assert.match(classes, /the shapes say numClasses: 10/);
+  // timm's names (stitchlab's ViTs use them): saved by torch.save's format, loaded as the wrong architecture.
+  const vit = createModel("vit_tiny_patch4_32", { depth: 2 });
+  torch.torchSave(file("vit.pt"), vit.stateDict());
+  vit.dispose();
+  assert.match(
+    fails({ checkpoint: file("vit.pt"), arch: "resnet18" }),
+    /timm's vit_tiny_patch4_32 \(embed dim 192, 2 blocks/,
+  );
+  torch.torchSave(file("list.pt"), [1, 2, 3]);
+  assert.match(fails({ checkpoint: file("list.pt"), arch: "resnet18" }), /holds a list, not a state dict/);
+  assert.match(fails({ checkpoint: file("nothing.pt"), arch: "resnet18" }), /checkpoint not found/);
+});
+
+test("stitchlab import writes a checkpoint after a forward check, reports the unwrapping, and refuses a used folder", {
+  skip: noTorchvision,
+}, () => {
+  const out = file("imported");
+  const r = runCli([
+    "import",
+    file("dataparallel.pt"),
+    "--arch",
+    "resnet18",
+    "--dataset",
+    "fashion-mnist",
+    "--out",
+    out,
+  ]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /unwrapped: the 'module\.' prefix \(DataParallel\)/);
+  assert.match(r.stdout, /read from the weights: \{"width":1,"stem":"cifar","numClasses":10\}/);
+  assert.match(r.stdout, /forward check: logits \[2, 10\] finite/);
+  const meta = JSON.parse(readFileSync(join(out, "model.json"), "utf8"));
+  assert.equal(meta.arch, "resnet18");
+  assert.equal(meta.dataset, "fashion-mnist");
+  assert.equal(meta.importedFrom.sha256.length, 64);
+  // The imported checkpoint is an ordinary one: it loads by path alone, to the same weights.
+  const a = loadCheckpoint(join(out, "model.safetensors")).model;
+  const b = loadCheckpoint({ checkpoint: file("plain.pt"), arch: "resnet18" }).model;
+  const same = Object.entries(a.stateDict()).every(([k, t]) =>
+    torch.tidy(
+      () =>
+        t
+          .sub((b.stateDict()[k] as torch.Tensor).to(t.dtype))
+          .abs()
+          .max()
+          .item() === 0,
+    ),
+  );
+  a.dispose();
+  b.dispose();
+  assert.ok(same, "the imported weights are the file's");
+  const again = runCli(["import", file("plain.pt"), "--arch", "resnet18", "--dataset", "cifar10", "--out", out]);
+  assert.equal(again.status, 1);
+  assert.match(again.stderr, /is not empty/);
+  const noStats = runCli(["import", file("plain.pt"), "--arch", "resnet18", "--out", file("x")]);
+  assert.equal(noStats.status, 1);
+  assert.match(noStats.stderr, /give --normalization/);
+  const badOptions = runCli([
+    "import",
+    file("plain.pt"),
+    "--arch",
+    "resnet18",
+    "--options",
+    "[1, 2",
+    "--out",
+    file("y"),
+  ]);
+  assert.equal(badOptions.status, 1);
+  assert.match(badOptions.stderr, /--front-options|--options/);
+});
+
+test("your own checkpoints from the command line and from an experiment file, end to end; another image size is refused", {
+  skip: noTorchvision || (HAVE_DATA ? false : "Fashion-MNIST is not installed"),
+}, () => {
+  const imported = join(file("imported"), "model.safetensors");
+  if (!existsSync(imported)) {
+    const r = runCli([
+      "import",
+      file("dataparallel.pt"),
+      "--arch",
+      "resnet18",
+      "--dataset",
+      "fashion-mnist",
+      "--out",
+      file("imported"),
+    ]);
+    assert.equal(r.status, 0, r.stderr);
+  }
+  const small = [
+    "--point",
+    "layer1.0",
+    "--objective",
+    "slm",
+    "--mode",
+    "standard",
+    "--limit",
+    "128",
+    "--test-limit",
+    "64",
+    "--epochs",
+    "1",
+    "--init-images",
+    "64",
+    "--cka-images",
+    "0",
+  ];
+  const cli = runCli([
+    "stitch",
+    "--front",
+    file("whole.pt"),
+    "--front-arch",
+    "resnet18",
+    "--front-normalization",
+    "fashion-mnist",
+    "--back",
+    imported,
+    ...small,
+    "--out",
+    file("cli-run"),
+  ]);
+  assert.equal(cli.status, 0, cli.stderr);
+  assert.ok(existsSync(join(file("cli-run"), "scores.json")));
+  // A 224 px model on 32 px images: refused, naming both sizes, before anything is written.
+  const big = runCli([
+    "stitch",
+    "--front",
+    file("imagenet_stem.pt"),
+    "--front-arch",
+    "resnet18",
+    "--front-normalization",
+    "imagenet",
+    "--back",
+    imported,
+    ...small,
+    "--out",
+    file("big-run"),
+  ]);
+  assert.equal(big.status, 1);
+  assert.match(big.stderr, /the front model \(resnet18\) takes 224 x 224 images, and the data are 32 x 32/);
+  assert.ok(!existsSync(join(file("big-run"), "scores.json")));
+  const flag = runCli([
+    "stitch",
+    "--front",
+    file("plain.pt"),
+    "--front-arch",
+    "resnet18",
+    "--front-image-size",
+    "0",
+    "--back",
+    imported,
+    ...small,
+    "--out",
+    file("z"),
+  ]);
+  assert.equal(flag.status, 1);
+  assert.match(flag.stderr, /--front-image-size/);
+
+  // An experiment file whose models are a file made elsewhere and the imported checkpoint.
+  writeFileSync(
+    file("mine.yaml"),
+    [
+      "name: byo",
+      "dataset: { name: fashion-mnist, limit: 256, testLimit: 64 }",
+      "models:",
+      "  theirs: { checkpoint: model_state_dict.pt, arch: resnet18, normalization: fashion-mnist }",
+      "  mine: { checkpoint: imported/model.safetensors }",
+      "pairs:",
+      "  - { front: theirs, back: mine, relation: theirs-vs-mine }",
+      "points: [layer1.0]",
+      "objectives: [slm]",
+      "modes: [standard]",
+      "stitch: { limit: 128, epochs: 1, initImages: 64, ckaImages: 0 }",
+      "",
+    ].join("\n"),
+  );
+  const run = runCli(["run", file("mine.yaml"), "--out", file("exp"), "--cache", file("cache")]);
+  assert.equal(run.status, 0, run.stderr);
+  const csv = readFileSync(join(file("exp"), "results.csv"), "utf8")
+    .trim()
+    .split("\n");
+  assert.equal(csv.length, 2, csv.join("\n"));
+  assert.ok(existsSync(join(file("exp"), "report.html")));
+  // Without normalization, a file made elsewhere is refused at planning, naming the model.
+  writeFileSync(
+    file("bad.yaml"),
+    readFileSync(file("mine.yaml"), "utf8").replace(", normalization: fashion-mnist", ""),
+  );
+  const bad = runCli(["run", file("bad.yaml"), "--out", file("exp2"), "--cache", file("cache"), "--dry-run"]);
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /models\.theirs: .*give normalization/);
+});
