@@ -63,6 +63,8 @@ function toRow(r: Record<string, string>): StitchRow {
     replicate: num("replicate"),
     front_accuracy: orNull("front_accuracy"),
     train_steps: num("train_steps"),
+    robust_accuracy: orNull("robust_accuracy"),
+    robust_agreement_prob: orNull("robust_agreement_prob"),
   };
 }
 

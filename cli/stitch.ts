@@ -1,10 +1,17 @@
 // `stitchlab stitch`: train a stitching layer between two checkpoints and score it (stitch/jobs.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { runStitch, STITCH_CONFIG_DEFAULTS, STITCH_MODES, stitchSettingsSchema } from "../stitch/jobs.js";
+import {
+  runStitch,
+  STITCH_CONFIG_DEFAULTS,
+  STITCH_MODES,
+  stitchRobustEvalSchema,
+  stitchSettingsSchema,
+} from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
+import { adversarialSchema } from "../train/trainer.js";
 import { deviceArg, requireDevice } from "./device.js";
-import { checkedFlags, int, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -52,7 +59,20 @@ export function registerStitchCommand(program: Command): void {
     )
     .option("--cka-images <n>", "test images for linear CKA at the point (0: skip)", int, d.ckaImages)
     .option("--seed <n>", "seed of the batch order", int, d.seed)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device);
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device)
+    .option("--adversarial", "adversarial stitching (standard mode): T trained on PGD examples of the stitched model")
+    .option(
+      "--eps <e>",
+      "L-inf radius in pixel units, of training attacks and the robust evaluation",
+      fraction,
+      8 / 255,
+    )
+    .option("--pgd-step <s>", "PGD step in pixel units (training)", fraction, 2 / 255)
+    .option("--pgd-steps <n>", "PGD iterations (training)", int, 10)
+    .option("--adv-fraction <f>", "share of each batch made adversarial (the reference's attack_ratio)", num, 1)
+    .option("--robust-eval", "also score on adversarial test images made against the stitched model")
+    .option("--robust-eval-attack <name>", "apgd (APGD-CE and APGD-DLR, averaged) or pgd", "apgd")
+    .option("--robust-eval-steps <n>", "iterations of each robust-evaluation attack", int, 100);
   addModelSourceOptions(cmd, "front");
   addModelSourceOptions(cmd, "back");
   cmd.action(async (o) => {
@@ -87,6 +107,25 @@ export function registerStitchCommand(program: Command): void {
           seed: o.seed,
         }),
         bnMode: oneOf("--bn-mode", BN_MODES, o.bnMode),
+        // Checked by the schemas an experiment file's stitch: section uses.
+        ...(o.adversarial
+          ? {
+              adversarial: checkedFlags(
+                adversarialSchema,
+                { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction },
+                { step: "--pgd-step", steps: "--pgd-steps", fraction: "--adv-fraction" },
+              ),
+            }
+          : {}),
+        ...(o.robustEval
+          ? {
+              robustEval: checkedFlags(
+                stitchRobustEvalSchema,
+                { attack: o.robustEvalAttack, eps: o.eps, steps: o.robustEvalSteps },
+                { attack: "--robust-eval-attack", steps: "--robust-eval-steps" },
+              ),
+            }
+          : {}),
         device: o.device,
       },
       o.out,

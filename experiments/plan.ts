@@ -339,6 +339,10 @@ export function planExperiment(exp: Experiment, file: string): Plan {
                 bnMode: st.bnMode?.[mode],
                 excess,
                 seed: seed + REPLICATE_SEED_STRIDE * r,
+                // Only when set, so that the keys of runs without them stay as they were.
+                // Adversarial stitching trains on real images: standard runs only.
+                ...(st.adversarial && mode === "standard" ? { adversarial: st.adversarial } : {}),
+                ...(st.robustEval ? { robustEval: st.robustEval } : {}),
               };
               const deps = [...new Set(modelDeps)];
               const spec: StitchTask = {

@@ -56,6 +56,8 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       soft_error_consistency: r.scores.softErrorConsistency,
       cka: r.cka,
       excess_agreement: r.excess?.excessAgreement ?? null,
+      robust_accuracy: r.robust?.scores.accuracy ?? null,
+      robust_agreement_prob: r.robust?.scores.agreementProbability ?? null,
       test_data: r.testData,
       iri_residual: r.iris?.residuals.mean ?? null,
       bn_mode: r.config.bnMode,

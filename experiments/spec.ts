@@ -9,7 +9,7 @@ import { z } from "zod";
 import { DATASET_NAMES, SHORTCUT_KINDS } from "../data/index.js";
 import { modelSourceSchema } from "../models/checkpoint.js";
 import { iriOptionsSchema } from "../stitch/iris.js";
-import { stitchSettingsSchema } from "../stitch/jobs.js";
+import { stitchRobustEvalSchema, stitchSettingsSchema } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
 import { adversarialSchema } from "../train/trainer.js";
@@ -98,6 +98,16 @@ const stitchSchema = stitchSettingsSchema
       .default(null)
       .describe(
         "mark every pair's stitching data (real training images, the IRIs' sources and the test set) with this shortcut; a pair's own shortcut overrides it",
+      ),
+    adversarial: adversarialSchema
+      .optional()
+      .describe(
+        "adversarial stitching: T trained on PGD examples of the stitched model (standard runs; the reference's robust: mandry with attack_ratio as fraction)",
+      ),
+    robustEval: stitchRobustEvalSchema
+      .optional()
+      .describe(
+        "score each stitched model on adversarial test images made against it: APGD-CE and APGD-DLR (default) or PGD; robust_accuracy and robust_agreement_prob in results.csv",
       ),
     bnMode: z
       .object({ standard: z.enum(BN_MODES).optional(), iris: z.enum(BN_MODES).optional() })

@@ -53,6 +53,11 @@ export function unwrapStateDict(obj: unknown, what: string): { stateDict: StateD
   const unwrapped: string[] = [];
   let v = obj;
   for (let depth = 0; depth < 4; depth++) {
+    // libtorch's pickler (C++ torch::save, stitchlab's torchSave) tags typed containers.
+    if (isPyObject(v) && v.__class__ === "torch.jit._pickle.restore_type_tag") {
+      v = v.args[0];
+      continue;
+    }
     if (isModule(v)) {
       const sd: StateDict = {};
       moduleStateDict(v, "", sd);

@@ -29,6 +29,21 @@ function step(t: Tensor, f: (t: Tensor) => Tensor): Tensor {
   return next;
 }
 
+type Layer = (t: Tensor) => Tensor;
+
+/**
+ * A residual block's output relu(f(x) + shortcut(x)), f being `layers` in order and the shortcut
+ * `down` (or the identity), each intermediate released once read.
+ */
+function residual(x: Tensor, layers: Layer[], down: Sequential | null): Tensor {
+  let out = (layers[0] as Layer)(x);
+  for (const f of layers.slice(1)) out = step(out, f);
+  const identity = down ? down.forward(x) : x;
+  out = step(out, (t) => t.add(identity));
+  if (identity !== x) identity.dispose();
+  return step(out, (t) => t.relu());
+}
+
 /** The 1x1 convolution and batch norm that match the identity's shape to the block's output. */
 function downsample(inPlanes: number, out: number, stride: number): Sequential | null {
   return stride !== 1 || inPlanes !== out
@@ -56,15 +71,12 @@ export class BasicBlock extends Module {
     // counting does: a block's scope would otherwise hold five full-size maps until its end
     // (measured: 2-4x PyTorch's page faults in no-grad forwards). Autograd keeps its own
     // references to what backward needs, so releasing ours is safe with gradients too.
-    let out = this.conv1.forward(x);
-    out = step(out, (t) => this.bn1.forward(t));
-    out = step(out, (t) => t.relu());
-    out = step(out, (t) => this.conv2.forward(t));
-    out = step(out, (t) => this.bn2.forward(t));
-    const identity = this.downsample ? this.downsample.forward(x) : x;
-    out = step(out, (t) => t.add(identity));
-    if (identity !== x) identity.dispose();
-    return step(out, (t) => t.relu());
+    const layers: Layer[] = [(t) => this.conv1.forward(t), (t) => this.bn1.forward(t), (t) => t.relu()];
+    layers.push(
+      (t) => this.conv2.forward(t),
+      (t) => this.bn2.forward(t),
+    );
+    return residual(x, layers, this.downsample);
   }
 }
 
@@ -91,18 +103,17 @@ export class Bottleneck extends Module {
     this.downsample = d ? this.child("downsample", d) : null;
   }
   forward(x: Tensor): Tensor {
-    let out = this.conv1.forward(x);
-    out = step(out, (t) => this.bn1.forward(t));
-    out = step(out, (t) => t.relu());
-    out = step(out, (t) => this.conv2.forward(t));
-    out = step(out, (t) => this.bn2.forward(t));
-    out = step(out, (t) => t.relu());
-    out = step(out, (t) => this.conv3.forward(t));
-    out = step(out, (t) => this.bn3.forward(t));
-    const identity = this.downsample ? this.downsample.forward(x) : x;
-    out = step(out, (t) => t.add(identity));
-    if (identity !== x) identity.dispose();
-    return step(out, (t) => t.relu());
+    const layers: Layer[] = [(t) => this.conv1.forward(t), (t) => this.bn1.forward(t), (t) => t.relu()];
+    layers.push(
+      (t) => this.conv2.forward(t),
+      (t) => this.bn2.forward(t),
+      (t) => t.relu(),
+    );
+    layers.push(
+      (t) => this.conv3.forward(t),
+      (t) => this.bn3.forward(t),
+    );
+    return residual(x, layers, this.downsample);
   }
 }
 

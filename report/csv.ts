@@ -28,6 +28,8 @@ export const CSV_COLUMNS = [
   "replicate",
   "front_accuracy",
   "train_steps",
+  "robust_accuracy",
+  "robust_agreement_prob",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

@@ -14,6 +14,8 @@ export const SUMMARY_SCORES = [
   "hard_error_consistency",
   "cka",
   "excess_agreement",
+  "robust_accuracy",
+  "robust_agreement_prob",
 ] as const;
 export type SummaryScore = (typeof SUMMARY_SCORES)[number];
 

@@ -10,7 +10,13 @@ import type { StitchedModel } from "./stitched.js";
 export function evaluateStitch(
   s: StitchedModel,
   test: Dataset,
-  opts: { normalization: Normalization; batchSize?: number; device?: string },
+  opts: {
+    normalization: Normalization;
+    batchSize?: number;
+    device?: string;
+    /** Scores on attack(x, y) instead of x: adversarial images (stitch/robust.ts); gradients allowed there. */
+    attack?: (x: torch.Tensor, y: torch.Tensor) => torch.Tensor;
+  },
 ): AgreementResult {
   const meter = new AgreementMeter();
   inEvalMode(s.networks, () => {
@@ -19,11 +25,10 @@ export function evaluateStitch(
       normalization: opts.normalization,
       device: opts.device,
     })) {
-      torch.tidy(() =>
-        torch.noGrad(() => {
-          meter.update(s.forward(b.x), s.backForward(b.x), b.y);
-        }),
-      );
+      torch.tidy(() => {
+        const x = opts.attack ? opts.attack(b.x, b.y).detach() : b.x;
+        torch.noGrad(() => meter.update(s.forward(x), s.backForward(x), b.y));
+      });
       torch.dispose(b);
     }
   });

@@ -44,6 +44,7 @@ import {
 import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
+import type { AdversarialConfig } from "../train/trainer.js";
 import { evaluateStitch } from "./evaluate.js";
 import { IRI_DEFAULTS, type IriOptions } from "./iris.js";
 import {
@@ -56,6 +57,7 @@ import {
 } from "./iriset.js";
 import { STITCH_INITS, type StitchInit } from "./layer.js";
 import { type ObjectiveWeights, parseObjective } from "./objectives.js";
+import { ROBUST_STITCH_ATTACKS, robustStitchScores, type StitchRobustResult } from "./robust.js";
 import { StitchedModel } from "./stitched.js";
 import { type BnMode, defaultBnMode, type StitchTrainProgress, trainStitch } from "./train.js";
 
@@ -243,7 +245,28 @@ export interface StitchConfig {
   /** Test images for linear CKA between A and B at the point (0: skip). */
   ckaImages: number;
   device: string;
+  /**
+   * Adversarial stitching (standard mode): PGD examples of the stitched model on a fraction of
+   * each batch (stitch/robust.ts). Absent: none (and absent from task keys).
+   */
+  adversarial?: AdversarialConfig;
+  /** Score the stitched model on adversarial test images made against it. Absent: not done. */
+  robustEval?: StitchRobustEval;
 }
+
+/** The robust evaluation of a stitched model: APGD-CE and APGD-DLR (or PGD) of `steps` iterations at `eps` (pixel units). */
+export const stitchRobustEvalSchema = z
+  .object({
+    attack: z.enum(ROBUST_STITCH_ATTACKS).default("apgd"),
+    eps: z
+      .number()
+      .positive()
+      .max(1, "pixel units are in [0, 1]; did you mean 8/255?")
+      .default(8 / 255),
+    steps: z.number().int().min(1).default(100),
+  })
+  .strict();
+export type StitchRobustEval = z.infer<typeof stitchRobustEvalSchema>;
 
 export const STITCH_CONFIG_DEFAULTS: Omit<StitchConfig, "front" | "back" | "frontPoint" | "objective" | "mode"> = {
   shortcut: null,
@@ -273,6 +296,8 @@ export interface StitchResult {
   excess: { kind: ShortcutKind; marked: AgreementResult; rolled: AgreementResult; excessAgreement: number } | null;
   training: { epochLosses: number[]; initResidual: number | null; trainImages: number; seconds: number };
   iris: { dir: string; residuals: ResidualSummary } | null;
+  /** Scores on adversarial test images made against the stitched model (config.robustEval), or null. */
+  robust: StitchRobustResult | null;
   front: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
   back: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
 }
@@ -308,6 +333,8 @@ export async function runStitch(
   onProgress: (p: StitchTrainProgress) => void = () => {},
 ): Promise<StitchResult> {
   const weights = parseObjective(cfg.objective);
+  if (cfg.adversarial && cfg.mode !== "standard")
+    throw new Error("adversarial stitching trains T on PGD examples of real images: it is for standard mode");
   if (cfg.mode === "iris" && !cfg.iris)
     throw new Error("iris mode needs an IRI set (--iris DIR, made by `stitchlab iris`)");
   if (cfg.mode === "standard" && cfg.iris)
@@ -400,6 +427,7 @@ export async function runStitch(
         markers: cfg.mode === "standard" ? markers : null,
         initMarkers: markers,
         device: cfg.device,
+        adversarial: cfg.adversarial ?? null,
       },
       onProgress,
     );
@@ -419,6 +447,7 @@ export async function runStitch(
       const r = evaluateStitch(s, rolled, evalOpts);
       excess = { kind, marked: m, rolled: r, excessAgreement: excessAgreement(m, r) };
     }
+    const robust = cfg.robustEval ? robustStitchScores(s, test, { ...cfg.robustEval, ...evalOpts }) : null;
     const spectrum = weightSpectrum(s.layer.weight);
 
     const result: StitchResult = {
@@ -435,6 +464,7 @@ export async function runStitch(
         seconds: (performance.now() - started) / 1000,
       },
       iris: irisInfo,
+      robust,
       front: {
         arch: front.meta.arch,
         checkpoint: asModelSource(cfg.front).checkpoint,

@@ -23,9 +23,11 @@ import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
 
+import type { AdversarialConfig } from "../train/trainer.js";
 import { FrozenOutputs } from "./frozen.js";
 import type { StitchInit } from "./layer.js";
 import { type ObjectiveWeights, stitchLoss, stitchLossFrom } from "./objectives.js";
+import { adversarialBatch } from "./robust.js";
 import type { StitchedModel } from "./stitched.js";
 
 /**
@@ -103,11 +105,16 @@ export interface StitchTrainOptions {
   frozenOnce?: boolean;
   /** In-memory budget for those rows in bytes (default stitch/frozen.ts defaultFrozenBudget()). */
   frozenBudgetBytes?: number;
+  /**
+   * Adversarial stitching: the first floor(fraction B) images of each batch are replaced by PGD
+   * examples of the stitched model (stitch/robust.ts), and T trains on the mixed batch.
+   */
+  adversarial?: AdversarialConfig | null;
 }
 
 /** Whether A's features and B's targets are the same in every epoch (see StitchTrainOptions.frozenOnce). */
 export const frozenOnceApplies = (opts: StitchTrainOptions): boolean =>
-  opts.frozenOnce !== false && opts.bnMode === "eval" && !opts.augment && !opts.markers;
+  opts.frozenOnce !== false && opts.bnMode === "eval" && !opts.augment && !opts.markers && !opts.adversarial;
 
 export interface StitchTrainProgress {
   epoch: number;
@@ -181,7 +188,14 @@ export function trainStitch(
             const rows = frozen.gather(indices);
             return stitchLossFrom(s, rows.front, rows.target, y, opts.objective);
           })()
-        : stitchLoss(s, x as Tensor, y, opts.objective);
+        : stitchLoss(
+            s,
+            opts.adversarial
+              ? adversarialBatch(s, x as Tensor, y, { ...opts.adversarial, normalization: opts.normalization })
+              : (x as Tensor),
+            y,
+            opts.objective,
+          );
       const v = loss.item();
       if (!Number.isFinite(v))
         throw new Error(`stitching diverged: loss is ${v} at epoch ${epoch + 1}, step ${index + 1}`);

@@ -16,6 +16,7 @@ import { generateIriBatch, IRI_DEFAULTS, type IriOptions, perImageResidual } fro
 import { checkIriSetFor, generateIriSet, type IriSetSettings, loadIriSet, readIriSetInfo } from "../stitch/iriset.js";
 import { runStitch, STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
 import { relativeDistance } from "../stitch/objectives.js";
+import { adversarialBatch } from "../stitch/robust.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
@@ -463,6 +464,81 @@ test("runStitch in both modes writes scores (bn mode recorded) and the layer; an
   await assert.rejects(runStitch(stitchConfig({ mode: "iris" }), wrong), /iris mode needs an IRI set/);
   await assert.rejects(runStitch(stitchConfig({ mode: "iris", iris: tmp }), wrong), /is not an IRI set/);
   assert.ok(!existsSync(wrong), "a refused run writes nothing");
+});
+
+test("adversarial stitching trains on PGD examples within eps; robust scores fall below clean ones and average the attacks", {
+  skip,
+}, async () => {
+  // The PGD examples of the stitched model stay in the L-inf ball and in [0, 1], and change the images.
+  const ds = first(16);
+  const s = new StitchedModel(b, b, "layer1.0", "layer1.0", {
+    normalization: { front: norm, back: norm },
+  });
+  s.init("identity");
+  const eps = 8 / 255;
+  const [moved, worst, lo, hi] = torch.tidy(() => {
+    const x = ds.images.float().div(255);
+    const adv = adversarialBatch(s, x, ds.labels, {
+      eps,
+      step: 2 / 255,
+      steps: 3,
+      fraction: 0.5,
+      normalization: { mean: [0, 0, 0], std: [1, 1, 1] },
+    });
+    const d = adv.sub(x).abs();
+    return [d.narrow(0, 0, 8).max().item(), d.narrow(0, 8, 8).max().item(), adv.min().item(), adv.max().item()];
+  });
+  assert.ok(moved > 0 && moved <= eps + 1e-6, `the attacked half moved by ${moved}`);
+  assert.equal(worst, 0, "the other half is the clean images");
+  assert.ok(lo >= 0 && hi <= 1);
+  s.layer.dispose();
+  disposeDataset(ds);
+
+  // A whole run: trained adversarially, scored clean and under PGD and under APGD-CE and -DLR.
+  const adversarial = { eps, step: 2 / 255, steps: 3, fraction: 1, randomStart: false };
+  const pgd = await runStitch(
+    stitchConfig({ front: ckpt.b, back: ckpt.b, adversarial, robustEval: { attack: "pgd", eps, steps: 5 } }),
+    join(tmp, "run-adv-pgd"),
+  );
+  assert.ok(pgd.robust, "robust scores recorded");
+  assert.ok(
+    pgd.robust.scores.accuracy < pgd.scores.accuracy,
+    `robust accuracy ${pgd.robust.scores.accuracy} below clean ${pgd.scores.accuracy}`,
+  );
+  assert.deepEqual(Object.keys(pgd.robust.perAttack), ["pgd"]);
+  const apgd = await runStitch(
+    stitchConfig({ front: ckpt.b, back: ckpt.b, robustEval: { attack: "apgd", eps, steps: 5 } }),
+    join(tmp, "run-adv-apgd"),
+  );
+  const per = apgd.robust?.perAttack ?? {};
+  assert.deepEqual(Object.keys(per).sort(), ["apgd-ce", "apgd-dlr"]);
+  const mean = ((per["apgd-ce"]?.accuracy ?? 0) + (per["apgd-dlr"]?.accuracy ?? 0)) / 2;
+  assert.ok(Math.abs((apgd.robust?.scores.accuracy ?? -1) - mean) < 1e-12, "averaged over the attacks");
+  assert.ok((apgd.robust?.scores.accuracy ?? 1) < apgd.scores.accuracy);
+  await assert.rejects(
+    runStitch(stitchConfig({ mode: "iris", iris: join(tmp, "iris-b"), adversarial }), join(tmp, "run-adv-iris")),
+    /adversarial stitching .* is for standard mode/,
+  );
+  const cli = runCli([
+    "stitch",
+    "--front",
+    ckpt.b,
+    "--back",
+    ckpt.b,
+    "--point",
+    "layer1.0",
+    "--objective",
+    "slm",
+    "--mode",
+    "standard",
+    "--robust-eval",
+    "--eps",
+    "8",
+    "--out",
+    join(tmp, "run-adv-cli"),
+  ]);
+  assert.equal(cli.status, 1);
+  assert.match(cli.stderr, /--eps: pixel units are in \[0, 1\]; did you mean 8\/255\?/);
 });
 
 test("runStitch: missing points, unstitchable pairs and a NaN loss are clear errors that write nothing", {

@@ -132,6 +132,8 @@ function row(over: Partial<StitchRow>): StitchRow {
     replicate: 0,
     front_accuracy: 0.9,
     train_steps: 300,
+    robust_accuracy: null,
+    robust_agreement_prob: null,
     ...over,
   };
 }
