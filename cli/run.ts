@@ -1,9 +1,11 @@
 // `stitchlab run FILE`: an experiment file through the planner and the cache; `stitchlab task KEY`:
 // one task of a planned graph (what each worker process runs); `stitchlab schema`: the experiment
 // file's JSON Schema for editors.
+import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
+import { formatLocalStatus, localStatus, readLocalRun, recordLocalRun } from "../experiments/local.js";
 import { type Plan, planExperiment } from "../experiments/plan.js";
 import { writeResults } from "../experiments/results.js";
 import { type RunEvent, type RunSummary, runPlan } from "../experiments/runner.js";
@@ -13,12 +15,13 @@ import {
   SLURM_DEFAULTS,
   type SlurmOptions,
   type Submission,
+  slurmRunPath,
   slurmStatus,
   submitPlan,
 } from "../experiments/slurm.js";
 import { type Experiment, experimentJsonSchema, readExperiment } from "../experiments/spec.js";
 import { agreementTable, residualTable } from "../experiments/summary.js";
-import { clearFailure, isDone, loadTask, partials, readFailure, recordFailure, runTask } from "../experiments/tasks.js";
+import { isDone, loadTask, partials, readFailure, recordFailure, runTask } from "../experiments/tasks.js";
 import { repoRoot } from "../torch/native.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { int, oneOf } from "./parse.js";
@@ -114,6 +117,14 @@ function summaryFromCache(plan: Plan, cache: string): RunSummary {
   return { states, errors, seconds: 0 };
 }
 
+/** A folder that holds neither a local run's record nor a Slurm run's: one clear error. */
+function requireRun(out: string): void {
+  if (!readLocalRun(out) && !existsSync(slurmRunPath(out)))
+    throw new Error(
+      `${out} holds no stitchlab run (neither local/run.json nor slurm/run.json): start one with stitchlab run FILE --out ${out}`,
+    );
+}
+
 function printSubmission(sub: Submission, out: string): void {
   const n = sub.jobs.length;
   console.log(
@@ -174,6 +185,8 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
     return Object.keys(summary.errors).length;
   }
   requireDevice(device);
+  // Before any task: `stitchlab status` and `report` read the run from here (experiments/local.ts).
+  recordLocalRun(resolve(o.out), { plan, cache, scale, device });
   const summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: eventPrinter() });
   await report(plan, summary, cache, o.out, scale, Boolean(o.read), device);
   return Object.keys(summary.errors).length;
@@ -229,9 +242,26 @@ export function registerRunCommands(program: Command): void {
 
   program
     .command("status <dir>")
-    .description("a Slurm run's tasks: done, running, pending, failed (with the error), cancelled, missing")
+    .description(
+      "a run's tasks: done, running, failed (with the error), missing (and on Slurm pending, cancelled); local or Slurm",
+    )
     .option("--json", "print the status as JSON")
     .action((dir: string, o: { json?: boolean }) => {
+      const local = readLocalRun(resolve(dir));
+      if (local && !existsSync(slurmRunPath(resolve(dir)))) {
+        const tasks = localStatus(local);
+        console.log(
+          o.json
+            ? JSON.stringify(
+                { experiment: local.plan.experiment.name, cache: local.cache, executor: "local", tasks },
+                null,
+                2,
+              )
+            : formatLocalStatus(local, tasks, resolve(dir)),
+        );
+        return;
+      }
+      requireRun(resolve(dir));
       const s = slurmStatus(resolve(dir));
       if (o.json)
         console.log(
@@ -246,9 +276,23 @@ export function registerRunCommands(program: Command): void {
 
   program
     .command("report <dir>")
-    .description("write a Slurm run's results (report.html, results.csv, ...) from what the cache holds now")
+    .description("write a run's results (report.html, results.csv, ...) from what the cache holds now; local or Slurm")
     .action(async (dir: string) => {
       const out = resolve(dir);
+      const local = readLocalRun(out);
+      if (local && !existsSync(slurmRunPath(out))) {
+        await report(
+          local.plan,
+          summaryFromCache(local.plan, local.cache),
+          local.cache,
+          out,
+          local.scale,
+          true,
+          local.device,
+        );
+        return;
+      }
+      requireRun(out);
       const run = readSlurmRun(out);
       const summary = summaryFromCache(run.plan, run.cache);
       // Exits 0 when the report is written, failed tasks or not (the report job's own state
@@ -299,11 +343,11 @@ export function registerRunCommands(program: Command): void {
           o.device,
         );
       } catch (e) {
-        // Kept for `stitchlab status`, which shows it next to the failed job.
-        recordFailure(cache, key, (e as Error).message);
+        // runTask records a task's own failure; this keeps the others (a missing input, a bad
+        // device) for `stitchlab status` too.
+        if (!readFailure(cache, key)) recordFailure(cache, key, (e as Error).message);
         throw e;
       }
-      clearFailure(cache, key);
       console.log(JSON.stringify({ event: "done", key, state }));
     });
 

@@ -27,7 +27,7 @@ function unreadableFor(path: string): number {
   }
 }
 
-function readHolder(path: string): LockHolder | null {
+export function readHolder(path: string): LockHolder | null {
   try {
     return JSON.parse(readFileSync(path, "utf8")) as LockHolder;
   } catch {

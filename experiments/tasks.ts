@@ -112,7 +112,14 @@ export async function runTask(
     async () => {
       // The holder we waited for may have finished it.
       if (existsSync(final)) return "cached";
-      await makeTask(cache, task, final, onProgress, device);
+      try {
+        await makeTask(cache, task, final, onProgress, device);
+      } catch (e) {
+        // Kept in the cache for `stitchlab status` (local and Slurm runs alike).
+        recordFailure(cache, task.key, (e as Error).message);
+        throw e;
+      }
+      clearFailure(cache, task.key);
       return "ran";
     },
     (h) => console.error(`task ${task.key} (${task.label}) is being made by ${describeHolder(h)}: waiting for it`),

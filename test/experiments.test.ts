@@ -172,6 +172,20 @@ test("kill -9 in the middle, run again: the rest finishes and the results equal 
   child.kill("SIGKILL");
   await new Promise((r) => child.on("close", r));
   assert.ok(!existsSync(join(tmp, "k1", "results.csv")), "the killed run wrote no results");
+  // status and report work on the stopped local run, from its record and the cache.
+  const st = stitchlab(["status", join(tmp, "k1")]);
+  assert.equal(st.status, 0, st.stderr);
+  const counts = st.stdout.match(/\(default, local, started [^)]*\): (\d+) tasks: (\d+) done/);
+  assert.ok(counts, st.stdout);
+  const [total, done] = [Number(counts[1]), Number(counts[2])];
+  assert.ok(done >= 3 && done < total, `${done} of ${total} done`);
+  assert.match(st.stdout, /report: not written yet/);
+  const partial = stitchlab(["report", join(tmp, "k1")]);
+  assert.equal(partial.status, 0, partial.stderr);
+  assert.ok(existsSync(join(tmp, "k1", "report.html")), "a report of what is done");
+  const none = stitchlab(["status", join(tmp, "nothing-here")]);
+  assert.equal(none.status, 1);
+  assert.match(none.stderr, /holds no stitchlab run \(neither local\/run.json nor slurm\/run.json\)/);
   const rerun = stitchlab(["run", file, "--out", join(tmp, "k1"), "--cache", cache]);
   assert.equal(rerun.status, 0, rerun.stderr);
   const whole = stitchlab(["run", file, "--out", join(tmp, "k2"), "--cache", join(tmp, "whole")]);
@@ -204,6 +218,12 @@ test("a failed task is reported with its error, its dependants are skipped, inde
   const r = stitchlab(["run", file, "--out", join(tmp, "f1"), "--cache", join(tmp, "fcache")]);
   assert.equal(r.status, 1);
   assert.match(r.stderr, /stitch a -> broken @ layer1.0 slm standard: FAILED: stitching diverged: loss is NaN/);
+  const shown = stitchlab(["status", join(tmp, "f1")]);
+  assert.equal(shown.status, 0, shown.stderr);
+  assert.match(
+    shown.stdout,
+    /failed:\n {2}stitch a -> broken @ layer1.0 slm standard: stitching diverged: loss is NaN/,
+  );
   const run = JSON.parse(readFileSync(join(tmp, "f1", "run.json"), "utf8"));
   assert.equal(Object.values(run.states).filter((s) => s === "failed").length, 2);
   assert.equal(csvRows(join(tmp, "f1", "results.csv")).length, 4, "the other pairs' runs all finished");
