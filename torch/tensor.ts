@@ -40,8 +40,14 @@ function fromNative(r: unknown): unknown {
  */
 // biome-ignore lint/suspicious/noExplicitAny: results are typed by the wrappers that call this
 export function call(name: string, ...args: unknown[]): any {
+  return callById(opId(name), args);
+}
+
+/** call() with the operator's id resolved already (the hot paths keep their ids). */
+// biome-ignore lint/suspicious/noExplicitAny: results are typed by the wrappers that call this
+function callById(id: number, args: unknown[]): any {
   for (let i = 0; i < args.length; i++) args[i] = toNative(args[i]);
-  return fromNative(native.callOp(opId(name), args));
+  return fromNative(native.callOp(id, args));
 }
 
 /** The schema of an ATen operator, e.g. schema("conv2d"). */
@@ -49,9 +55,24 @@ export function schema(name: string): string {
   return native.opSchema(opId(name));
 }
 
+/** The ids of `name.Tensor` and `name.Scalar`, resolved once (no string is built per call). */
+const binaryIds = new Map<string, { tensor?: number; scalar?: number }>();
+
 /** Calls `name.Tensor` or `name.Scalar` by the kind of `other`, as PyTorch's Python binding does. */
 function binary(name: string, self: Tensor, other: Tensor | Scalar, ...rest: unknown[]): Tensor {
-  return call(other instanceof Tensor ? `${name}.Tensor` : `${name}.Scalar`, self, other, ...rest);
+  let ids = binaryIds.get(name);
+  if (!ids) {
+    ids = {};
+    binaryIds.set(name, ids);
+  }
+  const isTensor = other instanceof Tensor;
+  let id = isTensor ? ids.tensor : ids.scalar;
+  if (id === undefined) {
+    id = opId(`${name}.${isTensor ? "Tensor" : "Scalar"}`);
+    if (isTensor) ids.tensor = id;
+    else ids.scalar = id;
+  }
+  return callById(id, [self, other, ...rest]);
 }
 
 function dims(d: number | number[] | undefined): number[] | undefined {

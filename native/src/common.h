@@ -22,9 +22,17 @@ at::Tensor& unwrapTensor(Napi::Env env, const Napi::Value& v, const char* what);
 bool isTensorHandle(const Napi::Value& v);
 void releaseTensor(Napi::BasicEnv env, TensorBox* box);
 
+// Where a converted value is (an operator's argument), for error messages only: the text is
+// built when an error is thrown, never on the hot path of a call.
+struct Where {
+  const std::string& op;
+  const std::string& arg;
+  std::string str() const { return op + " argument '" + arg + "'"; }
+};
+
 // Converts between JavaScript values and libtorch IValues.
 c10::IValue toIValue(Napi::Env env, const Napi::Value& v, const c10::TypePtr& type,
-                     c10::optional<int32_t> n, const std::string& where);
+                     c10::optional<int32_t> n, const Where& where);
 Napi::Value fromIValue(Napi::Env env, const c10::IValue& v);
 
 std::string shapeString(const at::Tensor& t);

@@ -4,11 +4,20 @@
 
 namespace stitchlab {
 
-[[noreturn]] static void typeError(Napi::Env env, const std::string& where, const std::string& expected) {
-  throw Napi::TypeError::New(env, where + ": expected " + expected);
+[[noreturn]] static void typeError(Napi::Env env, const Where& where, const std::string& expected) {
+  throw Napi::TypeError::New(env, where.str() + ": expected " + expected);
 }
 
-static int64_t toInt(Napi::Env env, const Napi::Value& v, const std::string& where) {
+// A tensor argument; the message (naming the operator and argument) is built only on error.
+static at::Tensor& tensorArg(Napi::Env env, const Napi::Value& v, const Where& where) {
+  if (isTensorHandle(v)) {
+    at::Tensor& t = v.As<Napi::External<TensorBox>>().Data()->t;
+    if (t.defined()) return t;
+  }
+  return unwrapTensor(env, v, where.str().c_str());
+}
+
+static int64_t toInt(Napi::Env env, const Napi::Value& v, const Where& where) {
   if (v.IsNumber()) {
     double d = v.As<Napi::Number>().DoubleValue();
     if (d != static_cast<double>(static_cast<int64_t>(d))) typeError(env, where, "an integer, got " + std::to_string(d));
@@ -22,7 +31,7 @@ static int64_t toInt(Napi::Env env, const Napi::Value& v, const std::string& whe
   typeError(env, where, "an integer");
 }
 
-static double toDouble(Napi::Env env, const Napi::Value& v, const std::string& where) {
+static double toDouble(Napi::Env env, const Napi::Value& v, const Where& where) {
   if (v.IsNumber()) return v.As<Napi::Number>().DoubleValue();
   if (v.IsBigInt()) {
     bool lossless;
@@ -34,7 +43,7 @@ static double toDouble(Napi::Env env, const Napi::Value& v, const std::string& w
 // A JavaScript number becomes an integer Scalar when it is integral, otherwise a double:
 // PyTorch does the same with Python ints and floats, and type promotion then matches.
 // Callers who need a float Scalar for an integral value pass {float: x}.
-static c10::Scalar toScalar(Napi::Env env, const Napi::Value& v, const std::string& where) {
+static c10::Scalar toScalar(Napi::Env env, const Napi::Value& v, const Where& where) {
   if (v.IsBoolean()) return c10::Scalar(v.As<Napi::Boolean>().Value());
   if (v.IsBigInt()) return c10::Scalar(toInt(env, v, where));
   if (v.IsNumber()) {
@@ -49,7 +58,7 @@ static c10::Scalar toScalar(Napi::Env env, const Napi::Value& v, const std::stri
 }
 
 static c10::IValue toList(Napi::Env env, const Napi::Value& v, const c10::ListType& lt, c10::optional<int32_t> n,
-                          const std::string& where) {
+                          const Where& where) {
   const c10::TypePtr& el = lt.getElementType();
   auto kind = el->kind();
   // `int[2] stride=2` style: a single number stands for a list of N copies.
@@ -83,7 +92,7 @@ static c10::IValue toList(Napi::Env env, const Napi::Value& v, const c10::ListTy
     case c10::TypeKind::TensorType: {
       c10::List<at::Tensor> out;
       out.reserve(len);
-      for (uint32_t i = 0; i < len; ++i) out.push_back(unwrapTensor(env, a.Get(i), where.c_str()));
+      for (uint32_t i = 0; i < len; ++i) out.push_back(tensorArg(env, a.Get(i), where));
       return c10::IValue(out);
     }
     case c10::TypeKind::OptionalType: {
@@ -93,7 +102,7 @@ static c10::IValue toList(Napi::Env env, const Napi::Value& v, const c10::ListTy
         if (x.IsNull() || x.IsUndefined())
           out.push_back(c10::nullopt);
         else
-          out.push_back(unwrapTensor(env, x, where.c_str()));
+          out.push_back(tensorArg(env, x, where));
       }
       return c10::IValue(out);
     }
@@ -103,10 +112,10 @@ static c10::IValue toList(Napi::Env env, const Napi::Value& v, const c10::ListTy
 }
 
 c10::IValue toIValue(Napi::Env env, const Napi::Value& v, const c10::TypePtr& type, c10::optional<int32_t> n,
-                     const std::string& where) {
+                     const Where& where) {
   switch (type->kind()) {
     case c10::TypeKind::TensorType:
-      return unwrapTensor(env, v, where.c_str());
+      return tensorArg(env, v, where);
     case c10::TypeKind::OptionalType:
       if (v.IsNull() || v.IsUndefined()) return c10::IValue();
       return toIValue(env, v, type->expectRef<c10::OptionalType>().getElementType(), n, where);

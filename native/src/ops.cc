@@ -72,7 +72,7 @@ static Napi::Value CallOp(const Napi::CallbackInfo& info) {
     } else if (v.IsUndefined() && f.type()->kind() != c10::TypeKind::OptionalType) {
       throw Napi::TypeError::New(env, op.name + ": missing argument '" + f.name() + "'");
     } else {
-      stack.push_back(toIValue(env, v, f.type(), f.N(), op.name + " argument '" + f.name() + "'"));
+      stack.push_back(toIValue(env, v, f.type(), f.N(), Where{op.name, f.name()}));
     }
   }
   size_t nargs = stack.size();
