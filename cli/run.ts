@@ -5,6 +5,7 @@ import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
+import { isDone, loadTask, partials, readFailure, recordFailure } from "../experiments/cache.js";
 import { formatLocalStatus, localStatus, readLocalRun, recordLocalRun } from "../experiments/local.js";
 import { type Plan, planExperiment } from "../experiments/plan.js";
 import { writeResults } from "../experiments/results.js";
@@ -21,7 +22,7 @@ import {
 } from "../experiments/slurm.js";
 import { type Experiment, experimentJsonSchema, readExperiment } from "../experiments/spec.js";
 import { agreementTable, residualTable } from "../experiments/summary.js";
-import { isDone, loadTask, partials, readFailure, recordFailure, runTask } from "../experiments/tasks.js";
+import { runTask } from "../experiments/tasks.js";
 import { repoRoot } from "../torch/native.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { int, oneOf } from "./parse.js";

@@ -6,9 +6,9 @@
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { writeFileAtomic } from "../torch/io.js";
+import { isDone, lockPath, readFailure } from "./cache.js";
 import { describeHolder, holderAlive, readHolder } from "./lock.js";
 import type { Plan } from "./plan.js";
-import { isDone, kindOf, readFailure, taskDir } from "./tasks.js";
 
 export interface LocalRun {
   plan: Plan;
@@ -45,7 +45,7 @@ export function localStatus(run: LocalRun): LocalTaskReport[] {
   return run.plan.tasks.map((t) => {
     const base = { key: t.key, label: t.label };
     if (isDone(run.cache, t.key)) return { ...base, status: "done", detail: null };
-    const holder = readHolder(`${taskDir(run.cache, kindOf(t.key), t.key)}.lock`);
+    const holder = readHolder(lockPath(run.cache, t.key));
     if (holder && holderAlive(holder)) return { ...base, status: "running", detail: describeHolder(holder) };
     const failure = readFailure(run.cache, t.key);
     if (failure) return { ...base, status: "failed", detail: failure.error };

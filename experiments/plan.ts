@@ -16,16 +16,10 @@ import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions } from "../stitch/iri
 import { STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
 import { parseObjective } from "../stitch/objectives.js";
 import { defaultLr, TRAIN_DEFAULTS, type TrainConfig } from "../train/trainer.js";
+import { type TaskKind, taskKey } from "./cache.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
-/** Bumped when a task kind's output changes meaning, so old cache entries are not reused. */
-// train 2: markers painted after augmentation, lr steps at 1/3 and 2/3; stitch 2: marked test
-// sets, batch-norm "adapt", augmentation, dropped last batch, random init images, soft kappa;
-// iris 2 (and all three): the ViT head point is the [N, D] class token, the ImageNet stem point
-// precedes the max-pool, VGG-16-BN has torchvision's layout; iris 3: an IRI that starts from
-// another image starts from a seeded derangement of its batch (was: the next image).
-export const TASK_FORMAT = { train: 2, iris: 3, stitch: 2 } as const;
-export type TaskKind = keyof typeof TASK_FORMAT;
+export type { TaskKind } from "./cache.js";
 
 /**
  * A model as a task input: made by a train task, or a file identified by its bytes, with how to
@@ -97,33 +91,6 @@ export interface Plan {
   models: Record<string, ModelRef>;
 }
 
-function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
-  if (v && typeof v === "object")
-    return `{${Object.keys(v)
-      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
-      .join(",")}}`;
-  return JSON.stringify(v);
-}
-
-/** Where files live never changes what a task computes: `root` and checkpoint paths stay out of keys. */
-function keyOf(kind: TaskKind, spec: TaskSpec): string {
-  const strip = (o: unknown): unknown => {
-    if (Array.isArray(o)) return o.map(strip);
-    if (o && typeof o === "object")
-      return Object.fromEntries(
-        Object.entries(o)
-          .filter(([k]) => k !== "root" && k !== "checkpoint")
-          .map(([k, v]) => [k, strip(v)]),
-      );
-    return o;
-  };
-  const h = createHash("sha256").update(canonical({ kind, format: TASK_FORMAT[kind], spec: strip(spec) }));
-  return `${kind}-${h.digest("hex").slice(0, 20)}`;
-}
-
 function fileSha256(path: string): string {
   return createHash("sha256").update(readFileSync(path)).digest("hex");
 }
@@ -165,7 +132,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
   const models: Record<string, ModelRef> = {};
   const tasks = new Map<string, Task>();
   const add = (t: Omit<Task, "key">): string => {
-    const key = keyOf(t.kind, t.spec);
+    const key = taskKey(t.kind, t.spec);
     if (!tasks.has(key)) tasks.set(key, { ...t, key });
     return key;
   };

@@ -11,10 +11,11 @@ import type { IriSetInfo } from "../stitch/iriset.js";
 import type { StitchResult } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
 import { repoRoot } from "../torch/native.js";
+import { taskDir } from "./cache.js";
 import type { Plan } from "./plan.js";
 import type { RunSummary } from "./runner.js";
 import { reading, settingsLines, type Warning, warnings } from "./summary.js";
-import { modelSource, taskDir } from "./tasks.js";
+import { modelSource } from "./tasks.js";
 
 const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
 

@@ -3,8 +3,9 @@
 // A failed task is reported with its error; its dependants are skipped; independent tasks go on.
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
+import { isDone, saveTasks } from "./cache.js";
 import type { Plan, Task } from "./plan.js";
-import { isDone, runTask, saveTasks, taskCommand } from "./tasks.js";
+import { runTask, taskCommand } from "./tasks.js";
 
 export type TaskState = "cached" | "ran" | "failed" | "skipped";
 

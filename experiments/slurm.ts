@@ -15,9 +15,10 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import * as torch from "../torch/index.js";
+import { isDone, readFailure, saveTasks } from "./cache.js";
 import type { Plan, Task } from "./plan.js";
 import { type JobState, jobStates, LIVE } from "./squeue.js";
-import { cliCommand, isDone, readFailure, saveTasks, taskCommand } from "./tasks.js";
+import { cliCommand, taskCommand } from "./tasks.js";
 
 export interface SlurmOptions {
   partition?: string;

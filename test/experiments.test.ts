@@ -7,6 +7,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { taskKey } from "../experiments/cache.js";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
 import { cliCommand } from "../experiments/tasks.js";
@@ -144,6 +145,56 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   assert.equal(
     readFileSync(join(tmp, "out2", "results.csv"), "utf8"),
     readFileSync(join(tmp, "out1", "results.csv"), "utf8"),
+  );
+
+  // Every entry has a manifest: its files' sizes and hashes, and what made it.
+  const stitchKeys = readdirSync(join(cache, "stitch")).filter((f) => /^stitch-[0-9a-f]{20}$/.test(f));
+  assert.equal(stitchKeys.length, 8);
+  const entry = join(cache, "stitch", stitchKeys[0] as string);
+  const manifest = JSON.parse(readFileSync(join(entry, "manifest.json"), "utf8"));
+  const scores = manifest.files.find((f: { path: string }) => f.path === "scores.json");
+  assert.ok(scores && scores.bytes > 0 && /^[0-9a-f]{64}$/.test(scores.sha256), JSON.stringify(manifest.files));
+  assert.equal(manifest.made.device, "cpu");
+  assert.ok(manifest.made.threads >= 1 && manifest.made.libtorch && manifest.made.cpu, JSON.stringify(manifest.made));
+  // A truncated file: the entry is no longer taken as done; the next run sets it aside and makes it again.
+  const text = readFileSync(join(entry, "scores.json"), "utf8");
+  writeFileSync(join(entry, "scores.json"), text.slice(0, text.length >> 1));
+  const dry3 = stitchlab(["run", file, "--out", join(tmp, "out3"), "--cache", cache, "--dry-run"]);
+  assert.match(dry3.stdout, /stitch\s+8 tasks: 7 cached, 1 to run/);
+  const third = stitchlab(["run", file, "--out", join(tmp, "out3"), "--cache", cache]);
+  assert.equal(third.status, 0, third.stderr);
+  assert.match(
+    third.stderr,
+    /its cache entry is broken \(scores\.json has \d+ bytes, its manifest says \d+\); making it again/,
+  );
+  assert.ok(readdirSync(join(cache, "stitch")).some((f) => f.startsWith(`${stitchKeys[0]}.broken-`)));
+  // Made again with the same settings (in this process's two threads rather than a worker's one:
+  // the same numbers up to float rounding).
+  const remade = csvRows(join(tmp, "out3", "results.csv"));
+  for (const [i, r] of remade.entries())
+    for (const c of ["accuracy", "agreement_prob", "hard_agreement"])
+      assert.ok(
+        Math.abs(Number(r[c]) - Number(rows[i]?.[c])) < 1e-4,
+        `${r.front}->${r.back} ${r.point} ${r.mode} ${c}`,
+      );
+});
+
+test("a key leaves out where files live and where the task runs, and keeps every setting", () => {
+  const spec = {
+    kind: "stitch",
+    config: { lr: 1e-3, device: "cpu", root: "/data/a" },
+    front: { checkpoint: "/x.pt", sha256: "ab" },
+  };
+  const moved = {
+    ...spec,
+    config: { ...spec.config, device: "cuda", root: "/elsewhere" },
+    front: { checkpoint: "/y.pt", sha256: "ab" },
+  };
+  assert.equal(taskKey("stitch", spec), taskKey("stitch", moved));
+  assert.notEqual(taskKey("stitch", spec), taskKey("stitch", { ...spec, config: { ...spec.config, lr: 1e-2 } }));
+  assert.notEqual(
+    taskKey("stitch", spec),
+    taskKey("stitch", { ...spec, front: { checkpoint: "/x.pt", sha256: "cd" } }),
   );
 });
 
