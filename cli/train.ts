@@ -6,7 +6,9 @@ import { ROBUST_EVAL_ATTACKS } from "../train/evaluate.js";
 import {
   adversarialSchema,
   defaultLr,
+  simclrSchema,
   TRAIN_DEFAULTS,
+  TRAIN_METHODS,
   type TrainConfig,
   trainModel,
   trainSettingsSchema,
@@ -53,7 +55,14 @@ export function registerTrainCommand(program: Command): void {
     .option("--epochs <n>", "epochs", int, d.epochs)
     .option("--batch-size <n>", "batch size", int, d.batchSize)
     .option("--lr <lr>", "learning rate (default: 0.1; 0.01 for VGG and ViTs)", num)
-    .option("--width <w>", "width multiplier (CNNs)", num);
+    .option("--width <w>", "width multiplier (CNNs)", num)
+    .option(
+      "--method <m>",
+      "supervised, or simclr: SimCLR pre-training (two augmented views, NT-Xent), then the classifier alone on the frozen backbone for --epochs",
+      "supervised",
+    )
+    .option("--simclr-epochs <n>", "SimCLR pre-training epochs (default: --epochs, as the reference)", int)
+    .option("--temperature <t>", "SimCLR's NT-Xent temperature", num, 0.5);
   computeOptions(cmd, d.device).action(async (o) => {
     requireDevice(o.device);
     // Checked by the training layer's schemas, as an experiment file's model entry is.
@@ -77,6 +86,15 @@ export function registerTrainCommand(program: Command): void {
           { step: "--pgd-step", steps: "--pgd-steps", fraction: "--adv-fraction" },
         )
       : null;
+    const method = oneOf("--method", TRAIN_METHODS, o.method);
+    const simclr =
+      method === "simclr"
+        ? checkedFlags(
+            simclrSchema,
+            { epochs: o.simclrEpochs ?? settings.epochs, temperature: o.temperature },
+            { epochs: "--simclr-epochs" },
+          )
+        : null;
     const cfg: TrainConfig = {
       ...d,
       model: o.model,
@@ -96,10 +114,12 @@ export function registerTrainCommand(program: Command): void {
       lr: settings.lr,
       device: o.device,
       ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
+      ...(simclr ? { simclr: { epochs: simclr.epochs ?? settings.epochs, temperature: simclr.temperature } } : {}),
     };
-    const sink = progressSink(
-      "train",
-      (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss} acc ${f.accuracy} ${f.imagesPerSecond} img/s`,
+    const sink = progressSink("train", (f) =>
+      f.phase === "simclr"
+        ? `simclr epoch ${f.epoch}/${f.epochs} loss ${f.loss} ${f.imagesPerSecond} img/s`
+        : `epoch ${f.epoch}/${f.epochs} loss ${f.loss} acc ${f.accuracy} ${f.imagesPerSecond} img/s`,
     );
     const result = await trainModel(cfg, o.out, (p) =>
       sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
@@ -110,6 +130,7 @@ export function registerTrainCommand(program: Command): void {
         imagesPerSecond: Math.round(p.imagesPerSecond),
         etaSeconds: Math.round(p.etaSeconds),
         lr: p.lr,
+        ...(p.phase ? { phase: p.phase } : {}),
       }),
     );
     sink.stop();

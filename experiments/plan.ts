@@ -166,6 +166,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           );
         models[name] = { ...spec, checkpoint: path, sha256: fileSha256(path) };
       } else {
+        if (spec.simclr && spec.method !== "simclr") throw new Error("simclr: settings are for method: simclr");
         const config: TrainConfig = {
           ...TRAIN_DEFAULTS,
           model: spec.arch,
@@ -188,6 +189,9 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           lr: spec.lr ?? defaultLr(spec.arch),
           // Only when set: an absent autocast must leave the task key as it was.
           ...(spec.autocast !== undefined ? { autocast: spec.autocast } : {}),
+          ...(spec.method === "simclr"
+            ? { simclr: { epochs: spec.simclr?.epochs ?? spec.epochs, temperature: spec.simclr?.temperature ?? 0.5 } }
+            : {}),
         };
         models[name] = {
           task: add({ kind: "train", deps: [], label: `train ${name}`, spec: { kind: "train", config } }),

@@ -12,7 +12,7 @@ import { iriOptionsSchema } from "../stitch/iris.js";
 import { stitchRobustEvalSchema, stitchSettingsSchema } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
-import { adversarialSchema } from "../train/trainer.js";
+import { adversarialSchema, simclrSchema, TRAIN_METHODS } from "../train/trainer.js";
 
 const int = (min = 0) => z.number().int().min(min);
 const shortcut = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
@@ -54,6 +54,11 @@ const trainedModelSchema = z
         "robust evaluation of an adversarially trained model: APGD-CE and APGD-DLR (default) or PGD, 100 iterations each by default",
       ),
     adversarial: adversarialSchema.nullable().default(null).describe("Madry adversarial training (pixel units)"),
+    method: z
+      .enum(TRAIN_METHODS)
+      .default("supervised")
+      .describe("supervised, or simclr: SimCLR pre-training, then the classifier alone on the frozen backbone"),
+    simclr: simclrSchema.optional().describe("SimCLR's epochs and temperature (method simclr)"),
   })
   .strict();
 

@@ -204,7 +204,11 @@ export class ResNet extends StitchableModel {
     this.fc = this.child("fc", new Linear(widths[3] * expansion, c.numClasses));
   }
 
-  protected head(h: Tensor): Tensor {
-    return this.fc.forward(this.#pool.forward(h).flatten(1));
+  get classifierModule(): Linear {
+    return this.fc;
+  }
+
+  protected embedFrom(h: Tensor): Tensor {
+    return this.#pool.forward(h).flatten(1);
   }
 }

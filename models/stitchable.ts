@@ -44,8 +44,23 @@ export abstract class StitchableModel extends Module {
   abstract readonly config: Record<string, unknown>;
   /** Stages in order; built once by the subclass. */
   protected abstract readonly stageList: Stage[];
+  /**
+   * From the last stage's output to the head's input, one vector per image: the penultimate
+   * features (what SimCLR's projector and a linear probe read).
+   */
+  protected abstract embedFrom(h: Tensor): Tensor;
+  /** The classifier on those vectors (fc, VGG's classifier, the ViT head): a linear probe trains its parameters. */
+  abstract readonly classifierModule: Module;
+
   /** From the last stage's output to the logits. */
-  protected abstract head(h: Tensor): Tensor;
+  protected head(h: Tensor): Tensor {
+    return this.classifierModule.forward(this.embedFrom(h));
+  }
+
+  /** The penultimate features of x, [N, D]. */
+  embed(x: Tensor): Tensor {
+    return torch.tidy(() => this.embedFrom(this.runStages(x, 0, this.stageList.length)));
+  }
 
   get stitchPoints(): StitchPoint[] {
     return this.stageList.flatMap((s) => (s.point ? [s.point] : []));

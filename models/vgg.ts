@@ -138,7 +138,11 @@ export class Vgg16Bn extends StitchableModel {
     );
   }
 
-  protected head(h: Tensor): Tensor {
-    return this.classifier.forward(h.flatten(1));
+  protected embedFrom(h: Tensor): Tensor {
+    return h.flatten(1);
+  }
+
+  get classifierModule(): Sequential {
+    return this.classifier;
   }
 }

@@ -131,8 +131,12 @@ export class VisionTransformer extends StitchableModel {
     ];
   }
 
-  /** From the head input [N, dim] to the logits (timm's head_drop is the identity at rate 0). */
-  protected head(h: Tensor): Tensor {
-    return this.headLinear.forward(h);
+  /** The head input [N, dim] is the last point's output (timm's head_drop is the identity at rate 0). */
+  protected embedFrom(h: Tensor): Tensor {
+    return h;
+  }
+
+  get classifierModule(): Linear {
+    return this.headLinear;
   }
 }

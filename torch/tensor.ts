@@ -373,6 +373,10 @@ export class Tensor implements Disposable {
   floor(): Tensor {
     return call("floor", this);
   }
+  /** Python's modulo (the result has the divisor's sign), as torch.remainder. */
+  remainder(other: Tensor | Scalar): Tensor {
+    return binary("remainder", this, other);
+  }
   ceil(): Tensor {
     return call("ceil", this);
   }

@@ -28,6 +28,7 @@ import { MultiStepLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 import { evaluate, type RobustEvalAttack, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
 import { pgdAttack } from "./pgd.js";
+import { pretrainSimclr } from "./simclr.js";
 
 const PIXEL_UNITS = "pixel units are in [0, 1]; did you mean 8/255?";
 
@@ -49,6 +50,21 @@ export const adversarialSchema = z
   })
   .strict();
 export type AdversarialConfig = z.infer<typeof adversarialSchema>;
+
+export const TRAIN_METHODS = ["supervised", "simclr"] as const;
+
+/** SimCLR pre-training (train/simclr.ts); the reference's ss_epochs and simclr_temperature. */
+export const simclrSchema = z
+  .object({
+    epochs: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe("pre-training epochs (default: the model's epochs, as the reference)"),
+    temperature: z.number().positive().default(0.5).describe("NT-Xent temperature (the paper: 0.5)"),
+  })
+  .strict();
 
 /** The settings of a base-training run a user gives (flags or an experiment file's model entry). */
 export const trainSettingsSchema = z
@@ -102,6 +118,12 @@ export interface TrainConfig {
    * set to null in TRAIN_DEFAULTS).
    */
   autocast?: torch.AutocastMode;
+  /**
+   * SimCLR pre-training first (train/simclr.ts): `epochs` of contrastive learning at
+   * `temperature`, then the `epochs` above train the classifier alone on the frozen backbone (the
+   * reference's cross-supervision fronts). Absent: supervised training (and absent from keys).
+   */
+  simclr?: { epochs: number; temperature: number };
 }
 
 /**
@@ -156,6 +178,8 @@ export interface TrainProgress {
   imagesPerSecond: number;
   etaSeconds: number;
   lr: number;
+  /** "simclr" while a SimCLR model pre-trains (loss is NT-Xent, accuracy not measured), else absent. */
+  phase?: "simclr";
 }
 
 export interface TrainResult {
@@ -196,7 +220,47 @@ export async function trainModel(
   checkInputSize(model, trainSet.images.shape, "the");
   if (cfg.device !== "cpu") model.to(cfg.device);
   model.train();
-  const opt = new SGD(model.parameters(), {
+  if (cfg.simclr) {
+    if (cfg.adversarial || cfg.shortcut)
+      throw new Error(
+        "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
+      );
+    const t0 = performance.now();
+    pretrainSimclr(
+      model,
+      trainSet,
+      {
+        ...cfg.simclr,
+        batchSize: cfg.batchSize,
+        lr: cfg.lr,
+        momentum: cfg.momentum,
+        nesterov: cfg.nesterov,
+        weightDecay: cfg.weightDecay,
+        milestones: cfg.milestones,
+        seed: cfg.seed,
+        normalization: norm,
+        device: cfg.device,
+      },
+      (p) => {
+        const elapsed = (performance.now() - t0) / 1000;
+        const done = (p.epoch - 1) * p.steps + p.step;
+        onProgress({
+          ...p,
+          accuracy: Number.NaN,
+          imagesPerSecond: (done * cfg.batchSize) / elapsed,
+          etaSeconds: (elapsed / done) * (p.epochs * p.steps - done),
+          lr: Number.NaN,
+          phase: "simclr",
+        });
+      },
+    );
+    // The second phase trains the classifier alone; the backbone's weights stay as pre-trained
+    // (in train mode, so its batch-norm statistics follow the supervised batches, as the reference's).
+    const classifier = new Set(model.classifierModule.parameters());
+    for (const p of model.parameters()) if (!classifier.has(p)) p.requiresGrad_(false);
+  }
+  const trained = cfg.simclr ? model.classifierModule.parameters() : model.parameters();
+  const opt = new SGD(trained, {
     lr: cfg.lr,
     momentum: cfg.momentum,
     nesterov: cfg.nesterov,
@@ -330,6 +394,7 @@ export async function trainModel(
     epochs: cfg.epochs,
     accuracies,
     ...(robustEval ? { robustEval } : {}),
+    ...(cfg.simclr ? { method: "simclr", simclr: cfg.simclr } : {}),
   });
   model.dispose();
   return {
