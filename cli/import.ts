@@ -27,16 +27,7 @@ export function registerImportCommand(program: Command): void {
     .option("--dataset <name>", "the dataset it was trained on (stitch and iris then default to it)")
     .option("--json", "print the result as one JSON line")
     .action((file: string, o: Record<string, unknown>) => {
-      const source = modelSourceFrom(
-        {
-          frontArch: o.arch,
-          frontOptions: o.options,
-          frontNormalization: o.normalization,
-          frontImageSize: o.imageSize,
-        },
-        "front",
-        file,
-      );
+      const source = modelSourceFrom(o, null, file);
       if (typeof source === "string") throw new Error("--arch is required");
       if (source.normalization === undefined && o.dataset === undefined)
         throw new Error(

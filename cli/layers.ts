@@ -47,8 +47,8 @@ export function registerLayersCommand(program: Command): void {
         let model: StitchableModel;
         if (o.checkpoint) {
           const source = modelSourceFrom(
-            { frontArch: given, frontOptions: o.options, frontImageSize: o.imageSize },
-            "front",
+            { arch: given, options: o.options, imageSize: o.imageSize },
+            null,
             o.checkpoint,
           );
           model = loadCheckpoint(source).model;

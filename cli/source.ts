@@ -40,18 +40,21 @@ function yamlValue(flag: string, text: string | undefined): unknown {
 }
 
 /**
- * The model source the flags give for ROLE: the checkpoint path alone (a stitchlab checkpoint),
- * or the path with the rest, validated by the experiment file's schema (errors name the flag).
+ * The model source the flags give for ROLE ("front", "back", or null for a command about one
+ * model, whose flags are --arch, --options, --normalization, --image-size): the checkpoint path
+ * alone (a stitchlab checkpoint), or the path with the rest, validated by the experiment file's
+ * schema (errors name the flag).
  */
-export function modelSourceFrom(o: Record<string, unknown>, role: Role, file: string): ModelSourceLike {
-  const cap = role === "front" ? "front" : "back";
-  const arch = o[`${cap}Arch`] as string | undefined;
-  const options = yamlValue(`--${role}-options`, o[`${cap}Options`] as string | undefined);
-  const rawNorm = o[`${cap}Normalization`] as string | undefined;
+export function modelSourceFrom(o: Record<string, unknown>, role: Role | null, file: string): ModelSourceLike {
+  const key = (k: string) => (role ? `${role}${k}` : `${k[0]?.toLowerCase()}${k.slice(1)}`);
+  const flag = (k: string) => `--${role ? `${role}-` : ""}${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  const arch = o[key("Arch")] as string | undefined;
+  const options = yamlValue(flag("options"), o[key("Options")] as string | undefined);
+  const rawNorm = o[key("Normalization")] as string | undefined;
   // A bare word is a dataset's statistics; anything else is YAML ({mean, std}).
   const normalization =
-    rawNorm === undefined || /^[\w-]+$/.test(rawNorm) ? rawNorm : yamlValue(`--${role}-normalization`, rawNorm);
-  const imageSize = o[`${cap}ImageSize`] as number | undefined;
+    rawNorm === undefined || /^[\w-]+$/.test(rawNorm) ? rawNorm : yamlValue(flag("normalization"), rawNorm);
+  const imageSize = o[key("ImageSize")] as number | undefined;
   const given = { arch, options, normalization, imageSize };
   if (Object.values(given).every((v) => v === undefined)) return file;
   const parsed = modelSourceSchema.safeParse({
@@ -60,10 +63,10 @@ export function modelSourceFrom(o: Record<string, unknown>, role: Role, file: st
   });
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    const key = String(issue?.path[0] ?? "");
-    const flag =
-      key === "checkpoint" ? `--${role}` : `--${role}-${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
-    throw new Error(`${flag}: ${issue?.message ?? "invalid"}`);
+    const field = String(issue?.path[0] ?? "");
+    throw new Error(
+      `${field === "checkpoint" ? `--${role ?? "checkpoint"}` : flag(field)}: ${issue?.message ?? "invalid"}`,
+    );
   }
   return parsed.data;
 }

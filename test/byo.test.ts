@@ -160,7 +160,7 @@ test("stitchlab import writes a checkpoint after a forward check, reports the un
     file("y"),
   ]);
   assert.equal(badOptions.status, 1);
-  assert.match(badOptions.stderr, /--front-options|--options/);
+  assert.match(badOptions.stderr, /--options: not YAML or JSON/);
 });
 
 test("your own checkpoints from the command line and from an experiment file, end to end; another image size is refused", {
