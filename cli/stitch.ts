@@ -30,7 +30,7 @@ export function registerStitchCommand(program: Command): void {
     .requiredOption("--back <file>", "back model B: a stitchlab checkpoint, or weights made elsewhere with --back-arch")
     .requiredOption("--point <name>", "stitch point of A (and of B unless --back-point)")
     .requiredOption("--objective <o>", "hlm, slm, dm, fula, or a weighted sum such as hlm:1,fula:0.5")
-    .requiredOption("--mode <m>", "standard (real images) or iris (invariance-aware, on an IRI set)")
+    .requiredOption("--mode <m>", "standard (real images) or invariance-aware (also written iris: on an IRI set)")
     .requiredOption("--out <dir>", "run folder: scores.json and layer.safetensors")
     .option("--iris <dir>", "IRI set of the front model at the point (iris mode)")
     .option("--back-point <name>", "stitch point of B (cross-depth stitching)")
@@ -86,7 +86,12 @@ export function registerStitchCommand(program: Command): void {
         frontPoint: o.point,
         backPoint: o.backPoint,
         objective: o.objective,
-        mode: oneOf("--mode", STITCH_MODES, o.mode) as (typeof STITCH_MODES)[number],
+        // "invariance-aware" is the paper's name for iris mode.
+        mode: oneOf(
+          "--mode",
+          STITCH_MODES,
+          o.mode === "invariance-aware" ? "iris" : o.mode,
+        ) as (typeof STITCH_MODES)[number],
         iris: o.iris,
         dataset: o.dataset,
         root: o.root,

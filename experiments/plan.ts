@@ -14,7 +14,7 @@ import { createModel, type ModelOptions } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
 import { STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
-import { parseObjective } from "../stitch/objectives.js";
+import { formatObjective, parseObjective } from "../stitch/objectives.js";
 import { defaultLr, TRAIN_DEFAULTS, type TrainConfig } from "../train/trainer.js";
 import { type TaskKind, taskKey } from "./cache.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
@@ -298,7 +298,8 @@ export function planExperiment(exp: Experiment, file: string): Plan {
                 }),
                 frontPoint: point,
                 backPoint: point,
-                objective,
+                // One spelling per set of weights, so "slm", "SLM" and "slm:1" share a key.
+                objective: formatObjective(parseObjective(objective)),
                 mode,
                 dataset: data.name,
                 root: data.root,

@@ -134,9 +134,14 @@ export const experimentSchema = z
     points: pointsSchema.default("all"),
     objectives: z.array(z.string()).min(1).default(["slm", "fula"]).describe("hlm, slm, dm, fula, or weighted sums"),
     modes: z
-      .array(z.enum(["standard", "iris"]))
+      .array(
+        z
+          .enum(["standard", "iris", "invariance-aware"])
+          .transform((m): "standard" | "iris" => (m === "invariance-aware" ? "iris" : m)),
+      )
       .min(1)
-      .default(["standard", "iris"]),
+      .default(["standard", "iris"])
+      .describe("standard and/or invariance-aware (also written iris)"),
     seeds: z.array(int()).min(1).default([0]).describe("stitching seeds (batch order)"),
     replicates: int(1)
       .default(1)

@@ -22,11 +22,12 @@ export function relativeDistance(a: Tensor, b: Tensor): Tensor {
   return a.sub(b).norm().div(b.norm().add(1e-12));
 }
 
-/** Parses "fula", "hlm+slm" or "hlm:1,fula:0.5" into weights. */
+/** Parses "fula", "FuLA", "hlm+slm" or "hlm:1,fula:0.5" into weights (names in any case). */
 export function parseObjective(spec: string): ObjectiveWeights {
   const w: ObjectiveWeights = {};
   for (const part of spec.split(/[+,]/)) {
-    const [name, weight] = part.trim().split(":");
+    const [raw, weight] = part.trim().split(":");
+    const name = raw?.toLowerCase() ?? "";
     if (!(OBJECTIVES as readonly string[]).includes(name))
       throw new Error(`unknown objective '${name}'; objectives: ${OBJECTIVES.join(", ")} (weighted: hlm:1,fula:0.5)`);
     const v = weight === undefined ? 1 : Number(weight);
@@ -37,6 +38,16 @@ export function parseObjective(spec: string): ObjectiveWeights {
 }
 
 /** B's points from the stitch point to its last point: the features FuLA aligns. */
+/**
+ * The one spelling of a set of weights, in OBJECTIVES' order: "slm" for SLM alone at weight 1,
+ * else "hlm:1,fula:0.5". Task keys use it, so "slm", "SLM" and "slm:1" are one task.
+ */
+export function formatObjective(w: ObjectiveWeights): string {
+  const parts = OBJECTIVES.filter((o) => (w[o] ?? 0) > 0).map((o) => [o, w[o] as number] as const);
+  if (parts.length === 1 && parts[0]?.[1] === 1) return parts[0][0];
+  return parts.map(([o, v]) => `${o}:${v}`).join(",");
+}
+
 export function fulaPoints(s: StitchedModel): string[] {
   const names = s.back.stitchPoints.map((p) => p.name);
   return names.slice(names.indexOf(s.backPoint));

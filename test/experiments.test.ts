@@ -196,6 +196,16 @@ test("a key leaves out where files live and where the task runs, and keeps every
     taskKey("stitch", spec),
     taskKey("stitch", { ...spec, front: { checkpoint: "/x.pt", sha256: "cd" } }),
   );
+  // Objectives are parsed before keying (any case, any spelling of weight 1), and
+  // "invariance-aware" is iris mode.
+  const keys = (text: string) =>
+    planExperiment(parseExperiment(text, "k.yaml"), join(tmp, "k.yaml"))
+      .tasks.map((t) => t.key)
+      .sort();
+  const base = keys(TINY);
+  assert.deepEqual(keys(TINY.replace("objectives: [slm]", "objectives: [SLM:1]")), base);
+  assert.deepEqual(keys(`${TINY}modes: [standard, invariance-aware]\n`), base);
+  assert.notDeepEqual(keys(TINY.replace("objectives: [slm]", "objectives: [FuLA]")), base);
 });
 
 function waitFor(child: ChildProcess, pattern: RegExp): Promise<void> {
