@@ -1,4 +1,5 @@
 // `stitchlab train`: trains a base model (clean, with a pixel shortcut, or adversarially).
+import { existsSync, readdirSync } from "node:fs";
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
@@ -27,6 +28,7 @@ export function registerTrainCommand(program: Command): void {
     .requiredOption("--model <name>", "zoo model (see `stitchlab layers`)")
     .requiredOption("--dataset <name>", "fashion-mnist, mnist, cifar10 or imagefolder")
     .requiredOption("--out <dir>", "run folder: model.safetensors + model.json, config.json, metrics.jsonl")
+    .option("--force", "train into --out even when it holds files (they are overwritten)")
     .option("--root <path>", "dataset location (Fashion-MNIST defaults to Debian's)")
     .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
     .option("--limit <n>", "train on the first n images only", int)
@@ -116,6 +118,11 @@ export function registerTrainCommand(program: Command): void {
       ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
       ...(simclr ? { simclr: { epochs: simclr.epochs ?? settings.epochs, temperature: simclr.temperature } } : {}),
     };
+    // A finished model is never overwritten by accident.
+    if (!o.force && existsSync(o.out) && readdirSync(o.out).length > 0)
+      throw new Error(
+        `--out ${o.out} is not empty (a model trained before?): give a new folder, or --force to overwrite it`,
+      );
     const sink = progressSink("train", (f) =>
       f.phase === "simclr"
         ? `simclr epoch ${f.epoch}/${f.epochs} loss ${f.loss} ${f.imagesPerSecond} img/s`

@@ -5,7 +5,7 @@
 // Small on purpose (a few thousand images, width 1/8); real-scale timing is `npm run bench -- train`.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { before, test } from "node:test";
@@ -448,4 +448,15 @@ test("stitchlab train refuses what an experiment file refuses, naming the flag, 
     assert.match(r.stderr, message, flags.join(" "));
     assert.ok(!existsSync(join(out, "m")), `${flags.join(" ")}: nothing is written`);
   }
+  // A folder that holds a model is not trained into again without --force.
+  mkdirSync(join(out, "used"));
+  writeFileSync(join(out, "used", "model.safetensors"), "x");
+  const r = spawnSync(
+    process.execPath,
+    cliCommand("train", "--model", "resnet18", "--dataset", "fashion-mnist", "--out", join(out, "used")),
+    { encoding: "utf8" },
+  );
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /is not empty \(a model trained before\?\): give a new folder, or --force/);
+  assert.equal(readFileSync(join(out, "used", "model.safetensors"), "utf8"), "x");
 });
