@@ -47,6 +47,19 @@ export function registerIrisCommand(program: Command): void {
       "iris",
       (f) => `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual} mean ${f.meanResidual}`,
     );
+    // After the first batch, a run that will take more than 10 minutes says so, once, with the
+    // way to a smaller one (60,000 Fashion-MNIST images take hours on a CPU).
+    const started = Date.now();
+    let told = false;
+    const foretell = (done: number, total: number, images: number) => {
+      if (told || done < 1) return;
+      const seconds = ((Date.now() - started) / 1000 / done) * total;
+      told = true;
+      if (seconds > 600)
+        console.error(
+          `iris: ${images} images will take about ${Math.round(seconds / 60)} minutes${o.limit === undefined ? "; --limit N makes IRIs of the first N images only" : ""}`,
+        );
+    };
     const info = await runIris(
       {
         front: modelSourceFrom(o, "front", o.front),
@@ -72,7 +85,8 @@ export function registerIrisCommand(program: Command): void {
         }),
       },
       o.out,
-      (p) =>
+      (p) => {
+        if (p.batch === 2 && p.step === 0 && !p.resumed) foretell(1, p.batches, p.images * p.batches);
         sink.update((p.batch - 1) * p.steps + p.step, p.batches * p.steps, {
           batch: p.batch,
           batches: p.batches,
@@ -82,7 +96,8 @@ export function registerIrisCommand(program: Command): void {
           resumed: p.resumed,
           residual: Number(p.residual.toFixed(4)),
           meanResidual: Number(p.meanResidual.toFixed(4)),
-        }),
+        });
+      },
     );
     sink.stop();
     console.log(
