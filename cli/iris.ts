@@ -55,7 +55,8 @@ export function registerIrisCommand(program: Command): void {
       if (told || done < 1) return;
       const seconds = ((Date.now() - started) / 1000 / done) * total;
       told = true;
-      if (seconds > 600)
+      // STITCHLAB_IRIS_FORETELL_S moves the 10 minutes (a test sets it to 0).
+      if (seconds > Number(process.env.STITCHLAB_IRIS_FORETELL_S ?? 600))
         console.error(
           `iris: ${images} images will take about ${Math.round(seconds / 60)} minutes${o.limit === undefined ? "; --limit N makes IRIs of the first N images only" : ""}`,
         );
@@ -86,7 +87,7 @@ export function registerIrisCommand(program: Command): void {
       },
       o.out,
       (p) => {
-        if (p.batch === 2 && p.step === 0 && !p.resumed) foretell(1, p.batches, p.images * p.batches);
+        if (p.batch === 2 && p.step === 1 && !p.resumed) foretell(1, p.batches, p.images * p.batches);
         sink.update((p.batch - 1) * p.steps + p.step, p.batches * p.steps, {
           batch: p.batch,
           batches: p.batches,

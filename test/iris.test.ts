@@ -607,6 +607,28 @@ test("stitchlab iris and stitchlab stitch as a user runs them", { skip }, () => 
     "progress lines with the running residual",
   );
   for (const f of ["iris.safetensors", "iris.json", "preview.png"]) assert.ok(existsSync(join(irisDir, f)), f);
+  assert.doesNotMatch(i.stderr, /will take about/, "a short run says nothing of its length");
+  // A long run (here: any run, with the threshold at 0 s) says how long after its first batch.
+  const long = runCli(
+    [
+      "iris",
+      "--front",
+      ckpt.b,
+      "--point",
+      "layer1.0",
+      "--limit",
+      "32",
+      "--steps",
+      "1",
+      "--batch-size",
+      "16",
+      "--out",
+      join(tmp, "cli-iris-long"),
+    ],
+    { cwd: tmp, env: { ...process.env, STITCHLAB_IRIS_FORETELL_S: "0" } },
+  );
+  assert.equal(long.status, 0, long.stderr);
+  assert.match(long.stderr, /iris: 32 images will take about \d+ minutes/);
 
   const out = join(tmp, "cli-stitch");
   const common = [
