@@ -5,6 +5,7 @@ import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
+import { disposeDataset, loadDataset } from "../data/index.js";
 import { isDone, loadTask, partials, readFailure, recordFailure } from "../experiments/cache.js";
 import { formatLocalStatus, localStatus, readLocalRun, recordLocalRun } from "../experiments/local.js";
 import { type Plan, planExperiment } from "../experiments/plan.js";
@@ -69,6 +70,32 @@ export function eventPrinter(): (e: RunEvent) => void {
       );
     }
   };
+}
+
+/**
+ * A dry run reads one test image of every dataset the experiment uses, so that a wrong path or
+ * a missing download is found now, with the loader's message (the path looked at, how to get it).
+ */
+async function checkData(exp: Experiment): Promise<void> {
+  const sets = [
+    exp.dataset,
+    ...Object.values(exp.models).flatMap((m) => ("dataset" in m && m.dataset ? [m.dataset] : [])),
+  ];
+  const seen = new Set<string>();
+  for (const d of sets) {
+    const id = `${d.name}\t${d.root ?? ""}\t${d.imageSize ?? ""}`;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    const ds = await loadDataset(d.name, {
+      root: d.root,
+      split: "test",
+      limit: 1,
+      imageSize: d.imageSize,
+      pad32: true,
+      rgb: true,
+    });
+    disposeDataset(ds);
+  }
 }
 
 /** Points the experiment's dataset (and models' own datasets of the same name) at dir. */
@@ -169,6 +196,7 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
   const scale = o.scale ?? "default";
   const device = o.device ?? "cpu";
   if (o.dryRun) {
+    await checkData(exp);
     console.log(dryRun(plan, cache));
     return 0;
   }

@@ -306,6 +306,11 @@ test("a missing dataset names the path looked at and how to get the data", { ski
   assert.equal(r.status, 1);
   assert.match(r.stderr, new RegExp(`${join(tmp, "no-such-dir")}`));
   assert.match(r.stderr, /dataset-fashion-mnist/);
+  // A dry run checks the data too, before printing a graph that could never run.
+  const dry = stitchlab(["demo", "--data-dir", join(tmp, "no-such-dir"), "--dry-run"]);
+  assert.equal(dry.status, 1);
+  assert.match(dry.stderr, /no-such-dir\/t10k-images-idx3-ubyte.gz: file not found/);
+  assert.doesNotMatch(dry.stdout, /to run/);
 });
 
 test("every preset plans at both of its scales", () => {
