@@ -3,6 +3,7 @@
 import type { Command } from "commander";
 import { importModel } from "../models/import.js";
 import { modelNames } from "../models/registry.js";
+import { printDone } from "./output.js";
 import { int } from "./parse.js";
 import { modelSourceFrom } from "./source.js";
 
@@ -25,7 +26,7 @@ export function registerImportCommand(program: Command): void {
     )
     .option("--image-size <px>", "the side of the images it was trained on", int)
     .option("--dataset <name>", "the dataset it was trained on (stitch and iris then default to it)")
-    .option("--json", "print the result as one JSON line")
+    .option("--json", "print the result as one JSON line (the default when the output is not a terminal)")
     .action((file: string, o: Record<string, unknown>) => {
       const source = modelSourceFrom(o, null, file);
       if (typeof source === "string") throw new Error("--arch is required");
@@ -34,18 +35,15 @@ export function registerImportCommand(program: Command): void {
           "give --normalization (the statistics its inputs were normalised with in training) or --dataset (the dataset it was trained on)",
         );
       const r = importModel(source, o.out as string, { dataset: o.dataset as string | undefined });
-      if (o.json) {
-        console.log(JSON.stringify({ event: "done", ...r }));
-        return;
-      }
-      console.log(`imported ${r.arch} from ${file}`);
-      if (r.notes.unwrapped.length) console.log(`  unwrapped: ${r.notes.unwrapped.join("; ")}`);
-      if (Object.keys(r.notes.inferred).length)
-        console.log(`  read from the weights: ${JSON.stringify(r.notes.inferred)}`);
-      console.log(`  options: ${JSON.stringify(r.options)}`);
-      console.log(
+      printDone(o, { ...r }, [
+        `imported ${r.arch} from ${file}`,
+        ...(r.notes.unwrapped.length ? [`  unwrapped: ${r.notes.unwrapped.join("; ")}`] : []),
+        ...(Object.keys(r.notes.inferred).length
+          ? [`  read from the weights: ${JSON.stringify(r.notes.inferred)}`]
+          : []),
+        `  options: ${JSON.stringify(r.options)}`,
         `  forward check: logits [${r.check.logits.join(", ")}] finite; the checkpoint read back gives the same logits`,
-      );
-      console.log(`  wrote ${r.checkpoint} and its sidecar`);
+        `  wrote ${r.checkpoint} and its sidecar`,
+      ]);
     });
 }

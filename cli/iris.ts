@@ -4,6 +4,7 @@ import { SHORTCUT_KINDS } from "../data/index.js";
 import { defaultIriStepSize, IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS, iriOptionsSchema } from "../stitch/iris.js";
 import { IRIS_CONFIG_DEFAULTS, runIris } from "../stitch/jobs.js";
 import { computeOptions, requireDevice } from "./device.js";
+import { printDone, score } from "./output.js";
 import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
@@ -39,7 +40,8 @@ export function registerIrisCommand(program: Command): void {
     .option("--ball <eps>", "L-inf radius around the start, in pixel units (e.g. 16/255)", fraction)
     .option("--keep-best", "keep each image's best iterate instead of the last")
     .option("--batch-size <n>", "images per batch", int, d.batchSize)
-    .option("--seed <n>", "seed of the starting noise", int, d.seed);
+    .option("--seed <n>", "seed of the starting noise", int, d.seed)
+    .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
   addModelSourceOptions(cmd, "front");
   computeOptions(cmd, IRIS_CONFIG_DEFAULTS.device).action(async (o) => {
     requireDevice(o.device);
@@ -101,14 +103,12 @@ export function registerIrisCommand(program: Command): void {
       },
     );
     sink.stop();
-    console.log(
-      JSON.stringify({
-        event: "done",
-        out: o.out,
-        count: info.count,
-        residuals: info.residuals,
-        seconds: info.seconds,
-      }),
-    );
+    const res = info.residuals;
+    printDone(o, { out: o.out, count: info.count, residuals: res, seconds: info.seconds }, [
+      `${info.count} IRIs of the front model at ${o.point}, in ${Math.round(info.seconds)} s`,
+      `  relative residual ||A(x') - A(x)|| / ||A(x)||: mean ${score(res.mean)}, median ${score(res.median)}, 90th percentile ${score(res.p90)}`,
+      `  ${(100 * res.below01).toFixed(0)}% at most 0.1 (a good IRI)${res.mean > 0.1 ? "; a mean above 0.1 makes conclusions from this set loose" : ""}`,
+      `wrote ${o.out}/iris.safetensors, iris.json and preview.png (--json for the JSON line)`,
+    ]);
   });
 }

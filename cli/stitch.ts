@@ -11,6 +11,7 @@ import {
 import { BN_MODES } from "../stitch/train.js";
 import { adversarialSchema } from "../train/trainer.js";
 import { deviceArg, requireDevice } from "./device.js";
+import { printDone, score } from "./output.js";
 import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
@@ -72,7 +73,8 @@ export function registerStitchCommand(program: Command): void {
     .option("--adv-fraction <f>", "share of each batch made adversarial (the reference's attack_ratio)", num, 1)
     .option("--robust-eval", "also score on adversarial test images made against the stitched model")
     .option("--robust-eval-attack <name>", "apgd (APGD-CE and APGD-DLR, averaged) or pgd", "apgd")
-    .option("--robust-eval-steps <n>", "iterations of each robust-evaluation attack", int, 100);
+    .option("--robust-eval-steps <n>", "iterations of each robust-evaluation attack", int, 100)
+    .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
   addModelSourceOptions(cmd, "front");
   addModelSourceOptions(cmd, "back");
   cmd.action(async (o) => {
@@ -143,21 +145,35 @@ export function registerStitchCommand(program: Command): void {
     );
     sink.stop();
     const s = r.scores;
-    console.log(
-      JSON.stringify({
-        event: "done",
-        out: o.out,
-        accuracy: s.accuracy,
-        backAccuracy: s.backAccuracy,
-        agreementProbability: s.agreementProbability,
-        hardAgreement: s.hardAgreement,
-        softErrorConsistency: s.softErrorConsistency,
-        cka: r.cka,
-        excessAgreement: r.excess?.excessAgreement ?? null,
-        bnMode: r.config.bnMode,
-        testData: r.testData,
-        seconds: Number(r.training.seconds.toFixed(1)),
-      }),
-    );
+    const result = {
+      out: o.out,
+      accuracy: s.accuracy,
+      backAccuracy: s.backAccuracy,
+      agreementProbability: s.agreementProbability,
+      hardAgreement: s.hardAgreement,
+      softErrorConsistency: s.softErrorConsistency,
+      cka: r.cka,
+      excessAgreement: r.excess?.excessAgreement ?? null,
+      robustAccuracy: r.robust?.scores.accuracy ?? null,
+      robustAgreementProbability: r.robust?.scores.agreementProbability ?? null,
+      bnMode: r.config.bnMode,
+      testData: r.testData,
+      seconds: Number(r.training.seconds.toFixed(1)),
+    };
+    printDone(o, result, [
+      `stitched ${o.point}${r.config.backPoint !== o.point ? ` -> ${r.config.backPoint}` : ""}, ${o.objective}, ${r.config.mode === "iris" ? "invariance-aware" : "standard"} (batch norm ${r.config.bnMode}; test data ${r.testData})`,
+      `  agreement probability  ${score(s.agreementProbability)}   (1 = the stitched model answers as B)`,
+      `  hard agreement         ${score(s.hardAgreement)}`,
+      `  soft error consistency ${score(s.softErrorConsistency)}`,
+      `  accuracy               ${score(s.accuracy)}   (B alone: ${score(s.backAccuracy)})`,
+      ...(r.cka !== null ? [`  linear CKA             ${score(r.cka)}`] : []),
+      ...(r.excess ? [`  excess agreement       ${score(r.excess.excessAgreement)}`] : []),
+      ...(r.robust
+        ? [
+            `  robust accuracy        ${score(r.robust.scores.accuracy)}   (agreement ${score(r.robust.scores.agreementProbability)})`,
+          ]
+        : []),
+      `wrote ${o.out}/scores.json and layer.safetensors in ${r.training.seconds.toFixed(0)} s (--json for the JSON line)`,
+    ]);
   });
 }

@@ -15,6 +15,7 @@ import {
   trainSettingsSchema,
 } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
+import { printDone, score } from "./output.js";
 import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
@@ -29,6 +30,7 @@ export function registerTrainCommand(program: Command): void {
     .requiredOption("--dataset <name>", "fashion-mnist, mnist, cifar10 or imagefolder")
     .requiredOption("--out <dir>", "run folder: model.safetensors + model.json, config.json, metrics.jsonl")
     .option("--force", "train into --out even when it holds files (they are overwritten)")
+    .option("--json", "print the result as one JSON line (the default when the output is not a terminal)")
     .option("--root <path>", "dataset location (Fashion-MNIST defaults to Debian's)")
     .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
     .option("--limit <n>", "train on the first n images only", int)
@@ -141,6 +143,10 @@ export function registerTrainCommand(program: Command): void {
       }),
     );
     sink.stop();
-    console.log(JSON.stringify({ event: "done", ...result }));
+    printDone(o, { ...result }, [
+      `trained ${cfg.model}${cfg.simclr ? " (SimCLR, then its classifier)" : ""} on ${cfg.dataset} in ${Math.round(result.seconds)} s`,
+      ...Object.entries(result.accuracies).map(([k, v]) => `  ${`${k} accuracy`.padEnd(22)} ${score(v)}`),
+      `wrote ${result.checkpoint} and its sidecar (--json for the JSON line)`,
+    ]);
   });
 }

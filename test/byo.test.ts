@@ -120,9 +120,12 @@ test("stitchlab import writes a checkpoint after a forward check, reports the un
     out,
   ]);
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stdout, /unwrapped: the 'module\.' prefix \(DataParallel\)/);
-  assert.match(r.stdout, /read from the weights: \{"width":1,"stem":"cifar","numClasses":10\}/);
-  assert.match(r.stdout, /forward check: logits \[2, 10\] finite/);
+  // Into a pipe: one JSON line (a terminal gets the same in words; test/output.test.ts).
+  const done = JSON.parse(r.stdout);
+  assert.equal(done.event, "done");
+  assert.match(done.notes.unwrapped.join("; "), /the 'module\.' prefix \(DataParallel\)/);
+  assert.deepEqual(done.notes.inferred, { width: 1, stem: "cifar", numClasses: 10 });
+  assert.deepEqual(done.check, { logits: [2, 10], readBackMaxDiff: 0 });
   const meta = JSON.parse(readFileSync(join(out, "model.json"), "utf8"));
   assert.equal(meta.arch, "resnet18");
   assert.equal(meta.dataset, "fashion-mnist");
