@@ -4,11 +4,12 @@
 import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
+import cliProgress from "cli-progress";
 import type { Command } from "commander";
 import { disposeDataset, loadDataset } from "../data/index.js";
 import { isDone, loadTask, partials, readFailure, recordFailure } from "../experiments/cache.js";
 import { formatLocalStatus, localStatus, readLocalRun, recordLocalRun } from "../experiments/local.js";
-import { type Plan, planExperiment } from "../experiments/plan.js";
+import { type Plan, planExperiment, type Task } from "../experiments/plan.js";
 import { writeResults } from "../experiments/results.js";
 import { type RunEvent, type RunSummary, runPlan } from "../experiments/runner.js";
 import {
@@ -50,6 +51,65 @@ export function dryRun(plan: Plan, cache: string): string {
   const left = partials(cache);
   if (left.length) lines.push(`unfinished work from interrupted runs (resumed or redone): ${left.join(", ")}`);
   return lines.join("\n");
+}
+
+/** How much of a run's time a task kind takes, roughly (the demo: train 80 s, IRIs 40 s, a stitch 8 s). */
+const TASK_WEIGHT: Record<string, number> = { train: 10, iris: 5, stitch: 1 };
+
+/** The finished share of a running task, from its progress fields (0 when they say nothing). */
+function taskFraction(fields: Record<string, number | string> | undefined): number {
+  const f = fields ?? {};
+  const n = (k: string) => (typeof f[k] === "number" ? (f[k] as number) : Number.NaN);
+  if (n("epochs") > 0)
+    return Math.min(1, (n("epoch") - 1 + (n("steps") > 0 ? n("step") / n("steps") : 0)) / n("epochs"));
+  if (n("batches") > 0) return Math.min(1, (n("batch") - 1) / n("batches"));
+  return 0;
+}
+
+/**
+ * On a terminal: one overall bar for the whole run, weighted by task kind, with the running
+ * tasks' labels and an ETA; failures are printed above it. Elsewhere: eventPrinter's lines.
+ */
+export function overallProgress(todo: Task[]): { onEvent: (e: RunEvent) => void; stop: () => void } {
+  if (!process.stderr.isTTY) return { onEvent: eventPrinter(), stop: () => {} };
+  const weight = (t: Task) => TASK_WEIGHT[t.kind] ?? 1;
+  const total = todo.reduce((s, t) => s + weight(t), 0);
+  const multi = new cliProgress.MultiBar(
+    {
+      format: "run [{bar}] {percentage}% | {tasks} | ETA {eta_formatted}",
+      stream: process.stderr,
+      hideCursor: true,
+      etaBuffer: 50,
+    },
+    cliProgress.Presets.shades_classic,
+  );
+  const bar = multi.create(total, 0, { tasks: "starting" });
+  let finished = 0;
+  let ended = 0;
+  const running = new Map<string, { task: Task; fraction: number }>();
+  const redraw = () => {
+    let value = finished;
+    for (const r of running.values()) value += weight(r.task) * r.fraction;
+    const labels = [...running.values()].map((r) => r.task.label);
+    bar.update(Math.min(total, value), { tasks: `${ended}/${todo.length} tasks; ${labels.join("; ") || "-"}` });
+  };
+  return {
+    onEvent(e) {
+      if (e.kind === "start") running.set(e.task.key, { task: e.task, fraction: 0 });
+      else if (e.kind === "progress") {
+        const r = running.get(e.task.key);
+        if (r) r.fraction = taskFraction(e.fields);
+      } else {
+        running.delete(e.task.key);
+        finished += weight(e.task);
+        ended++;
+        if (e.kind === "failed") multi.log(`${e.task.label}: FAILED: ${e.error}\n`);
+        if (e.kind === "skipped") multi.log(`${e.task.label}: skipped (${e.error})\n`);
+      }
+      redraw();
+    },
+    stop: () => multi.stop(),
+  };
 }
 
 /** Progress lines on stderr: one per task start/end, and at most one progress line a second. */
@@ -216,7 +276,19 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
   requireDevice(device);
   // Before any task: `stitchlab status` and `report` read the run from here (experiments/local.ts).
   recordLocalRun(resolve(o.out), { plan, cache, scale, device });
-  const summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: eventPrinter() });
+  const progress = overallProgress(plan.tasks.filter((t) => !isDone(cache, t.key)));
+  // Ctrl-C: finished tasks are in the cache, and a task under way resumes (IRI sets) or restarts.
+  const interrupted = () => {
+    progress.stop();
+    console.error(
+      `\ninterrupted: finished tasks are kept in the cache (${cache}); run the same command again to go on (stitchlab status ${o.out} shows where it stands)`,
+    );
+    process.exit(130);
+  };
+  process.once("SIGINT", interrupted);
+  const summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: progress.onEvent });
+  process.removeListener("SIGINT", interrupted);
+  progress.stop();
   await report(plan, summary, cache, o.out, scale, Boolean(o.read), device);
   return Object.keys(summary.errors).length;
 }

@@ -1,8 +1,8 @@
 // What a person sees: on a terminal (a pty made by util-linux's `script`), a finished command
 // prints a summary in words; with --json, or into a pipe, the one JSON line scripts parse.
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -51,4 +51,58 @@ test("a finished command speaks in words on a terminal and in one JSON line into
   const piped = runCli(args("c"));
   assert.equal(piped.status, 0, piped.stderr);
   assert.equal(JSON.parse(piped.stdout).arch, "resnet18");
+});
+
+const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+const TINY = `
+name: tiny
+dataset: { name: fashion-mnist, limit: 200, testLimit: 100 }
+models:
+  a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }
+  b: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+pairs:
+  - { front: b, back: a, relation: cross-seed }
+points: [layer1.0]
+objectives: [slm]
+iris: { limit: 32, steps: 2, batchSize: 32 }
+stitch: { limit: 64, epochs: 1, batchSize: 32, initImages: 32, ckaImages: 32 }
+`;
+
+test("stitchlab run shows one overall bar with an ETA on a terminal, and Ctrl-C says how to go on", {
+  skip: !HAVE_SCRIPT ? "util-linux's script is not installed" : HAVE_DATA ? false : "Fashion-MNIST is not installed",
+}, async () => {
+  const file = join(tmp, "tiny.yaml");
+  writeFileSync(file, TINY);
+  const shown = onTerminal(["run", file, "--out", join(tmp, "run1"), "--cache", join(tmp, "cache1")]);
+  assert.equal(shown.status, 0, shown.screen);
+  assert.match(shown.screen, /run \[[^\]]*\] \d+% \| \d+\/5 tasks; .* \| ETA /);
+  assert.doesNotMatch(shown.screen, /\[1\/4\] train/, "no per-task lines on a terminal");
+  assert.match(shown.screen, /agreement probability/);
+
+  // Interrupted after its first task: a line that says what is kept and how to go on, status 130.
+  const child = spawn(
+    process.execPath,
+    cliCommand("run", file, "--out", join(tmp, "run2"), "--cache", join(tmp, "cache2")),
+    {
+      stdio: ["ignore", "ignore", "pipe"],
+    },
+  );
+  let seen = "";
+  await new Promise<void>((resolve, reject) => {
+    child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+      seen += d;
+      if (/done in/.test(seen)) resolve();
+    });
+    child.on("close", () => reject(new Error(`exited first: ${seen}`)));
+  });
+  child.kill("SIGINT");
+  const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+  assert.equal(code, 130, seen);
+  assert.match(
+    seen,
+    /interrupted: finished tasks are kept in the cache \(.*cache2\); run the same command again to go on/,
+  );
+  const again = runCli(["status", join(tmp, "run2")]);
+  assert.equal(again.status, 0, again.stderr);
+  assert.match(again.stdout, /5 tasks: [1-4] done/);
 });
