@@ -3,7 +3,7 @@
 import type { Command } from "commander";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel, describeModel, modelNames } from "../models/registry.js";
-import type { StitchableModel } from "../models/stitchable.js";
+import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import { modelSourceFrom } from "./source.js";
 
 function positive(v: string): number {
@@ -64,6 +64,7 @@ export function registerLayersCommand(program: Command): void {
         }
         const name = model.arch;
         const points = model.stitchPoints;
+        const head = model.stitchPoint(HEAD_POINT);
         model.dispose();
         if (o.json) {
           console.log(
@@ -86,6 +87,7 @@ export function registerLayersCommand(program: Command): void {
         const kinds = [...new Set(points.map((p) => p.kind))];
         console.log(`point        ${kinds.map((k) => layout[k]).join("; ")}`);
         for (const p of points) console.log(`${p.name.padEnd(12)} ${shape(p)}`);
+        console.log(`${head.name.padEnd(12)} ${shape(head)}  (the head's input: the front-only end, used when named)`);
       },
     );
 }

@@ -11,7 +11,7 @@ import type { ShortcutKind } from "../data/index.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
-import type { StitchableModel } from "../models/stitchable.js";
+import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
 import { STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
 import { formatObjective, parseObjective } from "../stitch/objectives.js";
@@ -245,9 +245,11 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     if (!front || !back) continue;
     const wanted = pair.points ?? exp.points;
     const list = wanted === "all" ? back.points : wanted;
-    const bad = list.filter((p) => !back.points.includes(p) || !front.points.includes(p));
+    // HEAD_POINT, the head's input, is every model's last point when asked for by name.
+    const has = (m: { points: string[] }, p: string) => p === HEAD_POINT || m.points.includes(p);
+    const bad = list.filter((p) => !has(back, p) || !has(front, p));
     if (bad.length) {
-      const owner = bad.every((p) => back.points.includes(p)) ? front : back;
+      const owner = bad.every((p) => has(back, p)) ? front : back;
       problems.push(
         `${pair.points ? `${where}.points` : "points"}: no stitch point ${bad.map((p) => `"${p}"`).join(", ")} in ${owner.arch}; it has ${owner.points.join(", ")}`,
       );
@@ -336,7 +338,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
                 back: pair.back,
                 relation: pair.relation,
                 point,
-                pointIndex: back.points.indexOf(point),
+                pointIndex: [...back.points, HEAD_POINT].indexOf(point),
                 objective,
                 mode,
                 seed,

@@ -208,6 +208,10 @@ export class ResNet extends StitchableModel {
     return this.fc;
   }
 
+  protected get embedDim(): number {
+    return this.fc.inFeatures;
+  }
+
   protected embedFrom(h: Tensor): Tensor {
     return this.#pool.forward(h).flatten(1);
   }

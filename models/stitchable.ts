@@ -38,6 +38,14 @@ export interface Stage {
   run(h: Tensor): Tensor;
 }
 
+/**
+ * The name of every model's last point, the head's input (the penultimate features): the
+ * "front only" end of the reference's curves, where stitching is a linear probe from A's
+ * penultimate features into B's classifier. It is not among `stitchPoints` (so `points: all`
+ * stays the paper's list) and is stitched at only when named.
+ */
+export const HEAD_POINT = "head";
+
 export abstract class StitchableModel extends Module {
   /** The registry name and options this model was built from (recorded in checkpoints). */
   abstract readonly arch: string;
@@ -52,26 +60,47 @@ export abstract class StitchableModel extends Module {
   /** The classifier on those vectors (fc, VGG's classifier, the ViT head): a linear probe trains its parameters. */
   abstract readonly classifierModule: Module;
 
-  /** From the last stage's output to the logits. */
-  protected head(h: Tensor): Tensor {
-    return this.classifierModule.forward(this.embedFrom(h));
+  /** The width of the penultimate features (the classifier's input). */
+  protected abstract readonly embedDim: number;
+
+  #stages: Stage[] | null = null;
+  /** The subclass's stages, then the head's input (HEAD_POINT); the classifier follows. */
+  private get stages(): Stage[] {
+    if (!this.#stages) {
+      const point: StitchPoint = { name: HEAD_POINT, channels: this.embedDim, height: 1, width: 1, kind: "vector" };
+      this.#stages = [...this.stageList, { name: HEAD_POINT, point, run: (h) => this.embedFrom(h) }];
+    }
+    return this.#stages;
+  }
+
+  /** From the penultimate features to the logits. */
+  protected head(v: Tensor): Tensor {
+    return this.classifierModule.forward(v);
   }
 
   /** The penultimate features of x, [N, D]. */
   embed(x: Tensor): Tensor {
-    return torch.tidy(() => this.embedFrom(this.runStages(x, 0, this.stageList.length)));
+    return this.runStages(x, 0, this.stages.length);
   }
 
+  /** The stitch points, in order (the paper's list; HEAD_POINT, the head's input, is stitched at only when named). */
   get stitchPoints(): StitchPoint[] {
     return this.stageList.flatMap((s) => (s.point ? [s.point] : []));
   }
 
+  /** A stitch point by name (HEAD_POINT included), or one clear error listing the names. */
+  stitchPoint(name: string): StitchPoint {
+    const p = this.stages[this.pointIndex(name)]?.point;
+    if (!p) throw new Error(`${this.arch}: stage '${name}' is not a stitch point`);
+    return p;
+  }
+
   /** The stage index of a stitch point; a clear error lists the valid names. */
   protected pointIndex(point: string): number {
-    const i = this.stageList.findIndex((s) => s.point?.name === point);
+    const i = this.stages.findIndex((s) => s.point?.name === point);
     if (i < 0)
       throw new Error(
-        `${this.arch} has no stitch point '${point}'; its points are: ${this.stitchPoints.map((p) => p.name).join(", ")}`,
+        `${this.arch} has no stitch point '${point}'; its points are: ${this.stitchPoints.map((p) => p.name).join(", ")} (and ${HEAD_POINT}, the head's input)`,
       );
     return i;
   }
@@ -80,7 +109,7 @@ export abstract class StitchableModel extends Module {
   private runStages(h: Tensor, from: number, to: number, keep?: Map<string, Tensor>): Tensor {
     let cur = h;
     for (let i = from; i < to; i++) {
-      const s = this.stageList[i];
+      const s = this.stages[i] as Stage;
       const next = torch.tidy(() => s.run(cur));
       if (cur !== h && next !== cur && !(keep && [...keep.values()].includes(cur))) cur.dispose();
       cur = next;
@@ -90,7 +119,7 @@ export abstract class StitchableModel extends Module {
   }
 
   forward(x: Tensor): Tensor {
-    return torch.tidy(() => this.head(this.runStages(x, 0, this.stageList.length)));
+    return torch.tidy(() => this.head(this.runStages(x, 0, this.stages.length)));
   }
 
   /** A_{<=p}(x): the features at stitch point p. */
@@ -101,7 +130,7 @@ export abstract class StitchableModel extends Module {
   /** B_{>p}(h): the logits from features h at stitch point p. */
   forwardFrom(h: Tensor, point: string): Tensor {
     const i = this.pointIndex(point);
-    return torch.tidy(() => this.head(this.runStages(h, i + 1, this.stageList.length)));
+    return torch.tidy(() => this.head(this.runStages(h, i + 1, this.stages.length)));
   }
 
   /** Features at several stitch points and the logits, from one pass. */
@@ -126,7 +155,7 @@ export abstract class StitchableModel extends Module {
   private collect(x: Tensor, from: number, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
     for (const p of points) this.pointIndex(p);
     const keep = new Map<string, Tensor>(points.map((p) => [p, x]));
-    const last = this.runStages(x, from, this.stageList.length, keep);
+    const last = this.runStages(x, from, this.stages.length, keep);
     const logits = torch.tidy(() => this.head(last));
     if (![...keep.values()].includes(last)) last.dispose();
     return { features: Object.fromEntries(keep), logits };

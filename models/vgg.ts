@@ -145,4 +145,8 @@ export class Vgg16Bn extends StitchableModel {
   get classifierModule(): Sequential {
     return this.classifier;
   }
+
+  protected get embedDim(): number {
+    return (this.classifier.layers[0] as Linear).inFeatures;
+  }
 }

@@ -139,4 +139,8 @@ export class VisionTransformer extends StitchableModel {
   get classifierModule(): Linear {
     return this.headLinear;
   }
+
+  protected get embedDim(): number {
+    return this.headLinear.inFeatures;
+  }
 }

@@ -135,10 +135,7 @@ export function generateIriBatch(
   batchSeed: number,
   onStep: (step: number, residual: number) => void = () => {},
 ): IriBatch {
-  if (!front.stitchPoints.some((p) => p.name === point))
-    throw new Error(
-      `model ${front.arch} has no stitch point '${point}'; its points: ${front.stitchPoints.map((p) => p.name).join(", ")}`,
-    );
+  front.stitchPoint(point); // one error, naming the points, when there is no such point
   if (x.dtype !== "uint8") throw new Error(`generateIriBatch: expected uint8 images, got ${x.dtype}`);
   front.requiresGrad_(false);
   return inEvalMode([front], () =>

@@ -50,7 +50,9 @@ export function formatObjective(w: ObjectiveWeights): string {
 
 export function fulaPoints(s: StitchedModel): string[] {
   const names = s.back.stitchPoints.map((p) => p.name);
-  return names.slice(names.indexOf(s.backPoint));
+  // At the head's input (the "front only" end) the only later point is the point itself.
+  const i = names.indexOf(s.backPoint);
+  return i < 0 ? [s.backPoint] : names.slice(i);
 }
 
 /** B's targets for a batch: its logits and, when DM or FuLA need them, its features. */

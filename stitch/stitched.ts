@@ -36,12 +36,16 @@ export class StitchedModel {
     readonly backPoint: string = frontPoint,
     opts: StitchedModelOptions = {},
   ) {
-    const a = front.stitchPoints.find((p) => p.name === frontPoint);
-    const b = back.stitchPoints.find((p) => p.name === backPoint);
-    const names = (m: StitchableModel) => m.stitchPoints.map((p) => p.name).join(", ");
-    if (!a)
-      throw new Error(`front model ${front.arch} has no stitch point '${frontPoint}'; its points: ${names(front)}`);
-    if (!b) throw new Error(`back model ${back.arch} has no stitch point '${backPoint}'; its points: ${names(back)}`);
+    // Each point resolved once, by the model (HEAD_POINT included), with one wording of the error.
+    const resolve = (m: StitchableModel, name: string, role: string) => {
+      try {
+        return m.stitchPoint(name);
+      } catch (e) {
+        throw new Error(`${role} model ${(e as Error).message.replace(/; its points are: /, "; its points: ")}`);
+      }
+    };
+    const a = resolve(front, frontPoint, "front");
+    const b = resolve(back, backPoint, "back");
     this.tail = opts.tail ?? back;
     this.normalization = opts.normalization ?? null;
     this.layer = new StitchingLayer(a, b);

@@ -206,6 +206,18 @@ test("a key leaves out where files live and where the task runs, and keeps every
   assert.deepEqual(keys(TINY.replace("objectives: [slm]", "objectives: [SLM:1]")), base);
   assert.deepEqual(keys(`${TINY}modes: [standard, invariance-aware]\n`), base);
   assert.notDeepEqual(keys(TINY.replace("objectives: [slm]", "objectives: [FuLA]")), base);
+  // The head's input, the front-only end of the curves, is a point when named, after the last.
+  const ends = planExperiment(
+    parseExperiment(TINY.replace("points: [layer1.0, layer4.1]", "points: [layer4.1, head]"), "k.yaml"),
+    join(tmp, "k.yaml"),
+  );
+  const head = ends.stitches.filter((st) => st.point === "head");
+  assert.equal(head.length, 4);
+  assert.ok(head.every((st) => st.pointIndex === 9));
+  assert.throws(
+    () => planExperiment(parseExperiment(TINY.replace("layer4.1]", "tail]"), "k.yaml"), join(tmp, "k.yaml")),
+    /no stitch point "tail" in resnet18/,
+  );
 });
 
 function waitFor(child: ChildProcess, pattern: RegExp): Promise<void> {

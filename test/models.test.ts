@@ -10,7 +10,7 @@ import { test } from "node:test";
 import { FASHION_MNIST_NORMALIZATION } from "../data/transforms.js";
 import { linearCka } from "../metrics/cka.js";
 import { createModel, type ModelOptions, modelNames } from "../models/registry.js";
-import { pointShape } from "../models/stitchable.js";
+import { HEAD_POINT, pointShape } from "../models/stitchable.js";
 import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
 import { leastSquaresInit } from "../stitch/layer.js";
 import { stitchLoss } from "../stitch/objectives.js";
@@ -63,13 +63,12 @@ for (const [name, spec] of Object.entries(TINY)) {
       const x = torch.randn([2, 3, spec.size, spec.size]);
       const logits = torch.noGrad(() => m.forward(x));
       assert.deepEqual(logits.shape, [2, 10]);
-      const { features } = torch.noGrad(() =>
-        m.forwardFeatures(
-          x,
-          m.stitchPoints.map((p) => p.name),
-        ),
-      );
-      for (const p of m.stitchPoints) {
+      const { features } = torch.noGrad(() => m.forwardFeatures(x, [...m.stitchPoints.map((p) => p.name), HEAD_POINT]));
+      // The paper's points, then the head's input (HEAD_POINT, the "front only" end), named only.
+      assert.ok(!m.stitchPoints.some((p) => p.name === HEAD_POINT));
+      const head = m.stitchPoint(HEAD_POINT);
+      assert.equal(head.kind, "vector");
+      for (const p of [...m.stitchPoints, head]) {
         const h = torch.noGrad(() => m.forwardTo(x, p.name));
         assert.deepEqual(h.shape, pointShape(p, 2), `${name} ${p.name} shape`);
         assert.equal(features[p.name].sub(h).abs().max().item(), 0, `${name} ${p.name}: forwardFeatures = forwardTo`);

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createModel } from "../models/registry.js";
+import { HEAD_POINT } from "../models/stitchable.js";
 import { leastSquaresInit, StitchingLayer } from "../stitch/layer.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
@@ -107,4 +108,28 @@ test("bad pairs and points are clear errors", () => {
   assert.throws(() => new StitchedModel(vit, vit64, "blocks.0"), /different token counts/);
   assert.throws(() => new StitchedModel(cnn, cnn, "stem", "layer2.0").init("identity"), /equal widths/);
   for (const m of [cnn, vit, vit64]) m.dispose();
+});
+
+test("stitching at the head's input (the front-only end): T is a linear map into B's classifier", () => {
+  torch.manualSeed(11);
+  const a = createModel("resnet18", { width: 0.125 }).eval();
+  torch.manualSeed(12);
+  const b = createModel("resnet18", { width: 0.125 }).eval();
+  const same = new StitchedModel(b, b, HEAD_POINT);
+  same.init("identity");
+  assert.deepEqual(same.layer.weight.shape, [64, 64], "a [D, D] map of the 64 penultimate features");
+  torch.tidy(() => {
+    const x = torch.randn([3, 3, 32, 32]);
+    const d = torch.noGrad(() => same.forward(x).sub(b.forward(x)).abs().max().item());
+    assert.ok(d < 1e-5, `B stitched to itself through the identity is B: ${d}`);
+    // A's penultimate features, fitted by least squares into B's: a linear probe into B's head.
+    const probe = new StitchedModel(a, b, HEAD_POINT);
+    const { residual } = probe.init("lstsq", torch.randn([128, 3, 32, 32]));
+    assert.ok(residual !== undefined && residual < 1, `least-squares residual ${residual}`);
+    assert.deepEqual(torch.noGrad(() => probe.forward(x)).shape, [3, 10]);
+    probe.layer.dispose();
+  });
+  same.layer.dispose();
+  a.dispose();
+  b.dispose();
 });
