@@ -1,6 +1,6 @@
 // Bad input gives one clear Error naming what went wrong and where, and the process goes on.
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -59,8 +59,9 @@ test("fromBuffer checks that the bytes fit the shape", () => {
   assert.throws(() => torch.tensor(new Float32Array(5), { shape: [2, 3] }), /needs 24 bytes, got 20/);
 });
 
-test("a missing or corrupt file names the path", () => {
+test("a missing or corrupt file names the path", (t) => {
   const dir = mkdtempSync(join(tmpdir(), "stitchlab-err-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const missing = join(dir, "nope.safetensors");
   assert.throws(
     () => torch.loadSafetensors(missing),

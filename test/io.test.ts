@@ -2,14 +2,15 @@
 // interchange with Python's PyTorch in both directions (torch.save / torch.load, safetensors).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { test } from "node:test";
+import { after, test } from "node:test";
 import * as torch from "../torch/index.js";
 import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-io-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
 
 function python(script: string): string {
   const r = spawnSync(PYTHON, ["-c", script], { encoding: "utf8", timeout: 60_000 });

@@ -5,10 +5,10 @@
 // Small on purpose (a few thousand images, width 1/8); real-scale timing is `npm run bench -- train`.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { before, test } from "node:test";
+import { after, before, test } from "node:test";
 import { loadDataset, type Normalization, normalizationFor } from "../data/index.js";
 import { cliCommand } from "../experiments/tasks.js";
 import { loadCheckpoint } from "../models/checkpoint.js";
@@ -36,6 +36,7 @@ if (!HAVE_DATA && process.env.CI)
 const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
 
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-train-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
 const base: TrainConfig = {
   ...TRAIN_DEFAULTS,
   model: "resnet18",
@@ -433,7 +434,8 @@ test("a Pixel+Loc shortcut model relies on its marker: high on marked images, fa
 });
 
 test("stitchlab train refuses what an experiment file refuses, naming the flag, before any work", () => {
-  const out = mkdtempSync(join(tmpdir(), "stitchlab-train-flags-"));
+  const out = join(dir, "flags");
+  mkdirSync(out);
   const base = ["train", "--model", "resnet18", "--dataset", "fashion-mnist", "--out", join(out, "m")];
   for (const [flags, message] of [
     [["--epochs", "0"], /--epochs: Too small/],
