@@ -5,8 +5,8 @@ import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
+import { writeFileAtomic } from "../torch/files.js";
 import * as torch from "../torch/index.js";
-import { writeFileAtomic } from "../torch/io.js";
 
 export interface Protocol {
   warmup: number;

@@ -2,8 +2,8 @@
 // BLAS it uses, how many threads, and a small matmul checked against float64.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { repoRoot } from "../torch/files.js";
 import * as torch from "../torch/index.js";
-import { repoRoot } from "../torch/native.js";
 
 export interface DoctorReport {
   libtorch: { version: string; source: string; libDir: string; cxx11abi: boolean; cudaBuild: boolean };

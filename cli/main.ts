@@ -1,8 +1,5 @@
-// The stitchlab command line: parses arguments and prints; the work lives in the library.
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import { Command } from "commander";
-import { repoRoot } from "../torch/native.js";
+import { stitchlabVersion } from "../torch/files.js";
 import { registerDataCommands } from "./data.js";
 import { doctor, formatDoctor } from "./doctor.js";
 import { registerImportCommand } from "./import.js";
@@ -12,10 +9,9 @@ import { registerRunCommands } from "./run.js";
 import { registerStitchCommand } from "./stitch.js";
 import { registerTrainCommand } from "./train.js";
 
-const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8"));
 const program = new Command("stitchlab")
   .description("Invariance-aware model stitching: is network A functionally similar to network B?")
-  .version(pkg.version);
+  .version(stitchlabVersion);
 
 program
   .command("doctor")

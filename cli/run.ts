@@ -25,7 +25,7 @@ import {
 import { type Experiment, experimentJsonSchema, readExperiment } from "../experiments/spec.js";
 import { agreementTable, residualTable } from "../experiments/summary.js";
 import { runTask } from "../experiments/tasks.js";
-import { repoRoot } from "../torch/native.js";
+import { repoRoot } from "../torch/files.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { int, oneOf } from "./parse.js";
 

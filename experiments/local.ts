@@ -5,7 +5,7 @@
 // missing (not run: the run was stopped, or a task it needs failed).
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic } from "../torch/io.js";
+import { writeFileAtomic } from "../torch/files.js";
 import { isDone, lockPath, readFailure } from "./cache.js";
 import { describeHolder, holderAlive, readHolder } from "./lock.js";
 import type { Plan } from "./plan.js";

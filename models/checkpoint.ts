@@ -3,16 +3,13 @@
 // sidecar last, so a checkpoint with a sidecar is complete.
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import { z } from "zod";
 import { type Normalization, normalizationFor } from "../data/transforms.js";
+import { stitchlabVersion } from "../torch/files.js";
 import * as torch from "../torch/index.js";
-import { repoRoot } from "../torch/native.js";
 import { describeMismatch, inferOptions, recogniseStateDict, type StateDict, unwrapStateDict } from "./foreign.js";
 import { createModel, type ModelOptions, modelNames } from "./registry.js";
 import type { StitchableModel } from "./stitchable.js";
-
-const VERSION: string = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).version;
 
 export interface CheckpointMeta {
   arch: string;
@@ -39,7 +36,7 @@ export function saveCheckpoint(
   const full: CheckpointMeta = {
     arch: model.arch,
     options: model.config as ModelOptions,
-    stitchlabVersion: VERSION,
+    stitchlabVersion,
     ...meta,
   };
   torch.saveSafetensors(path, model.stateDict(), { arch: full.arch, options: JSON.stringify(full.options) });

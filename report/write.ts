@@ -4,7 +4,7 @@
 // sibling, then rename), so an interrupted run never leaves a half-written report.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic } from "../torch/io.js";
+import { writeFileAtomic } from "../torch/files.js";
 import { reportFigures } from "./charts.js";
 import { resultsCsv } from "./csv.js";
 import { type PageFigure, reportHtml } from "./html.js";

@@ -3,7 +3,7 @@
 // errors and no request leaving the page.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
@@ -18,6 +18,7 @@ import {
   type StitchRow,
   writeReport,
 } from "../report/index.js";
+import { runTs } from "./helpers/cli.js";
 import { REQUIRED_COLUMNS } from "./helpers/csv.js";
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
@@ -322,4 +323,23 @@ test("report.html renders in headless Chromium: charts drawn, IRI grid loaded, n
   } finally {
     await browser.close();
   }
+});
+
+test("the report is written without loading libtorch (the ground floor: torch/files.ts)", (t) => {
+  if (!existsSync("/proc/self/maps")) return t.skip("no /proc/self/maps here to see what a process loaded");
+  const d = mkdtempSync(join(tmpdir(), "stitchlab-floor-"));
+  t.after(() => rmSync(d, { recursive: true, force: true }));
+  const script = join(d, "probe.mts");
+  writeFileSync(
+    script,
+    [
+      'import { readFileSync } from "node:fs";',
+      `await import(${JSON.stringify(pathToFileURL(join(import.meta.dirname, "..", "report", "index.ts")).href)});`,
+      'const maps = readFileSync("/proc/self/maps", "utf8");',
+      'console.log(JSON.stringify({ addon: maps.includes("stitchlab.node"), libtorch: /libtorch/.test(maps) }));',
+    ].join("\n"),
+  );
+  const r = runTs(script, []);
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), { addon: false, libtorch: false });
 });

@@ -2,33 +2,15 @@
 // raw bytes) and PyTorch's torch.save zip format (through libtorch's own pickler).
 // Every write goes to a temporary file that is renamed into place, so a crash never leaves
 // a half-written file under the final name.
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
+import { existsSync, readFileSync } from "node:fs";
 import { fromBytes } from "./creation.js";
 import { type DType, ITEM_SIZE } from "./dtype.js";
+import { writeFileAtomic } from "./files.js";
 import { native } from "./native.js";
 import { loadTorchArchive } from "./pickle.js";
 import { Tensor } from "./tensor.js";
 
-/** Writes chunks to path atomically: a temporary sibling file, fsync, then rename. */
-export function writeFileAtomic(path: string, chunks: (Uint8Array | string)[]): void {
-  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now()}.tmp`);
-  const fd = openSync(tmp, "w");
-  try {
-    for (const c of chunks) {
-      const b = typeof c === "string" ? Buffer.from(c) : c;
-      let off = 0;
-      while (off < b.byteLength) off += writeSync(fd, b, off, b.byteLength - off);
-    }
-    fsyncSync(fd);
-  } catch (e) {
-    closeSync(fd);
-    rmSync(tmp, { force: true });
-    throw e;
-  }
-  closeSync(fd);
-  renameSync(tmp, path);
-}
+export { writeFileAtomic } from "./files.js";
 
 function readOrExplain(path: string, what: string): Buffer {
   if (!existsSync(path)) throw new Error(`${what}: file not found: ${path}`);

@@ -2,8 +2,8 @@
 // that names the addon's raw functions; everything else goes through Tensor and the ops.
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
+import { repoRoot as ROOT } from "./files.js";
 
 /** An opaque handle to one libtorch tensor, owned by a Tensor. */
 export type Handle = { readonly __tensorHandle: unique symbol };
@@ -68,18 +68,10 @@ export interface NativeAddon {
   pickleSave(value: unknown): ArrayBuffer;
 }
 
-/** The repository root: two levels above this file in src (torch/) and in dist (dist/torch/). */
-function findRoot(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (let i = 0; i < 4; i++) {
-    if (existsSync(join(dir, "native", "binding.gyp"))) return dir;
-    dir = resolve(dir, "..");
-  }
-  return resolve(dirname(fileURLToPath(import.meta.url)), "..");
-}
+// The root is the ground floor's (torch/files.ts), kept importable from here as before.
+export { repoRoot } from "./files.js";
 
-export const repoRoot = findRoot();
-export const addonPath = join(repoRoot, "native", "build", "Release", "stitchlab.node");
+export const addonPath = join(ROOT, "native", "build", "Release", "stitchlab.node");
 
 function load(): NativeAddon {
   if (!existsSync(addonPath)) {
