@@ -17,14 +17,18 @@ export interface Figure {
 
 const SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json";
 const MODES = ["standard", "iris"];
-/** Objectives in the paper's order, with fixed colours so every figure agrees. */
+/**
+ * Objectives in the paper's order, with fixed colours so every figure agrees: Okabe and Ito's
+ * palette, which readers with the common colour-vision deficiencies tell apart (SLM orange and
+ * FuLA reddish purple, not orange and red).
+ */
 const OBJECTIVE_COLOURS: Record<string, string> = {
-  hlm: "#4c78a8",
-  slm: "#f58518",
-  dm: "#54a24b",
-  fula: "#e45756",
+  hlm: "#0072B2",
+  slm: "#E69F00",
+  dm: "#009E73",
+  fula: "#CC79A7",
 };
-const OTHER_COLOURS = ["#72b7b2", "#b279a2", "#eeca3b", "#9d755d", "#ff9da6", "#bab0ac", "#79706e"];
+const OTHER_COLOURS = ["#56B4E9", "#D55E00", "#F0E442", "#000000", "#999999"];
 /** Pair relations in the paper's order; any other comes after them, in order of appearance. */
 const PAIR_ORDER = ["identical", "cross-seed", "cross-bias", "cross-robust", "robust-robust", "cross-supervision"];
 

@@ -14,6 +14,7 @@ import {
   escapeHtml,
   type IriPreview,
   type ReportInput,
+  reportFigures,
   resultsCsv,
   type StitchRow,
   writeReport,
@@ -342,4 +343,12 @@ test("the report is written without loading libtorch (the ground floor: torch/fi
   const r = runTs(script, []);
   assert.equal(r.status, 0, r.stderr);
   assert.deepEqual(JSON.parse(r.stdout), { addon: false, libtorch: false });
+});
+
+test("objectives keep one colour-blind-safe colour each in every figure (Okabe and Ito's: SLM orange, FuLA reddish purple)", () => {
+  const rows = ["hlm", "slm", "dm", "fula"].flatMap((objective) =>
+    ["layer1.0", "layer2.1"].map((point, i) => row({ objective, point, pointIndex: i + 1 })),
+  );
+  const spec = JSON.stringify(reportFigures(rows)[0]?.spec);
+  assert.ok(spec.includes('"range":["#0072B2","#E69F00","#009E73","#CC79A7"]'), spec.slice(0, 400));
 });
