@@ -58,6 +58,8 @@ figcaption .files { color: #888; font-size: 0.82rem; }
 .iris { display: flex; flex-wrap: wrap; gap: 20px; }
 .iris figure { margin: 0; }
 .iris img { image-rendering: pixelated; border: 1px solid #ddd; max-width: 100%; height: auto; }
+.iris .grid { display: flex; align-items: stretch; gap: 8px; }
+.iris .rows { display: flex; flex-direction: column; justify-content: space-around; font-size: 0.8rem; color: #444; text-align: right; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 0.84rem; margin: 8px 0; }
 th, td { padding: 3px 9px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
@@ -243,9 +245,13 @@ function irisSection(iris: IriPreview[]): string {
     // Small previews (32 px images) are shown at twice their size, pixelated, up to the page width.
     const scale = width <= 600 ? 2 : 1;
     const r = p.residuals;
+    // Each grid row is labelled beside the picture: the image, its IRI, their amplified difference.
+    const labels =
+      `<div class="rows" style="height:${height * scale}px"><span>x</span><span>x′ (IRI)</span>` +
+      "<span>|x − x′|, amplified</span></div>";
     return (
-      `<figure><img src="data:image/png;base64,${p.png.toString("base64")}" width="${width * scale}" ` +
-      `height="${height * scale}" alt="${h(what)}">\n<figcaption><strong>${h(p.front)}</strong> at ` +
+      `<figure><div class="grid">${labels}<img src="data:image/png;base64,${p.png.toString("base64")}" width="${width * scale}" ` +
+      `height="${height * scale}" alt="${h(what)}"></div>\n<figcaption><strong>${h(p.front)}</strong> at ` +
       `<strong>${h(p.point)}</strong><br>relative residual: mean ${fmt(r.mean)}, median ${fmt(r.median)}, ` +
       `p90 ${fmt(r.p90)}; share &le; 0.1: ${h((100 * r.below01).toFixed(1))}%</figcaption></figure>`
     );
