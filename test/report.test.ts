@@ -238,7 +238,10 @@ describe("writeReport", () => {
     assert.ok(page.includes(escapeHtml("Synthetic <report> & test")) && !page.includes("<report>"));
     assert.ok(page.includes("&lt;b&gt;not&lt;/b&gt;"), "notes are escaped");
     // The IRI grid's rows are labelled beside the picture.
-    assert.match(page, /<div class="rows"[^>]*><span>x<\/span><span>x′ \(IRI\)<\/span><span>\|x − x′\|, amplified<\/span><\/div><img/);
+    assert.match(
+      page,
+      /<div class="rows"[^>]*><span>x<\/span><span>x′ \(IRI\)<\/span><span>\|x − x′\|, amplified<\/span><\/div><img/,
+    );
     assert.ok(!/(src|href)="(https?:)?\/\//.test(page), "nothing loaded from the network");
   });
 
