@@ -5,6 +5,7 @@ import {
   runStitch,
   STITCH_CONFIG_DEFAULTS,
   STITCH_MODES,
+  stitchModeOf,
   stitchRobustEvalSchema,
   stitchSettingsSchema,
 } from "../stitch/jobs.js";
@@ -88,12 +89,7 @@ export function registerStitchCommand(program: Command): void {
         frontPoint: o.point,
         backPoint: o.backPoint,
         objective: o.objective,
-        // "invariance-aware" is the paper's name for iris mode.
-        mode: oneOf(
-          "--mode",
-          STITCH_MODES,
-          o.mode === "invariance-aware" ? "iris" : o.mode,
-        ) as (typeof STITCH_MODES)[number],
+        mode: oneOf("--mode", STITCH_MODES, stitchModeOf(o.mode as string)) as (typeof STITCH_MODES)[number],
         iris: o.iris,
         dataset: o.dataset,
         root: o.root,

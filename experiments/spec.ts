@@ -9,7 +9,7 @@ import { z } from "zod";
 import { DATASET_NAMES, SHORTCUT_KINDS } from "../data/index.js";
 import { modelSourceSchema } from "../models/checkpoint.js";
 import { iriOptionsSchema } from "../stitch/iris.js";
-import { stitchRobustEvalSchema, stitchSettingsSchema } from "../stitch/jobs.js";
+import { STITCH_MODE_NAMES, stitchModeOf, stitchRobustEvalSchema, stitchSettingsSchema } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
 import { adversarialSchema, simclrSchema, TRAIN_METHODS } from "../train/trainer.js";
@@ -134,11 +134,7 @@ export const experimentSchema = z
     points: pointsSchema.default("all"),
     objectives: z.array(z.string()).min(1).default(["slm", "fula"]).describe("hlm, slm, dm, fula, or weighted sums"),
     modes: z
-      .array(
-        z
-          .enum(["standard", "iris", "invariance-aware"])
-          .transform((m): "standard" | "iris" => (m === "invariance-aware" ? "iris" : m)),
-      )
+      .array(z.enum(STITCH_MODE_NAMES).transform((m) => stitchModeOf(m) as "standard" | "iris"))
       .min(1)
       .default(["standard", "iris"])
       .describe("standard and/or invariance-aware (also written iris)"),

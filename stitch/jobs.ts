@@ -190,6 +190,10 @@ export async function runIris(
 
 export type StitchMode = "standard" | "iris";
 export const STITCH_MODES: readonly StitchMode[] = ["standard", "iris"];
+/** How a mode may be written: its name, or "invariance-aware", the paper's name for iris mode. */
+export const STITCH_MODE_NAMES = ["standard", "iris", "invariance-aware"] as const;
+/** A mode's name as written (the alias resolved; anything else as it is, for the caller to check). */
+export const stitchModeOf = <T extends string>(name: T): T | "iris" => (name === "invariance-aware" ? "iris" : name);
 
 /**
  * How T is trained, one schema for experiment files' `stitch:` section and the `stitch` flags

@@ -30,6 +30,19 @@ before(() => {
 });
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
+/** `stitchlab import` of the DataParallel file into file("imported") (an end-to-end test reuses it). */
+const importDataParallel = () =>
+  runCli([
+    "import",
+    file("dataparallel.pt"),
+    "--arch",
+    "resnet18",
+    "--dataset",
+    "fashion-mnist",
+    "--out",
+    file("imported"),
+  ]);
+
 const FORMS: [string, RegExp | null][] = [
   ["plain.pt", null],
   ["model_state_dict.pt", /'model_state_dict' \(left: epoch\)/],
@@ -109,16 +122,7 @@ test("stitchlab import writes a checkpoint after a forward check, reports the un
   skip: noTorchvision,
 }, () => {
   const out = file("imported");
-  const r = runCli([
-    "import",
-    file("dataparallel.pt"),
-    "--arch",
-    "resnet18",
-    "--dataset",
-    "fashion-mnist",
-    "--out",
-    out,
-  ]);
+  const r = importDataParallel();
   assert.equal(r.status, 0, r.stderr);
   // Into a pipe: one JSON line (a terminal gets the same in words; test/output.test.ts).
   const done = JSON.parse(r.stdout);
@@ -171,16 +175,7 @@ test("your own checkpoints from the command line and from an experiment file, en
 }, () => {
   const imported = join(file("imported"), "model.safetensors");
   if (!existsSync(imported)) {
-    const r = runCli([
-      "import",
-      file("dataparallel.pt"),
-      "--arch",
-      "resnet18",
-      "--dataset",
-      "fashion-mnist",
-      "--out",
-      file("imported"),
-    ]);
+    const r = importDataParallel();
     assert.equal(r.status, 0, r.stderr);
   }
   const small = [

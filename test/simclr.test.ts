@@ -169,32 +169,12 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
   again.labels.dispose();
   trained.dispose();
 
-  const bad = runCli([
-    "train",
-    "--model",
-    "resnet18",
-    "--dataset",
-    "fashion-mnist",
-    "--method",
-    "simclr",
-    "--temperature",
-    "0",
-    "--out",
-    join(tmp, "bad"),
-  ]);
+  const trainCli = (...flags: string[]) =>
+    runCli(["train", "--model", "resnet18", "--dataset", "fashion-mnist", ...flags]);
+  const bad = trainCli("--method", "simclr", "--temperature", "0", "--out", join(tmp, "bad"));
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /--temperature: Too small/);
-  const noMethod = runCli([
-    "train",
-    "--model",
-    "resnet18",
-    "--dataset",
-    "fashion-mnist",
-    "--method",
-    "byol",
-    "--out",
-    join(tmp, "bad2"),
-  ]);
+  const noMethod = trainCli("--method", "byol", "--out", join(tmp, "bad2"));
   assert.equal(noMethod.status, 1);
   assert.match(noMethod.stderr, /--method must be one of supervised, simclr/);
 });

@@ -11,12 +11,12 @@
 import { colorDistort } from "../data/color.js";
 import { batches, type Dataset, type Normalization, normalizePixels, Rng } from "../data/index.js";
 import { augmentBatch } from "../data/transforms.js";
-import type { StitchableModel } from "../models/stitchable.js";
+import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import { Linear, ReLU, Sequential } from "../nn/layers.js";
-import { inEvalMode } from "../nn/module.js";
 import { SGD } from "../nn/optim.js";
 import { MultiStepLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
+import type { TrainConfig } from "./trainer.js";
 
 type Tensor = torch.Tensor;
 
@@ -45,21 +45,19 @@ export function ntXentLoss(z: Tensor, temperature: number): Tensor {
   });
 }
 
-export interface SimclrOptions {
+/**
+ * Pre-training's settings: the base recipe's optimiser, batch and seed (TrainConfig's fields,
+ * milestones as fractions of pre-training), SimCLR's epochs and temperature, the inputs' statistics.
+ */
+export type SimclrOptions = Pick<
+  TrainConfig,
+  "batchSize" | "lr" | "momentum" | "nesterov" | "weightDecay" | "milestones" | "seed" | "device"
+> & {
   /** Pre-training epochs (the reference's ss_epochs). */
   epochs: number;
   temperature: number;
-  batchSize: number;
-  lr: number;
-  momentum: number;
-  nesterov: boolean;
-  weightDecay: number;
-  /** Fractions of pre-training at which the lr is multiplied by 0.1. */
-  milestones: number[];
-  seed: number;
   normalization: Normalization;
-  device: string;
-}
+};
 
 export interface SimclrProgress {
   epoch: number;
@@ -67,11 +65,6 @@ export interface SimclrProgress {
   step: number;
   steps: number;
   loss: number;
-}
-
-/** The backbone's feature dimension (its classifier's input). */
-function embedDim(model: StitchableModel, sample: Tensor): number {
-  return inEvalMode([model], () => torch.tidy(() => torch.noGrad(() => model.embed(sample).shape[1] as number)));
 }
 
 /**
@@ -85,11 +78,8 @@ export function pretrainSimclr(
   onProgress: (p: SimclrProgress) => void = () => {},
 ): number[] {
   if (!(o.temperature > 0)) throw new Error(`SimCLR temperature must be positive, got ${o.temperature}`);
-
-  const d = embedDim(
-    model,
-    torch.tidy(() => normalizePixels(train.images.narrow(0, 0, 2).float().div(255).to(o.device), o.normalization)),
-  );
+  // The projector reads the penultimate features: the width of the model's head point.
+  const d = model.stitchPoint(HEAD_POINT).channels;
   torch.manualSeed(o.seed + 7919);
   const projector = new Sequential(new Linear(d, 1024), new ReLU(), new Linear(1024, 128));
   if (o.device !== "cpu") projector.to(o.device);
