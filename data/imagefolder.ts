@@ -2,8 +2,18 @@
 // decoded and resized with sharp. A class-list file (one wnid per line, optionally followed by
 // a readable name: "n01440764 tench") picks the classes and fixes their label order, which is
 // how LS-ImageNet-10 (10 classes at 32 px) and ImageNet-100 (100 classes at 224 px) are cut
-// from a full ImageNet folder. Without one, every sub-folder is a class, sorted by name
-// (torchvision's ImageFolder rule).
+// from a full ImageNet folder; folders in a split that the list does not name are ignored (that
+// is the selection), and a listed class without a folder in the split is an error.
+//
+// Without a class list the labels are fixed per root, not per split: the classes are the
+// sub-folders of root/train, sorted by name (torchvision's ImageFolder rule), since the training
+// split defines the label space, and every split (val, test, a splitDir) is read with that list,
+// its images labelled by folder name. A split may lack classes (a val/ without n03 still labels
+// its n04 as train's n04), but a split with a class folder that train/ lacks is refused before
+// any image is decoded, naming the folder and the extra classes: the model has no output for
+// them. With no train/ folder (an evaluation-only root), the label space is the sorted union of
+// the sub-folders of val/, test/ and the split folder read, so that every split of the root
+// still gets the same labels.
 //
 // Resizing, as the reference's test transform Resize(resize) + CenterCrop(size)
 // (athaioan/invariance-aware-stitching, dataloaders/dataset.py, the 'imagenet' configs): the
@@ -42,7 +52,7 @@ export interface ImageFolderOptions {
   resize?: number;
   /** Refuse a split whose uint8 images would need more bytes than this (default defaultMaxBytes()). */
   maxBytes?: number;
-  /** Class-list file; default root/classes.txt when it exists, else every sub-folder sorted. */
+  /** Class-list file; default root/classes.txt when it exists, else the sub-folders of root/train, sorted (see the header). */
   classList?: string;
   /** Sub-folder of each split (defaults: train -> "train", test -> "val", or "test" when there is no "val"). */
   splitDir?: string;
@@ -115,6 +125,25 @@ export async function decodeImage(path: string, size: number, resize = size): Pr
   }
 }
 
+/** The names of a folder's sub-folders (symbolic links to folders included), sorted. */
+function classFolders(dir: string): string[] {
+  return readdirSync(dir)
+    .filter((name) => isDirectory(join(dir, name)))
+    .sort();
+}
+
+/**
+ * The label space of a root without a class list: root/train's class folders, sorted; with no
+ * train/, the sorted union of val/'s, test/'s and `dir`'s (the split folder being read). The same
+ * for every split of a root, so a label means the same class in each.
+ */
+function rootClasses(root: string, dir: string): { wnids: string[]; names: string[] } {
+  const train = join(root, "train");
+  const dirs = isDirectory(train) ? [train] : [join(root, "val"), join(root, "test"), dir].filter(isDirectory);
+  const wnids = [...new Set(dirs.flatMap(classFolders))].sort();
+  return { wnids, names: wnids };
+}
+
 /** Reads a split of an ImageNet-layout folder, resized to `size` px, into memory. */
 export async function readImageFolder(root: string, split: Split, opts: ImageFolderOptions = {}): Promise<Dataset> {
   const size = opts.size ?? 32;
@@ -126,20 +155,31 @@ export async function readImageFolder(root: string, split: Split, opts: ImageFol
   const dir = join(root, sub);
   if (!isDirectory(dir)) throw new DataError(dir, `split folder for '${split}' not found`, IMAGEFOLDER_HOW_TO_GET);
   const listPath = opts.classList ?? (existsSync(join(root, "classes.txt")) ? join(root, "classes.txt") : null);
-  const { wnids, names } = listPath
-    ? readClassList(listPath)
-    : (() => {
-        const w = readdirSync(dir, { withFileTypes: true })
-          .filter((d) => d.isDirectory())
-          .map((d) => d.name)
-          .sort();
-        return { wnids: w, names: w };
-      })();
+  const { wnids, names } = listPath ? readClassList(listPath) : rootClasses(root, dir);
+  if (!listPath) {
+    // Checked before anything is decoded: a class the label space lacks would otherwise be dropped
+    // silently. (Only a root with train/ can fail here: otherwise this split is in the union.)
+    const known = new Set(wnids);
+    const extra = classFolders(dir).filter((w) => !known.has(w));
+    if (extra.length)
+      throw new DataError(
+        dir,
+        `class folder${extra.length > 1 ? "s" : ""} ${extra.map((w) => `'${w}'`).join(", ")} not among the ` +
+          `${wnids.length} classes of ${join(root, "train")} ` +
+          "(without a class list the labels come from train/'s class folders); add the class to train/, " +
+          "remove the folder, or give a class-list file",
+        IMAGEFOLDER_HOW_TO_GET,
+      );
+  }
 
   const files: { path: string; label: number }[] = [];
   wnids.forEach((wnid, label) => {
     const cdir = join(dir, wnid);
-    if (!isDirectory(cdir)) throw new DataError(cdir, `folder of class '${wnid}' not found`, IMAGEFOLDER_HOW_TO_GET);
+    if (!isDirectory(cdir)) {
+      // Without a class list a split may lack classes: labels come from folder names, so the rest stay right.
+      if (!listPath) return;
+      throw new DataError(cdir, `folder of class '${wnid}' not found`, IMAGEFOLDER_HOW_TO_GET);
+    }
     for (const f of readdirSync(cdir).sort())
       if (EXTENSIONS.has(extname(f).toLowerCase())) files.push({ path: join(cdir, f), label });
   });
