@@ -96,19 +96,14 @@ function fileSha256(path: string): string {
 }
 
 /**
- * Stitch point names of a model spec (a model is built to ask it, then freed). Weights made
- * elsewhere are loaded here, so a file that does not fit its architecture is refused before any
- * work.
+ * Stitch point names of a model spec (a model is built to ask it, then freed). Checkpoints are
+ * loaded here, stitchlab's own included, so a file that is broken, does not fit its architecture
+ * or holds non-finite values is refused before any work (and by --dry-run).
  */
 function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: string[] } {
   let m: StitchableModel;
-  if (isLoaded(spec)) {
-    const path = resolve(baseDir, spec.checkpoint);
-    if (isStitchlabCheckpoint(path) && Object.keys(spec).length === 1) {
-      const meta = JSON.parse(readFileSync(sidecarPath(path), "utf8"));
-      m = createModel(meta.arch, meta.options ?? {});
-    } else m = loadCheckpoint({ ...spec, checkpoint: path }).model;
-  } else {
+  if (isLoaded(spec)) m = loadCheckpoint({ ...spec, checkpoint: resolve(baseDir, spec.checkpoint) }).model;
+  else {
     m = createModel(spec.arch, {
       ...(spec.options as ModelOptions),
       ...(spec.width !== undefined ? { width: spec.width } : {}),

@@ -48,15 +48,25 @@ export function kappa(cObs: number, cExp: number): number {
   return denom === 0 ? 1 : (cObs - cExp) / denom;
 }
 
-// Order of the per-batch sums computed by sums().
-const N_SUMS = 8;
-const [RIGHT_S, RIGHT_B, SAME_CORRECTNESS, SAME_LABEL, AGREE_PROB, TRUE_PROB_S, TRUE_PROB_B, DOT] = [
-  0, 1, 2, 3, 4, 5, 6, 7,
-];
+/** The per-image terms whose means make the scores, summed batch by batch (in float64). */
+const TERMS = [
+  "rightStitched",
+  "rightBack",
+  "sameCorrectness",
+  "sameLabel",
+  "agreementProbability",
+  "trueProbStitched",
+  "trueProbBack",
+  "dot",
+] as const;
+type Term = (typeof TERMS)[number];
+type Totals = Record<Term, number>;
+
+const zeroTotals = (): Totals => Object.fromEntries(TERMS.map((t) => [t, 0])) as Totals;
 
 /** Accumulates agreement statistics over batches; see the file comment for the definitions. */
 export class AgreementMeter {
-  private readonly totals = new Float64Array(N_SUMS);
+  private readonly totals = zeroTotals();
   private count = 0;
   private classes = 0;
 
@@ -71,8 +81,16 @@ export class AgreementMeter {
     if (this.classes !== 0 && this.classes !== shape[1])
       throw new RangeError(`AgreementMeter: ${shape[1]} classes, earlier batches had ${this.classes}`);
     if (shape[0] === 0) return;
-    const batch = torch.tidy(() => sums(stitchedLogits, backLogits, labels).toTypedArray() as Float64Array);
-    for (let i = 0; i < N_SUMS; i++) this.totals[i] += batch[i];
+    const batch = torch.tidy(() => batchSums(stitchedLogits, backLogits, labels));
+    // Nothing non-finite is scored: a NaN in a model (a weight, a running variance) would
+    // otherwise turn into a plausible-looking score (argmax of NaNs is 0 for both models).
+    if (batch.nonFiniteStitched > 0 || batch.nonFiniteBack > 0) {
+      const which = batch.nonFiniteStitched > 0 ? "the stitched model's" : "the back model's";
+      throw new Error(
+        `${which} logits are not finite on ${Math.max(batch.nonFiniteStitched, batch.nonFiniteBack)} of ${shape[0]} images of a batch: nothing non-finite is scored (check the models' weights and running statistics)`,
+      );
+    }
+    for (const t of TERMS) this.totals[t] += batch.totals[t];
     this.count += shape[0];
     this.classes = shape[1];
   }
@@ -87,13 +105,13 @@ export class AgreementMeter {
     if (this.count === 0) throw new Error("AgreementMeter.result(): no images yet");
     const n = this.count;
     const K = this.classes;
-    const m = (i: number) => this.totals[i] / n;
-    const aS = m(RIGHT_S);
-    const aB = m(RIGHT_B);
-    const hardAgreement = m(SAME_CORRECTNESS);
-    const qS = m(TRUE_PROB_S);
-    const qB = m(TRUE_PROB_B);
-    const softObs = m(DOT);
+    const m = (t: Term) => this.totals[t] / n;
+    const aS = m("rightStitched");
+    const aB = m("rightBack");
+    const hardAgreement = m("sameCorrectness");
+    const qS = m("trueProbStitched");
+    const qB = m("trueProbBack");
+    const softObs = m("dot");
     const softExp = qS * qB + (K > 1 ? ((1 - qS) * (1 - qB)) / (K - 1) : 0);
     return {
       n,
@@ -101,19 +119,26 @@ export class AgreementMeter {
       accuracy: aS,
       backAccuracy: aB,
       hardAgreement,
-      labelAgreement: m(SAME_LABEL),
-      agreementProbability: m(AGREE_PROB),
+      labelAgreement: m("sameLabel"),
+      agreementProbability: m("agreementProbability"),
       hardErrorConsistency: kappa(hardAgreement, aS * aB + (1 - aS) * (1 - aB)),
       softAccuracy: qS,
       backSoftAccuracy: qB,
       softObservedConsistency: softObs,
-      softErrorConsistency: kappa(m(AGREE_PROB), softExp),
+      softErrorConsistency: kappa(m("agreementProbability"), softExp),
     };
   }
 }
 
-/** The per-batch sums, float64 [N_SUMS] on the CPU (call inside tidy). */
-function sums(stitchedLogits: torch.Tensor, backLogits: torch.Tensor, labels: torch.Tensor): torch.Tensor {
+/**
+ * One batch's sums of the per-image terms, and how many images have a non-finite logit in each
+ * model (call inside tidy; one transfer to the CPU).
+ */
+function batchSums(
+  stitchedLogits: torch.Tensor,
+  backLogits: torch.Tensor,
+  labels: torch.Tensor,
+): { totals: Totals; nonFiniteStitched: number; nonFiniteBack: number } {
   const ps = stitchedLogits.double().softmax(1);
   const pb = backLogits.double().softmax(1);
   const y = labels.to(stitchedLogits.device).long();
@@ -122,15 +147,19 @@ function sums(stitchedLogits: torch.Tensor, backLogits: torch.Tensor, labels: to
   const dot = ps.mul(pb).sum(1);
   const norm = ps.square().sum(1).maximum(pb.square().sum(1));
   const yCol = y.unsqueeze(1);
-  const parts = [
-    rightS.double(),
-    rightB.double(),
-    rightS.eq(rightB).double(),
-    ps.argmax(1).eq(pb.argmax(1)).double(),
-    dot.div(norm),
-    ps.gather(1, yCol).squeeze(1),
-    pb.gather(1, yCol).squeeze(1),
+  const perImage: Record<Term, torch.Tensor> = {
+    rightStitched: rightS.double(),
+    rightBack: rightB.double(),
+    sameCorrectness: rightS.eq(rightB).double(),
+    sameLabel: ps.argmax(1).eq(pb.argmax(1)).double(),
+    agreementProbability: dot.div(norm),
+    trueProbStitched: ps.gather(1, yCol).squeeze(1),
+    trueProbBack: pb.gather(1, yCol).squeeze(1),
     dot,
-  ];
-  return torch.stack(parts).sum(1).cpu();
+  };
+  const nonFinite = (l: torch.Tensor) => (torch.call("isfinite", l) as torch.Tensor).logicalNot().sum(1).gt(0).double();
+  const rows = [...TERMS.map((t) => perImage[t]), nonFinite(stitchedLogits), nonFinite(backLogits)];
+  const sums = torch.stack(rows).sum(1).cpu().toTypedArray() as Float64Array;
+  const totals = Object.fromEntries(TERMS.map((t, i) => [t, sums[i]])) as Totals;
+  return { totals, nonFiniteStitched: sums[TERMS.length], nonFiniteBack: sums[TERMS.length + 1] };
 }

@@ -189,6 +189,11 @@ export function loadCheckpoint(source: ModelSourceLike): {
     const why = describeMismatch(model, sd, given);
     if (why) throw new Error(`${path}: ${why}\n  (${zoo})`);
     model.loadStateDict(sd);
+    const bad = firstNonFinite(model);
+    if (bad)
+      throw new Error(
+        `${path}: ${bad} holds NaN or infinite values: a model with non-finite weights or running statistics gives meaningless scores`,
+      );
     if (src.inputChannels !== undefined && src.inputChannels !== 3)
       throw new Error(
         `${path}: inputChannels ${src.inputChannels}: the zoo's models take 3-channel images (grey data are fed as 3 equal channels)`,
@@ -200,6 +205,15 @@ export function loadCheckpoint(source: ModelSourceLike): {
     torch.dispose(owned);
   }
   return { model, meta, notes };
+}
+
+/** The first floating-point parameter or buffer of a model with a NaN or an infinity, or undefined. */
+export function firstNonFinite(model: StitchableModel): string | undefined {
+  for (const [name, t] of Object.entries(model.stateDict())) {
+    if (!t.dtype.startsWith("float") && t.dtype !== "bfloat16") continue;
+    if (!torch.tidy(() => (torch.call("isfinite", t) as torch.Tensor).all().item())) return name;
+  }
+  return undefined;
 }
 
 /**

@@ -37,7 +37,6 @@ export function parseObjective(spec: string): ObjectiveWeights {
   return w;
 }
 
-/** B's points from the stitch point to its last point: the features FuLA aligns. */
 /**
  * The one spelling of a set of weights, in OBJECTIVES' order: "slm" for SLM alone at weight 1,
  * else "hlm:1,fula:0.5". Task keys use it, so "slm", "SLM" and "slm:1" are one task.
@@ -48,11 +47,26 @@ export function formatObjective(w: ObjectiveWeights): string {
   return parts.map(([o, v]) => `${o}:${v}`).join(",");
 }
 
+/** B's points from the stitch point to its last point: the features FuLA aligns. */
 export function fulaPoints(s: StitchedModel): string[] {
   const names = s.back.stitchPoints.map((p) => p.name);
   // At the head's input (the "front only" end) the only later point is the point itself.
   const i = names.indexOf(s.backPoint);
   return i < 0 ? [s.backPoint] : names.slice(i);
+}
+
+/** HLM: cross-entropy of the stitched logits with the ground-truth labels. */
+export const hlm = (logits: Tensor, labels: Tensor): Tensor => torch.crossEntropy(logits, labels);
+
+/** SLM: cross-entropy of the stitched logits with B's softmax on the same input (soft labels). */
+export const slm = (logits: Tensor, backLogits: Tensor): Tensor => torch.crossEntropy(logits, backLogits.softmax(1));
+
+/** DM: relative Frobenius distance between T's output and B's features at the stitch point. */
+export const dm = (stitched: Tensor, back: Tensor): Tensor => relativeDistance(stitched, back);
+
+/** FuLA: the mean relative distance between the stitched model's and B's features over `points`. */
+export function fula(stitched: Record<string, Tensor>, back: Record<string, Tensor>, points: string[]): Tensor {
+  return torch.stack(points.map((p) => relativeDistance(stitched[p], back[p]))).mean();
 }
 
 /** B's targets for a batch: its logits and, when DM or FuLA need them, its features. */
@@ -100,13 +114,10 @@ export function stitchLossFrom(
     const add = (w: number | undefined, f: () => Tensor) => {
       if (w) terms.push(f().mul(w));
     };
-    add(weights.hlm, () => torch.crossEntropy(mine.logits, labels));
-    add(weights.slm, () => torch.crossEntropy(mine.logits, target.logits.softmax(1)));
-    add(weights.dm, () => relativeDistance(h, target.features[s.backPoint]));
-    add(weights.fula, () => {
-      const ds = points.map((p) => relativeDistance(mine.features[p], target.features[p]));
-      return torch.stack(ds).mean();
-    });
+    add(weights.hlm, () => hlm(mine.logits, labels));
+    add(weights.slm, () => slm(mine.logits, target.logits));
+    add(weights.dm, () => dm(h, target.features[s.backPoint]));
+    add(weights.fula, () => fula(mine.features, target.features, points));
     if (terms.length === 0) throw new Error("stitchLoss: no objective has a positive weight");
     return terms.length === 1 ? terms[0] : torch.stack(terms).sum();
   });

@@ -4,6 +4,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { planExperiment } from "../experiments/plan.js";
+import { readExperiment } from "../experiments/spec.js";
+import { AgreementMeter } from "../metrics/agreement.js";
+import { loadCheckpoint, saveCheckpoint } from "../models/checkpoint.js";
+import { createModel } from "../models/registry.js";
 import * as torch from "../torch/index.js";
 
 test("a shape mismatch names the operator and the shapes, and the process goes on", () => {
@@ -100,4 +105,65 @@ test("a missing or corrupt file names the path", (t) => {
 
 test("backward through a tensor that does not require grad is a clear error", () => {
   assert.throws(() => torch.ones([2]).sum().backward(), /backward.*does not require grad/s);
+});
+
+test("a model with NaN in a running statistic is refused at load, naming the tensor and the file", () => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-nan-"));
+  try {
+    torch.manualSeed(0);
+    const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+    torch.noGrad(() => m.stateDict()["layer4.1.bn2.running_var"].fill_(Number.NaN));
+    const path = join(dir, "back.safetensors");
+    saveCheckpoint(path, m, { dataset: "fashion-mnist" });
+    m.dispose();
+    assert.throws(
+      () => loadCheckpoint(path),
+      (e: Error) => e.message.includes(path) && /layer4\.1\.bn2\.running_var holds NaN or infinite/.test(e.message),
+    );
+    // An experiment that names it is refused when planned, before any work (and by --dry-run).
+    const file = join(dir, "exp.yaml");
+    writeFileSync(
+      file,
+      [
+        "name: nan",
+        "dataset: { name: fashion-mnist }",
+        "models:",
+        "  a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }",
+        "  back: { checkpoint: back.safetensors }",
+        "pairs:",
+        "  - { front: a, back: back, relation: cross-seed }",
+        "points: [layer1.0]",
+      ].join("\n"),
+    );
+    assert.throws(
+      () => planExperiment(readExperiment(file), file),
+      (e: Error) => /layer4\.1\.bn2\.running_var holds NaN/.test(e.message),
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("non-finite logits are never scored: the meter names the model", () => {
+  const labels = torch.tensor([0, 1]);
+  const fine = torch.tensor([
+    [2, 0],
+    [0, 2],
+  ]);
+  const nan = torch.tensor([
+    [Number.NaN, 0],
+    [0, 2],
+  ]);
+  const inf = torch.tensor([
+    [Number.POSITIVE_INFINITY, 0],
+    [0, 2],
+  ]);
+  assert.throws(
+    () => new AgreementMeter().update(fine, nan, labels),
+    /the back model's logits are not finite on 1 of 2/,
+  );
+  assert.throws(() => new AgreementMeter().update(inf, fine, labels), /the stitched model's logits are not finite/);
+  const ok = new AgreementMeter();
+  ok.update(fine, fine, labels);
+  assert.equal(ok.result().agreementProbability, 1);
 });

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { SLURM_DEFAULTS, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
-import { saveNanHeadCheckpoint } from "./helpers/checkpoints.js";
+import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { type Slurm, startSlurm, SMALL_EXPERIMENT as TINY } from "./helpers/slurm.js";
 
@@ -286,8 +286,8 @@ test("a job cancelled mid-task cancels its dependants; a rerun submits only what
 test("a failing task is retried in its job, then shown failed with its error; the rest are reported", {
   skip,
 }, async () => {
-  // A back model whose head is NaN: stitching into it diverges on every attempt.
-  saveNanHeadCheckpoint(join(tmp, "ckpt", "broken.safetensors"));
+  // A back model whose logits overflow: stitching into it diverges on every attempt.
+  saveDivergingCheckpoint(join(tmp, "ckpt", "broken.safetensors"));
   const broken = join(tmp, "broken.yaml");
   writeFileSync(
     broken,
