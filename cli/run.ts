@@ -177,7 +177,13 @@ async function report(
   device: string,
 ): Promise<void> {
   // The device the tasks ran on (not where this report is written: a Slurm report job has no GPU).
-  const { rows, iris, reading } = await writeResults(plan, summary, cache, out, { scale, device });
+  const { rows, iris, reading, kept } = await writeResults(plan, summary, cache, out, { scale, device });
+  if (kept) {
+    console.error(
+      `no stitch finished: ${out} keeps the report of an earlier run (report.html, results.csv); fix what failed above and run again`,
+    );
+    return;
+  }
   console.log(
     `agreement probability (larger = more similar; mean ± 95% half-width over replicates):\n${agreementTable(rows)}`,
   );
@@ -253,7 +259,8 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
   const exp = readExperiment(file, o.scale);
   if (o.dataDir) withDataDir(exp, o.dataDir);
   const plan = planExperiment(exp, file);
-  const scale = o.scale ?? "default";
+  // The scale applied (the file's small one when none is named), as env.json and status record it.
+  const scale = exp.appliedScale ?? "default";
   const device = o.device ?? "cpu";
   if (o.dryRun) {
     await checkData(exp);

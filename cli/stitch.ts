@@ -5,11 +5,13 @@ import {
   runStitch,
   STITCH_CONFIG_DEFAULTS,
   STITCH_MODES,
+  type StitchConfig,
   stitchModeOf,
   stitchRobustEvalSchema,
   stitchSettingsSchema,
 } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
+import { ensureWritableDir } from "../torch/files.js";
 import { adversarialSchema } from "../train/trainer.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
@@ -81,63 +83,63 @@ export function registerStitchCommand(program: Command): void {
   cmd.action(async (o) => {
     requireDevice(o.device);
     const sink = progressSink("stitch", (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss}`);
-    const r = await runStitch(
-      {
-        ...d,
-        front: modelSourceFrom(o, "front", o.front),
-        back: modelSourceFrom(o, "back", o.back),
-        frontPoint: o.point,
-        backPoint: o.backPoint,
-        objective: o.objective,
-        mode: oneOf("--mode", STITCH_MODES, stitchModeOf(o.mode as string)) as (typeof STITCH_MODES)[number],
-        iris: o.iris,
-        dataset: o.dataset,
-        root: o.root,
-        imageSize: o.imageSize,
-        limit: o.limit ?? null,
-        testLimit: o.testLimit ?? null,
-        shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-        excess: oneOf("--excess", SHORTCUT_KINDS, o.excess) ?? null,
-        // Checked by the stitching layer's schema, as an experiment file's stitch: section is.
-        ...checkedFlags(stitchSettingsSchema, {
-          ...optional("epochs", o.epochs),
-          batchSize: o.batchSize,
-          lr: o.lr,
-          weightDecay: o.weightDecay,
-          init: o.init,
-          initImages: o.initImages,
-          ckaImages: o.ckaImages,
-          seed: o.seed,
-        }),
-        bnMode: oneOf("--bn-mode", BN_MODES, o.bnMode),
-        // Checked by the schemas an experiment file's stitch: section uses.
-        ...(o.adversarial
-          ? {
-              adversarial: checkedFlags(
-                adversarialSchema,
-                { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction },
-                { step: "--pgd-step", steps: "--pgd-steps", fraction: "--adv-fraction" },
-              ),
-            }
-          : {}),
-        ...(o.robustEval
-          ? {
-              robustEval: checkedFlags(
-                stitchRobustEvalSchema,
-                { attack: o.robustEvalAttack, eps: o.eps, steps: o.robustEvalSteps },
-                { attack: "--robust-eval-attack", steps: "--robust-eval-steps" },
-              ),
-            }
-          : {}),
-        device: o.device,
-      },
-      o.out,
-      (p) =>
-        sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
-          epoch: p.epoch,
-          epochs: p.epochs,
-          loss: Number(p.loss.toFixed(4)),
-        }),
+    const cfg: StitchConfig = {
+      ...d,
+      front: modelSourceFrom(o, "front", o.front),
+      back: modelSourceFrom(o, "back", o.back),
+      frontPoint: o.point,
+      backPoint: o.backPoint,
+      objective: o.objective,
+      mode: oneOf("--mode", STITCH_MODES, stitchModeOf(o.mode as string)) as (typeof STITCH_MODES)[number],
+      iris: o.iris,
+      dataset: o.dataset,
+      root: o.root,
+      imageSize: o.imageSize,
+      limit: o.limit ?? null,
+      testLimit: o.testLimit ?? null,
+      shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
+      excess: oneOf("--excess", SHORTCUT_KINDS, o.excess) ?? null,
+      // Checked by the stitching layer's schema, as an experiment file's stitch: section is.
+      ...checkedFlags(stitchSettingsSchema, {
+        ...optional("epochs", o.epochs),
+        batchSize: o.batchSize,
+        lr: o.lr,
+        weightDecay: o.weightDecay,
+        init: o.init,
+        initImages: o.initImages,
+        ckaImages: o.ckaImages,
+        seed: o.seed,
+      }),
+      bnMode: oneOf("--bn-mode", BN_MODES, o.bnMode),
+      // Checked by the schemas an experiment file's stitch: section uses.
+      ...(o.adversarial
+        ? {
+            adversarial: checkedFlags(
+              adversarialSchema,
+              { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction },
+              { step: "--pgd-step", steps: "--pgd-steps", fraction: "--adv-fraction" },
+            ),
+          }
+        : {}),
+      ...(o.robustEval
+        ? {
+            robustEval: checkedFlags(
+              stitchRobustEvalSchema,
+              { attack: o.robustEvalAttack, eps: o.eps, steps: o.robustEvalSteps },
+              { attack: "--robust-eval-attack", steps: "--robust-eval-steps" },
+            ),
+          }
+        : {}),
+      device: o.device,
+    };
+    // Before any training: a trained T that cannot be written is lost work.
+    ensureWritableDir(o.out, "--out");
+    const r = await runStitch(cfg, o.out, (p) =>
+      sink.update((p.epoch - 1) * p.steps + p.step, p.epochs * p.steps, {
+        epoch: p.epoch,
+        epochs: p.epochs,
+        loss: Number(p.loss.toFixed(4)),
+      }),
     );
     sink.stop();
     const s = r.scores;

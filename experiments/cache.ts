@@ -25,6 +25,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { cpus, hostname } from "node:os";
 import { join, relative } from "node:path";
+import { readJsonFile } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 import type { Task } from "./plan.js";
 
@@ -122,7 +123,7 @@ export function finishEntry(cache: string, key: string, partial: string, device:
 
 export function readManifest(cache: string, key: string): Manifest | null {
   const p = join(entryDir(cache, key), MANIFEST);
-  return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")) as Manifest) : null;
+  return existsSync(p) ? readJsonFile<Manifest>(p, "a cache entry's manifest") : null;
 }
 
 /**
@@ -132,7 +133,12 @@ export function readManifest(cache: string, key: string): Manifest | null {
  */
 export function entryProblem(cache: string, key: string): string | null {
   const dir = entryDir(cache, key);
-  const m = readManifest(cache, key);
+  let m: Manifest | null;
+  try {
+    m = readManifest(cache, key);
+  } catch {
+    return `${MANIFEST} is not valid JSON`;
+  }
   if (!m) return null;
   for (const f of m.files) {
     const p = join(dir, f.path);
@@ -171,7 +177,7 @@ export function saveTasks(cache: string, tasks: Task[]): void {
 export function loadTask(cache: string, key: string): Task {
   const path = join(cache, "tasks", `${key}.json`);
   if (!existsSync(path)) throw new Error(`no task ${key} in the cache ${cache} (${path} not found)`);
-  return JSON.parse(readFileSync(path, "utf8")) as Task;
+  return readJsonFile<Task>(path, "a task's description");
 }
 
 /** Leftover partial folders (from killed runs), for `--dry-run` to mention. */
@@ -215,5 +221,5 @@ export function clearFailure(cache: string, key: string): void {
 
 export function readFailure(cache: string, key: string): TaskFailure | null {
   const p = failurePath(cache, key);
-  return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")) as TaskFailure) : null;
+  return existsSync(p) ? readJsonFile<TaskFailure>(p, "a task's failure record") : null;
 }

@@ -3,9 +3,9 @@
 // scale, the device) before any task starts, and every task's state is then read from the cache:
 // done (its folder), running (a live holder of its lock), failed (the failure it recorded), or
 // missing (not run: the run was stopped, or a task it needs failed).
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic } from "../torch/files.js";
+import { readJsonFile, writeFileAtomic } from "../torch/files.js";
 import { isDone, lockPath, readFailure } from "./cache.js";
 import { describeHolder, holderAlive, readHolder } from "./lock.js";
 import type { Plan } from "./plan.js";
@@ -27,7 +27,7 @@ export function recordLocalRun(out: string, run: Omit<LocalRun, "started">): voi
 
 export function readLocalRun(out: string): LocalRun | null {
   const p = localRunPath(out);
-  return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")) as LocalRun) : null;
+  return existsSync(p) ? readJsonFile<LocalRun>(p, "a local run's record") : null;
 }
 
 export type LocalTaskStatus = "done" | "running" | "failed" | "missing";

@@ -9,7 +9,7 @@ import type { IriPreview, ModelRow, StitchRow } from "../report/index.js";
 import { writeReport } from "../report/index.js";
 import type { IriSetInfo } from "../stitch/iriset.js";
 import type { StitchResult } from "../stitch/jobs.js";
-import { repoRoot } from "../torch/files.js";
+import { readJsonFile, repoRoot } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 import { taskDir } from "./cache.js";
 import type { Plan } from "./plan.js";
@@ -17,7 +17,7 @@ import type { RunSummary } from "./runner.js";
 import { reading, settingsLines, type Warning, warnings } from "./summary.js";
 import { modelSource } from "./tasks.js";
 
-const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) as T;
+const readJson = <T>(path: string): T => readJsonFile<T>(path, "a cache entry's file");
 
 /** The best of a model's recorded accuracies (a shortcut model's clean accuracy alone would undersell it). */
 function bestAccuracy(acc: Record<string, number> | undefined): number | null {
@@ -167,9 +167,20 @@ export async function writeResults(
   cache: string,
   out: string,
   extra: Record<string, string | number | boolean> = {},
-): Promise<{ rows: StitchRow[]; iris: (IriPreview & { key: string })[]; reading: string[]; warnings: Warning[] }> {
+): Promise<{
+  rows: StitchRow[];
+  iris: (IriPreview & { key: string })[];
+  reading: string[];
+  warnings: Warning[];
+  /** True when nothing finished and an earlier report in `out` was left as it was. */
+  kept: boolean;
+}> {
   mkdirSync(out, { recursive: true });
   const rows = stitchRows(plan, cache);
+  // A run in which no stitch finished has nothing to report: an earlier run's report in the same
+  // folder is worth more than an empty one (the errors are in the terminal and in the cache).
+  if (rows.length === 0 && existsSync(join(out, "results.csv")))
+    return { rows, iris: [], reading: [], warnings: [], kept: true };
   const iris = irisSummaries(plan, cache);
   // One reading for the terminal and the report (experiments/summary.ts).
   const warned = warnings(rows, numClassesOf(plan, cache));
@@ -199,5 +210,5 @@ export async function writeResults(
     },
     out,
   );
-  return { rows, iris, reading: read, warnings: warned };
+  return { rows, iris, reading: read, warnings: warned, kept: false };
 }

@@ -12,8 +12,9 @@
 //                             and `report`)
 //   <out>/slurm/logs/         one log per job: <key>.<jobid>.log
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { readJsonFile } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 import { isDone, readFailure, saveTasks } from "./cache.js";
 import type { Plan, Task } from "./plan.js";
@@ -85,7 +86,7 @@ function slurm(cmd: string, args: string[], input?: string): string {
 /** The job ids recorded for a task, oldest first. */
 export function taskJobs(cache: string, key: string): string[] {
   const p = jobsPath(cache, key);
-  return existsSync(p) ? (JSON.parse(readFileSync(p, "utf8")).jobs as string[]) : [];
+  return existsSync(p) ? readJsonFile<{ jobs: string[] }>(p, "a task's Slurm jobs").jobs : [];
 }
 
 function recordJob(cache: string, key: string, jobId: string): void {
@@ -248,7 +249,7 @@ export function readSlurmRun(out: string): SlurmRun {
   const p = slurmRunPath(out);
   if (!existsSync(p))
     throw new Error(`${out} holds no Slurm run (${p} not found); submit one with stitchlab run FILE --executor slurm`);
-  return JSON.parse(readFileSync(p, "utf8")) as SlurmRun;
+  return readJsonFile<SlurmRun>(p, "a Slurm run's record");
 }
 
 export type TaskStatus = "done" | "running" | "pending" | "failed" | "cancelled" | "missing";

@@ -166,7 +166,8 @@ export const experimentSchema = z
   })
   .strict();
 
-export type Experiment = z.infer<typeof experimentSchema>;
+/** An experiment as parsed, with the name of the scale that was applied to it (none when the file has no scales). */
+export type Experiment = z.infer<typeof experimentSchema> & { appliedScale?: string };
 export type TrainedModelSpec = z.infer<typeof trainedModelSchema>;
 export type LoadedModelSpec = z.infer<typeof loadedModelSchema>;
 export type ModelSpec = TrainedModelSpec | LoadedModelSpec;
@@ -231,7 +232,7 @@ export function parseExperiment(text: string, file: string, scale?: string): Exp
         return `${formatPath(i.path)}: ${missing ? `missing (expected ${missing[1]})` : i.message}`;
       }),
     );
-  return r.data;
+  return chosen ? { ...r.data, appliedScale: chosen } : r.data;
 }
 
 export function readExperiment(file: string, scale?: string): Experiment {

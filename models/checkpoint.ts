@@ -2,10 +2,10 @@
 // that says how to rebuild the model and where it came from. Both written atomically; the
 // sidecar last, so a checkpoint with a sidecar is complete.
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { z } from "zod";
 import { type Normalization, normalizationFor } from "../data/transforms.js";
-import { stitchlabVersion } from "../torch/files.js";
+import { readJsonFile, stitchlabVersion } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 import { describeMismatch, inferOptions, recogniseStateDict, type StateDict, unwrapStateDict } from "./foreign.js";
 import { createModel, type ModelOptions, modelNames } from "./registry.js";
@@ -130,7 +130,7 @@ export function loadCheckpoint(source: ModelSourceLike): {
   if (isStitchlabCheckpoint(path)) {
     sd = torch.loadSafetensors(path).tensors;
     owned = sd;
-    const recorded: CheckpointMeta = JSON.parse(readFileSync(sidecarPath(path), "utf8"));
+    const recorded = readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar");
     meta = recorded;
     if (src.arch && src.arch !== recorded.arch) {
       torch.dispose(owned);

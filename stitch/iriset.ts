@@ -11,10 +11,11 @@
 //
 // The front model is identified by a fingerprint of its weights (models/checkpoint.ts), not by a
 // path, so a stitch run can check that an IRI set was made by its front model at its point.
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { batches, type Dataset, datasetSize, gridPng, type Normalization, type ShortcutKind } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
+import { readJsonFile } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 import { generateIriBatch, type IriOptions } from "./iris.js";
 
@@ -114,15 +115,19 @@ export async function generateIriSet(
   const onProgress = run.onProgress ?? (() => {});
   const n = datasetSize(images);
   if (n !== settings.count) throw new Error(`generateIriSet: ${n} images but settings.count is ${settings.count}`);
+  front.stitchPoint(settings.point); // a point the model lacks fails here, before anything is written
   mkdirSync(join(dir, "parts"), { recursive: true });
   const settingsPath = join(dir, "settings.json");
-  if (existsSync(settingsPath)) {
-    const old = JSON.parse(readFileSync(settingsPath, "utf8")) as IriSetSettings;
-    if (identity(old) !== identity(settings))
-      throw new Error(
-        `${dir} holds an IRI set with other settings (${differences(old, settings)}); use another --out or delete it`,
-      );
-  } else torch.writeFileAtomic(settingsPath, [`${JSON.stringify(settings, null, 2)}\n`]);
+  // Other settings are refused only where they guard finished work: a run that failed before its
+  // first batch (a bad option) leaves settings and nothing else, and the corrected run replaces them.
+  const finishedWork = existsSync(join(dir, "iris.json")) || readdirSync(join(dir, "parts")).length > 0;
+  const old = existsSync(settingsPath) ? readSettings(settingsPath) : null;
+  if (old && finishedWork && identity(old) !== identity(settings))
+    throw new Error(
+      `${dir} holds an IRI set with other settings (${differences(old, settings)}); use another --out or delete it`,
+    );
+  if (!old || identity(old) !== identity(settings))
+    torch.writeFileAtomic(settingsPath, [`${JSON.stringify(settings, null, 2)}\n`]);
   const done = join(dir, "iris.json");
   if (existsSync(done)) return readIriSetInfo(dir);
 
@@ -224,6 +229,8 @@ async function assemble(dir: string, source: Dataset, count: number): Promise<vo
   }
 }
 
+const readSettings = (path: string): IriSetSettings => readJsonFile<IriSetSettings>(path, "an IRI set's settings");
+
 export function readIriSetInfo(dir: string): IriSetInfo {
   const path = join(dir, "iris.json");
   if (!existsSync(path)) {
@@ -234,7 +241,7 @@ export function readIriSetInfo(dir: string): IriSetInfo {
         : `${dir} is not an IRI set: ${path} not found (make one with \`stitchlab iris\`)`,
     );
   }
-  return JSON.parse(readFileSync(path, "utf8")) as IriSetInfo;
+  return readJsonFile<IriSetInfo>(path, "an IRI set's record");
 }
 
 export interface IriSet {

@@ -3,7 +3,7 @@
 // rerun giving the same results as an uninterrupted one, and a failed task not stopping the rest.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -11,7 +11,7 @@ import { taskKey } from "../experiments/cache.js";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
 import { cliCommand } from "../experiments/tasks.js";
-import { saveNanHeadCheckpoint } from "./helpers/checkpoints.js";
+import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { csvRows, REQUIRED_COLUMNS } from "./helpers/csv.js";
 
@@ -106,6 +106,8 @@ test("task keys hash settings and inputs, not names or paths; scales merge over 
   );
   assert.equal(scaled.stitch.epochs, 3);
   assert.equal(scaled.stitch.limit, 64, "a scale merges into the file, it does not replace sections");
+  assert.equal(scaled.appliedScale, "small", "the scale applied by default is recorded (env.json, status)");
+  assert.equal(parseExperiment(TINY, "x").appliedScale, undefined, "a file without scales has none");
   assert.equal(parseExperiment(`${TINY}\nscales:\n  paper: { points: all }\n`, "x", "paper").points, "all");
 });
 
@@ -275,8 +277,8 @@ test("kill -9 in the middle, run again: the rest finishes and the results equal 
 });
 
 test("a failed task is reported with its error, its dependants are skipped, independent tasks finish", { skip }, () => {
-  // Model "broken" is a checkpoint whose head is NaN: every stitch with it as back fails.
-  saveNanHeadCheckpoint(join(tmp, "ckpt", "broken.safetensors"));
+  // Model "broken" is a checkpoint whose logits overflow: every stitch with it as back fails.
+  saveDivergingCheckpoint(join(tmp, "ckpt", "broken.safetensors"));
   const file = join(tmp, "fail.yaml");
   writeFileSync(
     file,
@@ -318,6 +320,25 @@ test("a missing dataset names the path looked at and how to get the data", { ski
   assert.equal(r.status, 1);
   assert.match(r.stderr, new RegExp(`${join(tmp, "no-such-dir")}`));
   assert.match(r.stderr, /dataset-fashion-mnist/);
+  // The same failing run into a folder that holds an earlier report leaves that report as it was.
+  const good = join(tmp, "good");
+  mkdirSync(good, { recursive: true });
+  writeFileSync(join(good, "results.csv"), "front,back\na,b\n");
+  writeFileSync(join(good, "report.html"), "<p>an earlier report</p>");
+  const again = stitchlab([
+    "run",
+    file,
+    "--out",
+    good,
+    "--cache",
+    join(tmp, "ncache"),
+    "--data-dir",
+    join(tmp, "no-such-dir"),
+  ]);
+  assert.equal(again.status, 1);
+  assert.match(again.stderr, /no stitch finished: .*good keeps the report of an earlier run/);
+  assert.equal(readFileSync(join(good, "results.csv"), "utf8"), "front,back\na,b\n");
+  assert.equal(readFileSync(join(good, "report.html"), "utf8"), "<p>an earlier report</p>");
   // A dry run checks the data too, before printing a graph that could never run.
   const dry = stitchlab(["demo", "--data-dir", join(tmp, "no-such-dir"), "--dry-run"]);
   assert.equal(dry.status, 1);

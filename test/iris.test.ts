@@ -3,7 +3,7 @@
 // stitching (B's targets from x', HLM's labels from x), and bad input to runStitch and the CLI.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
@@ -275,6 +275,40 @@ test("an interrupted IRI set resumes without redoing finished batches, and equal
     () =>
       checkIriSetFor(info, { fingerprint: info.front.fingerprint, point: "layer2.0", dataset: "fashion-mnist" }, dir),
     /made at point 'layer1.0', not 'layer2.0'/,
+  );
+  disposeDataset(ds);
+});
+
+test("a run that failed before its first batch leaves nothing that blocks the corrected rerun; broken records are named", {
+  skip,
+}, async () => {
+  const ds = first(8);
+  const dir = join(tmp, "failed-first");
+  const opts = { ...IRI_DEFAULTS, steps: 2, batchSize: 8 };
+  // A point the front model lacks fails before anything is written.
+  await assert.rejects(
+    generateIriSet(a, ds, dir, { ...settingsFor(a, ds, "layer1.0", opts), point: "layer9.9" }),
+    /layer9\.9/,
+  );
+  assert.ok(!existsSync(join(dir, "settings.json")), "nothing written for a bad point");
+  // A run that stops in its first batch leaves settings but no finished batch: other settings replace them.
+  await assert.rejects(
+    generateIriSet(a, ds, dir, settingsFor(a, ds, "layer1.0", opts), {
+      onProgress: () => {
+        throw new Error("stopped");
+      },
+    }),
+    /stopped/,
+  );
+  assert.ok(existsSync(join(dir, "settings.json")));
+  const info = await generateIriSet(a, ds, dir, settingsFor(a, ds, "layer1.0", { ...opts, steps: 3 }));
+  assert.equal(info.count, 8);
+  // A record edited by hand or cut short is named, not a bare JSON.parse message.
+  writeFileSync(join(dir, "iris.json"), "{ residuals: ");
+  assert.throws(
+    () => readIriSetInfo(dir),
+    (e: Error) =>
+      e.message.includes(join(dir, "iris.json")) && /an IRI set's record\) is not valid JSON/.test(e.message),
   );
   disposeDataset(ds);
 });
@@ -559,15 +593,20 @@ test("runStitch: missing points, unstitchable pairs and a NaN loss are clear err
     runStitch(stitchConfig({ back: vitPath, frontPoint: "layer1.0", backPoint: "blocks.0" }), out),
     /a cnn point \(layer1.0\) cannot be stitched to a vit point \(blocks.0\)/,
   );
-  // A back model whose head is NaN: B's soft labels are NaN from the first step.
+  // A back model whose head is NaN is refused as it is loaded, naming the tensor.
   const broken = tiny(0);
   torch.noGrad(() => broken.stateDict()["fc.weight"].fill_(Number.NaN));
   const brokenPath = join(tmp, "nan", "model.safetensors");
   mkdirSync(dirname(brokenPath));
   saveCheckpoint(brokenPath, broken, { dataset: "fashion-mnist" });
+  await assert.rejects(runStitch(stitchConfig({ back: brokenPath }), out), /fc\.weight holds NaN or infinite values/);
+  // One whose head is finite but overflows: B's soft labels are NaN from the first step.
+  torch.noGrad(() => broken.stateDict()["fc.weight"].fill_(3e38));
+  const overflowPath = join(tmp, "nan", "overflow.safetensors");
+  saveCheckpoint(overflowPath, broken, { dataset: "fashion-mnist" });
   broken.dispose();
   await assert.rejects(
-    runStitch(stitchConfig({ back: brokenPath }), out),
+    runStitch(stitchConfig({ back: overflowPath }), out),
     /stitching diverged: loss is NaN at epoch 1, step 1/,
   );
   assert.ok(!existsSync(join(out, "scores.json")) && !existsSync(join(out, "layer.safetensors")));
@@ -673,6 +712,16 @@ test("stitchlab iris and stitchlab stitch as a user runs them", { skip }, () => 
   ]);
   assert.equal(bad.status, 1);
   assert.match(bad.stderr.trim(), /^stitchlab: IRI set .* made at point 'layer2.0', not 'layer1.0'$/);
+  // An --out that cannot be written is found before T is trained, not after.
+  const aFile = join(tmp, "a-file");
+  writeFileSync(aFile, "");
+  const unwritable = stitchlab(["stitch", ...common, "--out", join(aFile, "run")]);
+  assert.equal(unwritable.status, 1);
+  assert.match(
+    unwritable.stderr,
+    /--out .*a-file\/run is not a folder stitchlab can write in \(ENOTDIR\); nothing was run/,
+  );
+  assert.doesNotMatch(unwritable.stdout + unwritable.stderr, /epoch/, "no training started");
   const badMode = stitchlab(["stitch", ...common, "--objective", "fula", "--mode", "fancy", "--out", join(tmp, "x")]);
   assert.match(badMode.stderr, /--mode must be one of standard, iris, not 'fancy'/);
   const badObjective = stitchlab([

@@ -1,7 +1,18 @@
 // The ground floor for files: atomic writes, the repository root and stitchlab's version. It
 // loads nothing native, so the report, `--version` and other pure-file code can use it without
 // starting libtorch.
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -39,3 +50,42 @@ export const repoRoot = findRoot();
 
 /** stitchlab's version, from package.json. */
 export const stitchlabVersion: string = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).version;
+
+/**
+ * A JSON file's content; a file that cannot be read or parsed is one error naming the file and
+ * what it is (`what`: "a checkpoint's sidecar", "an IRI set's record"), not JSON.parse's bare
+ * "Expected double-quoted property name".
+ */
+export function readJsonFile<T>(path: string, what: string): T {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new Error(`cannot read ${what} ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  try {
+    return JSON.parse(text) as T;
+  } catch (e) {
+    throw new Error(
+      `${path} (${what}) is not valid JSON: ${(e as Error).message}; it may be truncated or edited by hand`,
+    );
+  }
+}
+
+/**
+ * Makes `dir` (and its parents) and proves that a file can be written in it, so that a command
+ * fails before its work, not after it: an --out that is a file, lies under a file, or is on a
+ * read-only file system. `what` names it in the error ("--out").
+ */
+export function ensureWritableDir(dir: string, what: string): void {
+  const probe = join(dir, `.stitchlab-probe-${process.pid}`);
+  try {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(probe, "");
+    rmSync(probe);
+  } catch (e) {
+    throw new Error(
+      `${what} ${dir} is not a folder stitchlab can write in (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); nothing was run`,
+    );
+  }
+}
