@@ -1,20 +1,28 @@
-// Option parsers shared by the commands: each names the bad value in its error.
+// Option parsers shared by the commands: each names the bad value in its error. They throw
+// commander's InvalidArgumentError, so that the message names the option too:
+// "option '--epochs <n>' argument 'abc' is invalid. expected a non-negative integer".
+import { InvalidArgumentError } from "commander";
+
 export const num = (v: string): number => {
   const n = Number(v);
-  if (v.trim() === "" || !Number.isFinite(n)) throw new Error(`expected a number, got '${v}'`);
+  if (v.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
   return n;
 };
 
 export const int = (v: string): number => {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`expected a non-negative integer, got '${v}'`);
+  if (v.trim() === "" || !Number.isSafeInteger(n) || n < 0)
+    throw new InvalidArgumentError("expected a non-negative integer");
   return n;
 };
 
 /** Accepts "8/255" as well as 0.0314. */
 export const fraction = (v: string): number => {
   const m = v.match(/^\s*([\d.]+)\s*\/\s*([\d.]+)\s*$/);
-  return m ? Number(m[1]) / Number(m[2]) : num(v);
+  if (!m) return num(v);
+  const q = Number(m[1]) / Number(m[2]);
+  if (!Number.isFinite(q)) throw new InvalidArgumentError("expected a finite fraction such as 8/255");
+  return q;
 };
 
 /** The value if it is one of `allowed`, else an error listing them. */

@@ -12,7 +12,7 @@ import { iriOptionsSchema } from "../stitch/iris.js";
 import { STITCH_MODE_NAMES, stitchModeOf, stitchRobustEvalSchema, stitchSettingsSchema } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
 import { AUTOCAST_MODES } from "../torch/index.js";
-import { adversarialSchema, simclrSchema, TRAIN_METHODS } from "../train/trainer.js";
+import { adversarialSchema, simclrSchema, TRAIN_METHODS, trainSettingsSchema } from "../train/trainer.js";
 
 const int = (min = 0) => z.number().int().min(min);
 const shortcut = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
@@ -33,12 +33,13 @@ const datasetSchema = z
 const trainedModelSchema = z
   .object({
     arch: z.string().describe("zoo model: resnet18, vgg16_bn, vit_tiny_patch4_32, vit_base_patch16_224"),
-    width: z.number().positive().optional().describe("width multiplier (CNNs)"),
+    // The training settings' own schema (train/trainer.ts), bounds included.
+    width: trainSettingsSchema.shape.width,
     options: z.record(z.string(), z.unknown()).optional().describe("other createModel options"),
-    seed: int().default(0),
-    epochs: int(1),
-    lr: z.number().positive().optional(),
-    batchSize: int(1).optional(),
+    seed: trainSettingsSchema.shape.seed.default(0),
+    epochs: trainSettingsSchema.shape.epochs,
+    lr: trainSettingsSchema.shape.lr.optional(),
+    batchSize: trainSettingsSchema.shape.batchSize.optional(),
     autocast: autocast
       .optional()
       .describe("mixed precision: bf16 runs forward and loss under bfloat16 autocast (default: float32)"),
@@ -138,8 +139,13 @@ export const experimentSchema = z
       .min(1)
       .default(["standard", "iris"])
       .describe("standard and/or invariance-aware (also written iris)"),
-    seeds: z.array(int()).min(1).default([0]).describe("stitching seeds (batch order)"),
+    seeds: z
+      .array(int().max(2 ** 31 - 1, "at most 2^31 - 1"))
+      .min(1)
+      .default([0])
+      .describe("stitching seeds (batch order)"),
     replicates: int(1)
+      .max(1000, "at most 1000")
       .default(1)
       .describe(
         "replicates: each trains its own front models (seed + 1000 r), makes its own IRI sets and stitches with its own seed; scores are reported as means with 95% intervals",

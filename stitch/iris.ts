@@ -31,7 +31,7 @@ export type IriStart = (typeof IRI_STARTS)[number];
  */
 export const iriOptionsSchema = z
   .object({
-    steps: z.number().int().min(1).describe("descent steps (no early stop)"),
+    steps: z.number().int().min(1).max(1_000_000, "at most 10^6").describe("descent steps (no early stop)"),
     stepSize: z.number().positive().max(1).describe("signed step in pixel units ([0, 1] images), optimizer sign"),
     optimizer: z.enum(IRI_OPTIMIZERS).describe("sign: signed-gradient steps; adam: Adam with cosine decay"),
     lr: z
@@ -46,7 +46,7 @@ export const iriOptionsSchema = z
       .nullable()
       .describe("L-inf radius around the start, in pixel units; null: only the valid range bounds x'"),
     keepBest: z.boolean().describe("return each image's best iterate (lowest own residual) rather than the last"),
-    batchSize: z.number().int().min(1),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
     seed: z
       .number()
       .int()

@@ -201,14 +201,36 @@ export const stitchModeOf = <T extends string>(name: T): T | "iris" => (name ===
  */
 export const stitchSettingsSchema = z
   .object({
-    epochs: z.number().int().min(1).optional().describe("default 30 (12 for image folders)"),
-    batchSize: z.number().int().min(1),
+    // Upper bounds catch typos; each is far above any paper setting.
+    epochs: z
+      .number()
+      .int()
+      .min(1)
+      .max(10_000, "at most 10000 epochs (the paper stitches for 30)")
+      .optional()
+      .describe("default 30 (12 for image folders)"),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
     lr: z.number().positive().describe("Adam's learning rate"),
     weightDecay: z.number().min(0).describe("Adam's weight decay"),
     init: z.enum(STITCH_INITS).describe("lstsq (least squares on real images), random or identity"),
-    initImages: z.number().int().min(1).describe("real images for the least-squares start"),
-    ckaImages: z.number().int().min(0).describe("test images for linear CKA at the point (0: skip)"),
-    seed: z.number().int().min(0).describe("seed of the batch order and the least-squares draw"),
+    initImages: z
+      .number()
+      .int()
+      .min(1)
+      .max(10_000_000, "at most 10^7")
+      .describe("real images for the least-squares start"),
+    ckaImages: z
+      .number()
+      .int()
+      .min(0)
+      .max(10_000_000, "at most 10^7")
+      .describe("test images for linear CKA at the point (0: skip)"),
+    seed: z
+      .number()
+      .int()
+      .min(0)
+      .max(2 ** 31 - 1, "at most 2^31 - 1")
+      .describe("seed of the batch order and the least-squares draw"),
   })
   .strict();
 
@@ -267,7 +289,7 @@ export const stitchRobustEvalSchema = z
       .positive()
       .max(1, "pixel units are in [0, 1]; did you mean 8/255?")
       .default(8 / 255),
-    steps: z.number().int().min(1).default(100),
+    steps: z.number().int().min(1).max(10_000, "at most 10000").default(100),
   })
   .strict();
 export type StitchRobustEval = z.infer<typeof stitchRobustEvalSchema>;

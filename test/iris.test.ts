@@ -746,6 +746,8 @@ test("stitchlab iris refuses the IRI settings an experiment file refuses, naming
     ["--lr", "0", /--lr: Too small/],
     ["--optimizer", "sgd", /--optimizer: Invalid option/],
     ["--start", "zeros", /--start: Invalid option/],
+    ["--steps", "1e9", /--steps: at most 10\^6/],
+    ["--batch-size", "0", /--batch-size: Too small/],
   ] as const) {
     const out = join(tmp, `bad-${flag.slice(2)}`);
     const r = runCli([

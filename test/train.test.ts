@@ -26,6 +26,7 @@ import {
   type TrainResult,
   trainModel,
 } from "../train/trainer.js";
+import { settledMemory } from "./helpers/memory.js";
 import { runReference, skipUnlessPytorch } from "./helpers/pytorch.js";
 
 type Tensor = torch.Tensor;
@@ -444,6 +445,10 @@ test("stitchlab train refuses what an experiment file refuses, naming the flag, 
     [["--adversarial", "--eps", "8"], /--eps: pixel units are in \[0, 1\]; did you mean 8\/255\?/],
     [["--adversarial", "--eps", "-1"], /--eps: Too small/],
     [["--adversarial", "--pgd-steps", "0"], /--pgd-steps: Too small/],
+    // Typos with no upper bound used to run until killed; a value that is no number names its flag.
+    [["--epochs", "1e12"], /--epochs: at most 10000 epochs/],
+    [["--epochs", "abc"], /option '--epochs <n>' argument 'abc' is invalid\. expected a non-negative integer/],
+    [["--adversarial", "--eps", "8/0"], /option '--eps <e>' argument '8\/0' is invalid\. expected a finite fraction/],
   ] as const) {
     const r = spawnSync(process.execPath, cliCommand(...base, ...flags), { encoding: "utf8" });
     assert.equal(r.status, 1, `${flags.join(" ")}: ${r.stdout}`);
@@ -461,4 +466,18 @@ test("stitchlab train refuses what an experiment file refuses, naming the flag, 
   assert.equal(r.status, 1);
   assert.match(r.stderr, /is not empty \(a model trained before\?\): give a new folder, or --force/);
   assert.equal(readFileSync(join(out, "used", "model.safetensors"), "utf8"), "x");
+});
+
+test("a diverging run fails with the step it diverged at, and frees its model, data and optimiser", {
+  skip,
+}, async () => {
+  const cfg: TrainConfig = { ...base, limit: 256, testLimit: 64, epochs: 1, lr: 1e30 };
+  // A first run warms up whatever is made once per process (the dataset cache, kernels).
+  await assert.rejects(trainModel(cfg, join(dir, "diverge0")), /training diverged: loss is (NaN|Infinity)/);
+  const before = settledMemory().liveHandles;
+  await assert.rejects(
+    trainModel(cfg, join(dir, "diverge1")),
+    /training diverged: loss is (NaN|Infinity) at epoch 1, step \d+ \(try a smaller --lr\)/,
+  );
+  assert.equal(settledMemory().liveHandles, before, "every tensor made by the failed run is freed");
 });

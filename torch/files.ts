@@ -73,19 +73,23 @@ export function readJsonFile<T>(path: string, what: string): T {
 }
 
 /**
- * Makes `dir` (and its parents) and proves that a file can be written in it, so that a command
- * fails before its work, not after it: an --out that is a file, lies under a file, or is on a
- * read-only file system. `what` names it in the error ("--out").
+ * Proves that files can be written in `dir`, so that a command fails before its work, not after
+ * it: an --out that is a file, lies under a file, or is on a read-only file system. Folders it
+ * had to make for the proof are removed again, so a command refused later leaves nothing behind.
+ * `what` names it in the error ("--out").
  */
 export function ensureWritableDir(dir: string, what: string): void {
   const probe = join(dir, `.stitchlab-probe-${process.pid}`);
+  let made: string | undefined;
   try {
-    mkdirSync(dir, { recursive: true });
+    made = mkdirSync(dir, { recursive: true });
     writeFileSync(probe, "");
     rmSync(probe);
   } catch (e) {
     throw new Error(
       `${what} ${dir} is not a folder stitchlab can write in (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); nothing was run`,
     );
+  } finally {
+    if (made) rmSync(made, { recursive: true, force: true });
   }
 }

@@ -37,7 +37,7 @@ export const adversarialSchema = z
   .object({
     eps: z.number().positive().max(1, PIXEL_UNITS).describe("L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR)"),
     step: z.number().positive().max(1, PIXEL_UNITS).describe("PGD step in pixel units"),
-    steps: z.number().int().min(1).describe("PGD iterations"),
+    steps: z.number().int().min(1).max(10_000, "at most 10000").describe("PGD iterations"),
     fraction: z
       .number()
       .min(0)
@@ -60,6 +60,7 @@ export const simclrSchema = z
       .number()
       .int()
       .min(1)
+      .max(10_000, "at most 10000 epochs")
       .optional()
       .describe("pre-training epochs (default: the model's epochs, as the reference)"),
     temperature: z.number().positive().default(0.5).describe("NT-Xent temperature (the paper: 0.5)"),
@@ -69,11 +70,16 @@ export const simclrSchema = z
 /** The settings of a base-training run a user gives (flags or an experiment file's model entry). */
 export const trainSettingsSchema = z
   .object({
-    epochs: z.number().int().min(1),
-    lr: z.number().positive(),
-    batchSize: z.number().int().min(1),
-    seed: z.number().int().min(0),
-    width: z.number().positive().optional().describe("width multiplier (CNNs)"),
+    // Upper bounds catch typos (1e12 epochs ran until killed); each is far above any paper setting.
+    epochs: z.number().int().min(1).max(10_000, "at most 10000 epochs (the paper trains 200 at most)"),
+    lr: z.number().positive().max(100, "at most 100"),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
+    seed: z
+      .number()
+      .int()
+      .min(0)
+      .max(2 ** 31 - 1, "at most 2^31 - 1"),
+    width: z.number().positive().max(64, "at most 64").optional().describe("width multiplier (CNNs)"),
   })
   .strict();
 
@@ -203,204 +209,225 @@ export async function trainModel(
   const norm = normalizationFor(cfg.dataset);
   const load = (split: "train" | "test", limit?: number) =>
     loadDataset(cfg.dataset, { root: cfg.root, split, limit, imageSize: cfg.imageSize, pad32: true, rgb: true });
-  const trainSet = await load("train", cfg.limit);
-  const test = await load("test", cfg.testLimit);
-  // The shortcut: each training image's marker (place, colour) is fixed once and painted onto its
-  // batch after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
-  const markers = cfg.shortcut ? planDatasetMarkers(trainSet, { kind: cfg.shortcut, seed: cfg.seed }) : null;
+  // Everything made here is freed on the way out, an error's way included (disposing twice is a no-op).
+  const owned: { dispose(): void }[] = [];
+  const own = <T extends { dispose(): void }>(x: T): T => {
+    owned.push(x);
+    return x;
+  };
+  try {
+    const trainSet = await load("train", cfg.limit);
+    own({ dispose: () => disposeDataset(trainSet) });
+    const test = await load("test", cfg.testLimit);
+    own({ dispose: () => disposeDataset(test) });
+    // The shortcut: each training image's marker (place, colour) is fixed once and painted onto its
+    // batch after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
+    const markers = cfg.shortcut ? planDatasetMarkers(trainSet, { kind: cfg.shortcut, seed: cfg.seed }) : null;
 
-  torch.manualSeed(cfg.seed);
-  // The model is built for the images it is trained on (its recorded imageSize is checked
-  // against the data wherever it is used later).
-  const model = createModel(cfg.model, {
-    numClasses: trainSet.classes.length,
-    imageSize: trainSet.images.shape[2],
-    ...cfg.modelOptions,
-  });
-  checkInputSize(model, trainSet.images.shape, "the");
-  if (cfg.device !== "cpu") model.to(cfg.device);
-  model.train();
-  if (cfg.simclr) {
-    if (cfg.adversarial || cfg.shortcut)
-      throw new Error(
-        "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
+    torch.manualSeed(cfg.seed);
+    // The model is built for the images it is trained on (its recorded imageSize is checked
+    // against the data wherever it is used later).
+    const model = own(
+      createModel(cfg.model, {
+        numClasses: trainSet.classes.length,
+        imageSize: trainSet.images.shape[2],
+        ...cfg.modelOptions,
+      }),
+    );
+    checkInputSize(model, trainSet.images.shape, "the");
+    if (cfg.device !== "cpu") model.to(cfg.device);
+    model.train();
+    if (cfg.simclr) {
+      if (cfg.adversarial || cfg.shortcut)
+        throw new Error(
+          "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
+        );
+      const t0 = performance.now();
+      pretrainSimclr(
+        model,
+        trainSet,
+        {
+          ...cfg.simclr,
+          batchSize: cfg.batchSize,
+          lr: cfg.lr,
+          momentum: cfg.momentum,
+          nesterov: cfg.nesterov,
+          weightDecay: cfg.weightDecay,
+          milestones: cfg.milestones,
+          seed: cfg.seed,
+          normalization: norm,
+          device: cfg.device,
+        },
+        (p) => {
+          const elapsed = (performance.now() - t0) / 1000;
+          const done = (p.epoch - 1) * p.steps + p.step;
+          onProgress({
+            ...p,
+            accuracy: Number.NaN,
+            imagesPerSecond: (done * cfg.batchSize) / elapsed,
+            etaSeconds: (elapsed / done) * (p.epochs * p.steps - done),
+            lr: Number.NaN,
+            phase: "simclr",
+          });
+        },
       );
-    const t0 = performance.now();
-    pretrainSimclr(
-      model,
-      trainSet,
-      {
-        ...cfg.simclr,
-        batchSize: cfg.batchSize,
+      // The second phase trains the classifier alone; the backbone's weights stay as pre-trained
+      // (in train mode, so its batch-norm statistics follow the supervised batches, as the reference's).
+      const classifier = new Set(model.classifierModule.parameters());
+      for (const p of model.parameters()) if (!classifier.has(p)) p.requiresGrad_(false);
+    }
+    const trained = cfg.simclr ? model.classifierModule.parameters() : model.parameters();
+    const opt = own(
+      new SGD(trained, {
         lr: cfg.lr,
         momentum: cfg.momentum,
         nesterov: cfg.nesterov,
         weightDecay: cfg.weightDecay,
-        milestones: cfg.milestones,
-        seed: cfg.seed,
-        normalization: norm,
-        device: cfg.device,
-      },
-      (p) => {
-        const elapsed = (performance.now() - t0) / 1000;
-        const done = (p.epoch - 1) * p.steps + p.step;
-        onProgress({
-          ...p,
-          accuracy: Number.NaN,
-          imagesPerSecond: (done * cfg.batchSize) / elapsed,
-          etaSeconds: (elapsed / done) * (p.epochs * p.steps - done),
-          lr: Number.NaN,
-          phase: "simclr",
-        });
-      },
-    );
-    // The second phase trains the classifier alone; the backbone's weights stay as pre-trained
-    // (in train mode, so its batch-norm statistics follow the supervised batches, as the reference's).
-    const classifier = new Set(model.classifierModule.parameters());
-    for (const p of model.parameters()) if (!classifier.has(p)) p.requiresGrad_(false);
-  }
-  const trained = cfg.simclr ? model.classifierModule.parameters() : model.parameters();
-  const opt = new SGD(trained, {
-    lr: cfg.lr,
-    momentum: cfg.momentum,
-    nesterov: cfg.nesterov,
-    weightDecay: cfg.weightDecay,
-  });
-  const sched = new MultiStepLR(opt, milestoneEpochs(cfg.milestones, cfg.epochs), 0.1);
-  const steps = numBatches(trainSet, { batchSize: cfg.batchSize, dropLast: false });
-  const start = performance.now();
-  const metrics: string[] = [];
-  let seen = 0;
-  for (let epoch = 0; epoch < cfg.epochs; epoch++) {
-    let lossSum = 0;
-    let correct = 0;
-    let count = 0;
-    let step = 0;
-    const epochLr = opt.lr;
-    for (const b of batches(trainSet, {
-      batchSize: cfg.batchSize,
-      shuffle: true,
-      seed: cfg.seed,
-      epoch,
-      // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (PROTOCOL.md).
-      augment: standardAugment(trainSet.images.shape[2]),
-      markers,
-      normalization: norm,
-      device: cfg.device,
-    })) {
-      torch.tidy(() => {
-        let x = b.x;
-        if (cfg.adversarial) {
-          // Madry training on a fraction of the batch: its first k images are replaced by PGD examples.
-          const k = Math.floor(cfg.adversarial.fraction * b.indices.length);
-          if (k > 0) {
-            const adv = pgdAttack(model, b.x.narrow(0, 0, k), b.y.narrow(0, 0, k), {
-              ...cfg.adversarial,
-              normalization: norm,
-            });
-            x = k === b.indices.length ? adv : torch.cat([adv, b.x.narrow(0, k, b.indices.length - k)]);
-          }
-        }
-        // PyTorch's mixed-precision recipe: forward and loss under autocast, backward outside.
-        const { logits, loss } = torch.withAutocast(cfg.autocast, cfg.device, () => {
-          const out = model.forward(x);
-          return { logits: out, loss: torch.crossEntropy(out, b.y) };
-        });
-        const value = loss.item();
-        if (!Number.isFinite(value))
-          throw new Error(
-            `training diverged: loss is ${value} at epoch ${epoch + 1}, step ${step + 1} (try a smaller --lr)`,
-          );
-        loss.backward();
-        opt.step();
-        opt.zeroGrad();
-        lossSum += value * b.indices.length;
-        correct += torch.noGrad(() => logits.argmax(1).eq(b.y).sum().item());
-      });
-      count += b.indices.length;
-      seen += b.indices.length;
-      torch.dispose(b);
-      step++;
-      const elapsed = (performance.now() - start) / 1000;
-      const total = steps * cfg.epochs;
-      const done = epoch * steps + step;
-      onProgress({
-        epoch: epoch + 1,
-        epochs: cfg.epochs,
-        step,
-        steps,
-        loss: lossSum / count,
-        accuracy: correct / count,
-        imagesPerSecond: seen / elapsed,
-        etaSeconds: (elapsed / done) * (total - done),
-        lr: opt.lr,
-      });
-    }
-    sched.step();
-    const test1 = evaluate(model, test, { normalization: norm, device: cfg.device });
-    metrics.push(
-      JSON.stringify({
-        epoch: epoch + 1,
-        lr: epochLr,
-        train_loss: lossSum / count,
-        train_accuracy: correct / count,
-        test_accuracy: test1.accuracy,
-        test_loss: test1.loss,
       }),
     );
-    torch.writeFileAtomic(join(outDir, "metrics.jsonl"), [`${metrics.join("\n")}\n`]);
-  }
-  opt.dispose();
-  disposeDataset(trainSet);
-
-  const accuracies: Record<string, number> = {
-    clean: evaluate(model, test, { normalization: norm, device: cfg.device }).accuracy,
-  };
-  if (cfg.shortcut) {
-    const marked = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1 });
-    accuracies.marked = evaluate(model, marked, { normalization: norm, device: cfg.device }).accuracy;
-    disposeDataset(marked);
-    if (cfg.shortcut !== "rand") {
-      const rolled = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1, rolled: true });
-      accuracies.rolled = evaluate(model, rolled, { normalization: norm, device: cfg.device }).accuracy;
-      disposeDataset(rolled);
+    const sched = new MultiStepLR(opt, milestoneEpochs(cfg.milestones, cfg.epochs), 0.1);
+    const steps = numBatches(trainSet, { batchSize: cfg.batchSize, dropLast: false });
+    const start = performance.now();
+    const metrics: string[] = [];
+    let seen = 0;
+    for (let epoch = 0; epoch < cfg.epochs; epoch++) {
+      let lossSum = 0;
+      let correct = 0;
+      let count = 0;
+      let step = 0;
+      const epochLr = opt.lr;
+      for (const b of batches(trainSet, {
+        batchSize: cfg.batchSize,
+        shuffle: true,
+        seed: cfg.seed,
+        epoch,
+        // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (PROTOCOL.md).
+        augment: standardAugment(trainSet.images.shape[2]),
+        markers,
+        normalization: norm,
+        device: cfg.device,
+      })) {
+        try {
+          torch.tidy(() => {
+            let x = b.x;
+            if (cfg.adversarial) {
+              // Madry training on a fraction of the batch: its first k images are replaced by PGD examples.
+              const k = Math.floor(cfg.adversarial.fraction * b.indices.length);
+              if (k > 0) {
+                const adv = pgdAttack(model, b.x.narrow(0, 0, k), b.y.narrow(0, 0, k), {
+                  ...cfg.adversarial,
+                  normalization: norm,
+                });
+                x = k === b.indices.length ? adv : torch.cat([adv, b.x.narrow(0, k, b.indices.length - k)]);
+              }
+            }
+            // PyTorch's mixed-precision recipe: forward and loss under autocast, backward outside.
+            const { logits, loss } = torch.withAutocast(cfg.autocast, cfg.device, () => {
+              const out = model.forward(x);
+              return { logits: out, loss: torch.crossEntropy(out, b.y) };
+            });
+            const value = loss.item();
+            if (!Number.isFinite(value))
+              throw new Error(
+                `training diverged: loss is ${value} at epoch ${epoch + 1}, step ${step + 1} (try a smaller --lr)`,
+              );
+            loss.backward();
+            opt.step();
+            opt.zeroGrad();
+            lossSum += value * b.indices.length;
+            correct += torch.noGrad(() => logits.argmax(1).eq(b.y).sum().item());
+          });
+        } finally {
+          torch.dispose(b);
+        }
+        count += b.indices.length;
+        seen += b.indices.length;
+        step++;
+        const elapsed = (performance.now() - start) / 1000;
+        const total = steps * cfg.epochs;
+        const done = epoch * steps + step;
+        onProgress({
+          epoch: epoch + 1,
+          epochs: cfg.epochs,
+          step,
+          steps,
+          loss: lossSum / count,
+          accuracy: correct / count,
+          imagesPerSecond: seen / elapsed,
+          etaSeconds: (elapsed / done) * (total - done),
+          lr: opt.lr,
+        });
+      }
+      sched.step();
+      const test1 = evaluate(model, test, { normalization: norm, device: cfg.device });
+      metrics.push(
+        JSON.stringify({
+          epoch: epoch + 1,
+          lr: epochLr,
+          train_loss: lossSum / count,
+          train_accuracy: correct / count,
+          test_accuracy: test1.accuracy,
+          test_loss: test1.loss,
+        }),
+      );
+      torch.writeFileAtomic(join(outDir, "metrics.jsonl"), [`${metrics.join("\n")}\n`]);
     }
-  }
-  // The adversarial models' own budget (clean models: PROTOCOL's CIFAR one). APGD starts at a
-  // random point (AutoAttack); PGD as in training.
-  let robustEval: RobustEvalRecord | undefined;
-  if (cfg.robustEvalSteps > 0) {
-    const r = robustEvaluation(model, test, {
-      attack: cfg.robustEvalAttack,
-      eps: cfg.adversarial?.eps ?? 8 / 255,
-      steps: cfg.robustEvalSteps,
-      pgdStep: cfg.adversarial?.step ?? 2 / 255,
-      ...(cfg.robustEvalAttack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
-      normalization: norm,
-      device: cfg.device,
-    });
-    Object.assign(accuracies, r.accuracies);
-    robustEval = r.record;
-  }
-  disposeDataset(test);
+    opt.dispose();
+    disposeDataset(trainSet);
 
-  const checkpoint = join(outDir, "model.safetensors");
-  saveCheckpoint(checkpoint, model, {
-    dataset: cfg.dataset,
-    shortcut: cfg.shortcut,
-    // randomStart is a boolean: CheckpointMeta types `adversarial` as numbers only.
-    adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
-    seed: cfg.seed,
-    epochs: cfg.epochs,
-    accuracies,
-    ...(robustEval ? { robustEval } : {}),
-    ...(cfg.simclr ? { method: "simclr", simclr: cfg.simclr } : {}),
-  });
-  model.dispose();
-  return {
-    checkpoint,
-    accuracies,
-    ...(robustEval ? { robustEval } : {}),
-    seconds: (performance.now() - start) / 1000,
-  };
+    const accuracies: Record<string, number> = {
+      clean: evaluate(model, test, { normalization: norm, device: cfg.device }).accuracy,
+    };
+    if (cfg.shortcut) {
+      const marked = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1 });
+      own({ dispose: () => disposeDataset(marked) });
+      accuracies.marked = evaluate(model, marked, { normalization: norm, device: cfg.device }).accuracy;
+      disposeDataset(marked);
+      if (cfg.shortcut !== "rand") {
+        const rolled = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1, rolled: true });
+        own({ dispose: () => disposeDataset(rolled) });
+        accuracies.rolled = evaluate(model, rolled, { normalization: norm, device: cfg.device }).accuracy;
+        disposeDataset(rolled);
+      }
+    }
+    // The adversarial models' own budget (clean models: PROTOCOL's CIFAR one). APGD starts at a
+    // random point (AutoAttack); PGD as in training.
+    let robustEval: RobustEvalRecord | undefined;
+    if (cfg.robustEvalSteps > 0) {
+      const r = robustEvaluation(model, test, {
+        attack: cfg.robustEvalAttack,
+        eps: cfg.adversarial?.eps ?? 8 / 255,
+        steps: cfg.robustEvalSteps,
+        pgdStep: cfg.adversarial?.step ?? 2 / 255,
+        ...(cfg.robustEvalAttack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
+        normalization: norm,
+        device: cfg.device,
+      });
+      Object.assign(accuracies, r.accuracies);
+      robustEval = r.record;
+    }
+    disposeDataset(test);
+
+    const checkpoint = join(outDir, "model.safetensors");
+    saveCheckpoint(checkpoint, model, {
+      dataset: cfg.dataset,
+      shortcut: cfg.shortcut,
+      // randomStart is a boolean: CheckpointMeta types `adversarial` as numbers only.
+      adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
+      seed: cfg.seed,
+      epochs: cfg.epochs,
+      accuracies,
+      ...(robustEval ? { robustEval } : {}),
+      ...(cfg.simclr ? { method: "simclr", simclr: cfg.simclr } : {}),
+    });
+    model.dispose();
+    return {
+      checkpoint,
+      accuracies,
+      ...(robustEval ? { robustEval } : {}),
+      seconds: (performance.now() - start) / 1000,
+    };
+  } finally {
+    for (const o of owned.reverse()) o.dispose();
+  }
 }
