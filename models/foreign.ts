@@ -32,14 +32,32 @@ function pySet(v: unknown): Set<string> {
   return new Set();
 }
 
-/** A pickled nn.Module's state dict: its parameters and persistent buffers, recursively. */
-function moduleStateDict(m: PyObject & { state: Record<string, unknown> }, prefix: string, out: StateDict): void {
+/** Sets key k as an own property, so that a key "__proto__" from a file never replaces a prototype. */
+function put(out: StateDict, k: string, t: Tensor): void {
+  Object.defineProperty(out, k, { value: t, enumerable: true, writable: true, configurable: true });
+}
+
+/**
+ * A pickled nn.Module's state dict: its parameters and persistent buffers, recursively. A crafted
+ * file can make a module its own child (through the pickle memo): cycles and absurd depths are errors.
+ */
+function moduleStateDict(
+  m: PyObject & { state: Record<string, unknown> },
+  prefix: string,
+  out: StateDict,
+  seen = new Set<object>(),
+): void {
+  if (seen.has(m)) throw new Error(`the pickled module at '${prefix}' contains itself`);
+  if (seen.size >= 1000) throw new Error("the pickled module nests more than 1000 levels deep");
+  seen.add(m);
   const s = m.state;
   const entries = (v: unknown) => (v && typeof v === "object" ? Object.entries(v as object) : []);
-  for (const [k, t] of entries(s._parameters)) if (isTensor(t)) out[prefix + k] = t;
+  for (const [k, t] of entries(s._parameters)) if (isTensor(t)) put(out, prefix + k, t);
   const transient = pySet(s._non_persistent_buffers_set);
-  for (const [k, t] of entries(s._buffers)) if (isTensor(t) && !transient.has(k)) out[`${prefix}${k}`] = t;
-  for (const [k, child] of entries(s._modules)) if (isModule(child)) moduleStateDict(child, `${prefix}${k}.`, out);
+  for (const [k, t] of entries(s._buffers)) if (isTensor(t) && !transient.has(k)) put(out, prefix + k, t);
+  for (const [k, child] of entries(s._modules))
+    if (isModule(child)) moduleStateDict(child, `${prefix}${k}.`, out, seen);
+  seen.delete(m);
 }
 
 const WRAPPER_KEYS = ["state_dict", "model_state_dict", "model"] as const;
@@ -83,7 +101,7 @@ export function unwrapStateDict(obj: unknown, what: string): { stateDict: StateD
   let sd: StateDict = {};
   const skipped: string[] = [];
   for (const [k, x] of Object.entries(v)) {
-    if (isTensor(x)) sd[k] = x;
+    if (isTensor(x)) put(sd, k, x);
     else skipped.push(k);
   }
   if (Object.keys(sd).length === 0)

@@ -118,7 +118,8 @@ export function torchLoad(path: string): unknown {
   try {
     return loadTorchArchive(buf);
   } catch (e) {
-    throw new Error(`torch.load: cannot read ${path}: ${(e as Error).message}`);
+    // Whatever the archive or pickle reader found, the message names the file it was in.
+    throw new Error(`torch.load: cannot read ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }
 }
 
@@ -126,9 +127,8 @@ function toHandles(v: unknown): unknown {
   if (v instanceof Tensor) return v.handle;
   if (v === null || typeof v !== "object") return v;
   if (Array.isArray(v)) return v.map(toHandles);
-  const out: Record<string, unknown> = {};
-  for (const [k, x] of Object.entries(v)) out[k] = toHandles(x);
-  return out;
+  // fromEntries defines own properties: a key "__proto__" stays a key.
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toHandles(x)]));
 }
 
 /** Saves a tensor, or dicts / lists of tensors and plain values, so that Python's torch.load reads it. */

@@ -1,5 +1,9 @@
 // A minimal zip reader for the archives torch.save writes: entries are found through the
 // central directory and may be stored (PyTorch's way) or deflated (if someone re-zipped one).
+// Every offset and length read from the file is checked against the bytes there before use,
+// so a damaged or crafted archive gives an error that says what is wrong, never a read
+// elsewhere (Buffer's reads throw a bare RangeError past the end; toString and subarray clamp).
+import { constants } from "node:buffer";
 import { inflateRawSync } from "node:zlib";
 
 export interface ZipEntry {
@@ -8,15 +12,35 @@ export interface ZipEntry {
 }
 
 const EOCD = 0x06054b50;
+const EOCD64 = 0x06064b50;
 const EOCD64_LOCATOR = 0x07064b50;
 const CENTRAL = 0x02014b50;
 const LOCAL = 0x04034b50;
+const EOCD_SIZE = 22;
+const CENTRAL_SIZE = 46;
+const LOCAL_SIZE = 30;
 
+const damaged = (why: string) => new Error(`damaged zip archive: ${why}`);
+
+/** Where the end-of-central-directory record starts. */
 function findEocd(buf: Buffer): number {
-  // The end-of-central-directory record sits in the last 64 KiB + 22 bytes (comment at most 64 KiB).
-  for (let i = buf.byteLength - 22; i >= Math.max(0, buf.byteLength - 65557); i--) {
-    if (buf.readUInt32LE(i) === EOCD) return i;
+  // The record is the last thing in the file but for a comment of at most 64 KiB. A record whose
+  // comment ends exactly at the end of the file wins over a signature that lies inside a comment;
+  // failing that, the last one whose comment fits in the file (trailing bytes are tolerated).
+  let fits = -1;
+  let last = -1;
+  for (let i = buf.byteLength - EOCD_SIZE; i >= Math.max(0, buf.byteLength - EOCD_SIZE - 0xffff); i--) {
+    if (buf.readUInt32LE(i) !== EOCD) continue;
+    const end = i + EOCD_SIZE + buf.readUInt16LE(i + 20);
+    if (end === buf.byteLength) return i;
+    if (last < 0) last = i;
+    if (fits < 0 && end <= buf.byteLength) fits = i;
   }
+  if (fits >= 0) return fits;
+  if (last >= 0)
+    throw damaged(
+      `the end record at byte ${last} gives a ${buf.readUInt16LE(last + 20)}-byte comment, but only ${buf.byteLength - last - EOCD_SIZE} bytes follow it`,
+    );
   throw new Error("no zip end-of-central-directory record (truncated or not a zip file)");
 }
 
@@ -24,17 +48,36 @@ function findEocd(buf: Buffer): number {
 export function readZip(buf: Buffer): Map<string, ZipEntry> {
   const eocd = findEocd(buf);
   let count = buf.readUInt16LE(eocd + 10);
+  let dirSize = buf.readUInt32LE(eocd + 12);
   let dirOffset = buf.readUInt32LE(eocd + 16);
+  // The central directory ends where the record that describes it begins.
+  let dirLimit = eocd;
   if (eocd >= 20 && buf.readUInt32LE(eocd - 20) === EOCD64_LOCATOR) {
     // zip64: PyTorch writes it for archives over 4 GiB.
     const rec = Number(buf.readBigUInt64LE(eocd - 20 + 8));
+    if (rec + 56 > eocd - 20 || buf.readUInt32LE(rec) !== EOCD64)
+      throw damaged(`the zip64 locator points to byte ${rec}, where there is no zip64 end record`);
     count = Number(buf.readBigUInt64LE(rec + 32));
+    dirSize = Number(buf.readBigUInt64LE(rec + 40));
     dirOffset = Number(buf.readBigUInt64LE(rec + 48));
+    dirLimit = rec;
   }
+  if (count === 0) throw new Error("the zip archive holds no entries");
+  const dirEnd = dirOffset + dirSize;
+  if (dirEnd > dirLimit)
+    throw damaged(
+      `the central directory (${dirSize} bytes at byte ${dirOffset}) runs past its end record at byte ${dirLimit}`,
+    );
+  // Each entry's header takes 46 bytes at least, so a count the directory cannot hold is found before any loop.
+  if (count * CENTRAL_SIZE > dirSize)
+    throw damaged(`a central directory of ${dirSize} bytes cannot hold the ${count} entries it claims`);
+
   const entries = new Map<string, ZipEntry>();
   let p = dirOffset;
   for (let i = 0; i < count; i++) {
-    if (p + 46 > buf.byteLength || buf.readUInt32LE(p) !== CENTRAL) throw new Error("damaged zip central directory");
+    if (p + CENTRAL_SIZE > dirEnd || buf.readUInt32LE(p) !== CENTRAL)
+      throw damaged(`entry ${i} of the central directory has no header at byte ${p}`);
+    const flags = buf.readUInt16LE(p + 8);
     const method = buf.readUInt16LE(p + 10);
     let compressed = buf.readUInt32LE(p + 20);
     let size = buf.readUInt32LE(p + 24);
@@ -42,47 +85,66 @@ export function readZip(buf: Buffer): Map<string, ZipEntry> {
     const extraLen = buf.readUInt16LE(p + 30);
     const commentLen = buf.readUInt16LE(p + 32);
     let local = buf.readUInt32LE(p + 42);
-    const name = buf.toString("utf8", p + 46, p + 46 + nameLen);
+    const next = p + CENTRAL_SIZE + nameLen + extraLen + commentLen;
+    if (next > dirEnd)
+      throw damaged(`entry ${i} of the central directory (at byte ${p}) runs past the directory's end at ${dirEnd}`);
+    const name = buf.toString("utf8", p + CENTRAL_SIZE, p + CENTRAL_SIZE + nameLen);
+    if (flags & 1) throw new Error(`zip entry ${name} is encrypted`);
     // zip64 extended information: the 64-bit values replace those that read 0xffffffff, in order.
-    let x = p + 46 + nameLen;
+    let x = p + CENTRAL_SIZE + nameLen;
     const xEnd = x + extraLen;
     while (x + 4 <= xEnd) {
       const id = buf.readUInt16LE(x);
-      const len = buf.readUInt16LE(x + 2);
+      const fieldEnd = x + 4 + buf.readUInt16LE(x + 2);
+      if (fieldEnd > xEnd) throw damaged(`zip entry ${name} has an extra field that runs past its header`);
       if (id === 1) {
         let q = x + 4;
-        if (size === 0xffffffff) {
-          size = Number(buf.readBigUInt64LE(q));
+        const wide = (what: string): number => {
+          if (q + 8 > fieldEnd) throw damaged(`zip entry ${name}'s zip64 field lacks its ${what}`);
+          const v = Number(buf.readBigUInt64LE(q));
           q += 8;
-        }
-        if (compressed === 0xffffffff) {
-          compressed = Number(buf.readBigUInt64LE(q));
-          q += 8;
-        }
-        if (local === 0xffffffff) local = Number(buf.readBigUInt64LE(q));
+          return v;
+        };
+        if (size === 0xffffffff) size = wide("size");
+        if (compressed === 0xffffffff) compressed = wide("compressed size");
+        if (local === 0xffffffff) local = wide("offset");
       }
-      x += 4 + len;
+      x = fieldEnd;
     }
-    const localOffset = local;
+    // The local header and the data after it lie before the central directory.
+    if (local + LOCAL_SIZE > dirOffset || buf.readUInt32LE(local) !== LOCAL)
+      throw damaged(`zip entry ${name} has no local header at byte ${local}`);
+    const start = local + LOCAL_SIZE + buf.readUInt16LE(local + 26) + buf.readUInt16LE(local + 28);
+    if (start + compressed > dirOffset)
+      throw damaged(
+        `zip entry ${name}'s ${compressed} bytes at byte ${start} run past the entries' end at byte ${dirOffset}`,
+      );
+    if (method === 0 && compressed !== size)
+      throw damaged(`zip entry ${name} is stored, yet its sizes differ (${compressed} and ${size} bytes)`);
     const csize = compressed;
     const usize = size;
     entries.set(name, {
       name,
       data(): Uint8Array {
-        if (buf.readUInt32LE(localOffset) !== LOCAL) throw new Error(`damaged zip entry ${name}`);
-        const start = localOffset + 30 + buf.readUInt16LE(localOffset + 26) + buf.readUInt16LE(localOffset + 28);
-        if (start + csize > buf.byteLength) throw new Error(`zip entry ${name} runs past the end of the file`);
         const raw = buf.subarray(start, start + csize);
         if (method === 0) return raw;
         if (method === 8) {
-          const out = inflateRawSync(raw);
-          if (out.byteLength !== usize) throw new Error(`zip entry ${name} inflated to the wrong size`);
+          if (usize > constants.MAX_LENGTH)
+            throw new Error(`zip entry ${name} claims ${usize} bytes, too many to hold`);
+          let out: Buffer;
+          try {
+            // Bounded by the stated size, so that a small entry cannot inflate without end.
+            out = inflateRawSync(raw, { maxOutputLength: Math.max(1, usize) });
+          } catch (e) {
+            throw damaged(`zip entry ${name} does not inflate to its ${usize} bytes (${(e as Error).message})`);
+          }
+          if (out.byteLength !== usize) throw damaged(`zip entry ${name} inflated to the wrong size`);
           return out;
         }
         throw new Error(`zip entry ${name} uses unsupported compression method ${method}`);
       },
     });
-    p += 46 + nameLen + extraLen + commentLen;
+    p = next;
   }
   return entries;
 }
