@@ -67,11 +67,7 @@ export function registerLayersCommand(program: Command): void {
         const head = model.stitchPoint(HEAD_POINT);
         model.dispose();
         if (o.json) {
-          console.log(
-            JSON.stringify(
-              points.map(({ name, kind, channels, height, width }) => ({ name, kind, channels, height, width })),
-            ),
-          );
+          console.log(JSON.stringify(points));
           return;
         }
         console.log(`${name}: ${describeModel(name)}`);
@@ -82,7 +78,7 @@ export function registerLayersCommand(program: Command): void {
           p.kind === "cnn"
             ? `${p.channels} x ${p.height} x ${p.width}`
             : p.kind === "vit"
-              ? `${p.height} x ${p.channels}`
+              ? `${p.tokens} x ${p.channels}`
               : `${p.channels} (vector)`;
         const kinds = [...new Set(points.map((p) => p.kind))];
         console.log(`point        ${kinds.map((k) => layout[k]).join("; ")}`);

@@ -7,27 +7,23 @@ import * as torch from "../torch/index.js";
 type Tensor = torch.Tensor;
 
 /**
- * What a stitch point holds, by the shape of its features (the reference's conv / token / vector
- * formats, models/model_utils.py get_stitch_transform):
- *   "cnn"    [N, C, H, W] maps: channels C, height H, width W;
- *   "vit"    [N, tokens, dim] token sequences: channels dim, height tokens, width 1;
- *   "vector" [N, D] vectors (the ViT head input): channels D, height 1, width 1.
+ * A named place in a network, by the shape of its features (the reference's conv / token /
+ * vector formats, models/model_utils.py get_stitch_transform). `channels` is what T maps.
  */
-export type PointKind = "cnn" | "vit" | "vector";
+export type StitchPoint =
+  /** [N, C, H, W] feature maps. */
+  | { kind: "cnn"; name: string; channels: number; height: number; width: number }
+  /** [N, tokens, dim] token sequences: channels is dim. */
+  | { kind: "vit"; name: string; channels: number; tokens: number }
+  /** [N, D] vectors (the head's input): channels is D. */
+  | { kind: "vector"; name: string; channels: number };
 
-/** A named place in a network; `kind` says how channels, height and width map to its shape. */
-export interface StitchPoint {
-  name: string;
-  channels: number;
-  height: number;
-  width: number;
-  kind: PointKind;
-}
+export type PointKind = StitchPoint["kind"];
 
 /** The shape of a point's features for a batch of n: what forwardTo(x, point) returns. */
 export function pointShape(p: StitchPoint, n: number): number[] {
   if (p.kind === "cnn") return [n, p.channels, p.height, p.width];
-  if (p.kind === "vit") return [n, p.height, p.channels];
+  if (p.kind === "vit") return [n, p.tokens, p.channels];
   return [n, p.channels];
 }
 
@@ -67,7 +63,7 @@ export abstract class StitchableModel extends Module {
   /** The subclass's stages, then the head's input (HEAD_POINT); the classifier follows. */
   private get stages(): Stage[] {
     if (!this.#stages) {
-      const point: StitchPoint = { name: HEAD_POINT, channels: this.embedDim, height: 1, width: 1, kind: "vector" };
+      const point: StitchPoint = { name: HEAD_POINT, channels: this.embedDim, kind: "vector" };
       this.#stages = [...this.stageList, { name: HEAD_POINT, point, run: (h) => this.embedFrom(h) }];
     }
     return this.#stages;

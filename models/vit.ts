@@ -107,8 +107,8 @@ export class VisionTransformer extends StitchableModel {
     this.child("blocks", new Sequential(...this.blocks)); // names blocks.0, blocks.1, ... as timm
     this.norm = this.child("norm", new LayerNorm(d, 1e-6));
     this.headLinear = this.child("head", new Linear(d, c.numClasses));
-    const point = (name: string) => ({ name, channels: d, height: tokens, width: 1, kind: "vit" }) as const;
-    const headInput = { name: "norm", channels: d, height: 1, width: 1, kind: "vector" } as const;
+    const point = (name: string) => ({ name, channels: d, tokens, kind: "vit" }) as const;
+    const headInput = { name: "norm", channels: d, kind: "vector" } as const;
     this.stageList = [
       {
         name: "embed",

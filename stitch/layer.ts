@@ -17,8 +17,8 @@ export type StitchInit = (typeof STITCH_INITS)[number];
 /** Why two points cannot be stitched, or null when they can. */
 export function stitchMismatch(a: StitchPoint, b: StitchPoint): string | null {
   if (a.kind !== b.kind) return `a ${a.kind} point (${a.name}) cannot be stitched to a ${b.kind} point (${b.name})`;
-  if (a.kind === "vit" && a.height !== b.height)
-    return `ViT points with different token counts (${a.name}: ${a.height}, ${b.name}: ${b.height}) cannot be stitched token by token`;
+  if (a.kind === "vit" && b.kind === "vit" && a.tokens !== b.tokens)
+    return `ViT points with different token counts (${a.name}: ${a.tokens}, ${b.name}: ${b.tokens}) cannot be stitched token by token`;
   return null;
 }
 
@@ -57,11 +57,9 @@ export class StitchingLayer extends Module {
 
   /** A's features at `source` as B expects them at `target`, before the linear map (resized if needed). */
   align(h: Tensor): Tensor {
-    if (
-      this.source.kind === "cnn" &&
-      (this.source.height !== this.target.height || this.source.width !== this.target.width)
-    )
-      return torch.interpolateBilinear(h, [this.target.height, this.target.width]);
+    const [s, t] = [this.source, this.target];
+    if (s.kind === "cnn" && t.kind === "cnn" && (s.height !== t.height || s.width !== t.width))
+      return torch.interpolateBilinear(h, [t.height, t.width]);
     return h;
   }
 

@@ -38,7 +38,7 @@ test("the registry has the seven zoo models, and an unknown name is a clear erro
 test("resnet50's stitch points are the reference's: the stem and the first and last block of each stage", () => {
   const m = createModel("resnet50", { width: 0.125 });
   assert.deepEqual(
-    m.stitchPoints.map((p) => [p.name, p.channels, p.height]),
+    m.stitchPoints.map((p) => [p.name, p.channels, p.kind === "cnn" && p.height]),
     [
       ["stem", 8, 32],
       ["layer1.0", 32, 32],
@@ -186,9 +186,9 @@ test("stitchlab layers --json prints the stitch points, started from / and from 
       assert.equal(r.status, 0, `from ${cwd}: ${r.stderr}`);
       const pts = JSON.parse(r.stdout);
       assert.equal(pts.length, 13);
-      // The head input is the pooled class token [N, D], a vector point: dimension, 1, 1.
-      assert.deepEqual(pts[12], { name: "norm", kind: "vector", channels: 24, height: 1, width: 1 });
-      assert.deepEqual(pts[11], { name: "blocks.11", kind: "vit", channels: 24, height: 65, width: 1 });
+      // The head input is the pooled class token [N, D], a vector point: its dimension only.
+      assert.deepEqual(pts[12], { name: "norm", kind: "vector", channels: 24 });
+      assert.deepEqual(pts[11], { name: "blocks.11", kind: "vit", channels: 24, tokens: 65 });
     }
   } finally {
     rmSync(fresh, { recursive: true, force: true });
@@ -264,7 +264,7 @@ test("ViT head point: the pooled class token [N, D]; least squares, DM/FuLA, CKA
   const d = 24;
   const m = createModel("vit_tiny_patch4_32", { embedDim: d, depth: 2, numHeads: 2 }).eval();
   const point = m.stitchPoints.at(-1);
-  assert.deepEqual(point, { name: "norm", channels: d, height: 1, width: 1, kind: "vector" });
+  assert.deepEqual(point, { name: "norm", channels: d, kind: "vector" });
   const s = new StitchedModel(m, m, "norm");
   torch.tidy(() => {
     const x = torch.randn([4, 3, 32, 32]);
@@ -304,6 +304,7 @@ test("resnet18 ImageNet stem: the stem point is before the max-pool, which runs 
   torch.manualSeed(2);
   const m = createModel("resnet18", { width: 0.125, stem: "imagenet", imageSize: 64 }).eval();
   const [stem, first] = m.stitchPoints;
+  assert.ok(stem.kind === "cnn" && first.kind === "cnn");
   assert.deepEqual([stem.name, stem.height, stem.width], ["stem", 32, 32], "H/2: after the stride-2 conv only");
   assert.deepEqual([first.name, first.height], ["layer1.0", 16], "H/4 after the max-pool");
   torch.tidy(() => {
