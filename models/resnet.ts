@@ -204,7 +204,7 @@ export class ResNet extends StitchableModel {
     this.fc = this.child("fc", new Linear(widths[3] * expansion, c.numClasses));
   }
 
-  get classifierModule(): Linear {
+  get head(): Linear {
     return this.fc;
   }
 

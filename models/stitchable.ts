@@ -1,5 +1,5 @@
 // What every zoo model shares: an ordered list of stages, some of which end at a named stitch
-// point, then a head. forwardTo / forwardFrom / forwardFeatures follow from that list, so a
+// point, then a head. forwardTo / forwardFrom / forwardIntermediates follow from that list, so a
 // stitched model is back.forwardFrom(T(front.forwardTo(x, p)), p) for any pair of models.
 import { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
@@ -53,8 +53,12 @@ export abstract class StitchableModel extends Module {
    * features (what SimCLR's projector and a linear probe read).
    */
   protected abstract embedFrom(h: Tensor): Tensor;
-  /** The classifier on those vectors (fc, VGG's classifier, the ViT head): a linear probe trains its parameters. */
-  abstract readonly classifierModule: Module;
+  /**
+   * The head: the classifier on those vectors (the module named fc in ResNet's state dict,
+   * classifier in VGG's, head in the ViT's); a linear probe trains its parameters. Named as
+   * timm names it, with forwardHead and forwardIntermediates.
+   */
+  abstract readonly head: Module;
 
   /** The width of the penultimate features (the classifier's input). */
   protected abstract readonly embedDim: number;
@@ -69,9 +73,9 @@ export abstract class StitchableModel extends Module {
     return this.#stages;
   }
 
-  /** From the penultimate features to the logits. */
-  protected head(v: Tensor): Tensor {
-    return this.classifierModule.forward(v);
+  /** From the penultimate features to the logits (timm's forward_head). */
+  forwardHead(v: Tensor): Tensor {
+    return this.head.forward(v);
   }
 
   /** The penultimate features of x, [N, D]. */
@@ -115,7 +119,7 @@ export abstract class StitchableModel extends Module {
   }
 
   forward(x: Tensor): Tensor {
-    return torch.tidy(() => this.head(this.runStages(x, 0, this.stages.length)));
+    return torch.tidy(() => this.forwardHead(this.runStages(x, 0, this.stages.length)));
   }
 
   /** A_{<=p}(x): the features at stitch point p. */
@@ -126,11 +130,11 @@ export abstract class StitchableModel extends Module {
   /** B_{>p}(h): the logits from features h at stitch point p. */
   forwardFrom(h: Tensor, point: string): Tensor {
     const i = this.pointIndex(point);
-    return torch.tidy(() => this.head(this.runStages(h, i + 1, this.stages.length)));
+    return torch.tidy(() => this.forwardHead(this.runStages(h, i + 1, this.stages.length)));
   }
 
-  /** Features at several stitch points and the logits, from one pass. */
-  forwardFeatures(x: Tensor, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
+  /** Features at several stitch points and the logits, from one pass (timm's forward_intermediates). */
+  forwardIntermediates(x: Tensor, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
     return this.collect(x, 0, points);
   }
 
@@ -138,7 +142,11 @@ export abstract class StitchableModel extends Module {
    * From features h at stitch point `from`, the features at later points and the logits: what
    * FuLA compares along B's remaining layers. A point equal to `from` is given h itself.
    */
-  forwardFeaturesFrom(h: Tensor, from: string, points: string[]): { features: Record<string, Tensor>; logits: Tensor } {
+  forwardIntermediatesFrom(
+    h: Tensor,
+    from: string,
+    points: string[],
+  ): { features: Record<string, Tensor>; logits: Tensor } {
     const i = this.pointIndex(from);
     const later = points.filter((p) => p !== from);
     for (const p of later)
@@ -152,7 +160,7 @@ export abstract class StitchableModel extends Module {
     for (const p of points) this.pointIndex(p);
     const keep = new Map<string, Tensor>(points.map((p) => [p, x]));
     const last = this.runStages(x, from, this.stages.length, keep);
-    const logits = torch.tidy(() => this.head(last));
+    const logits = torch.tidy(() => this.forwardHead(last));
     if (![...keep.values()].includes(last)) last.dispose();
     return { features: Object.fromEntries(keep), logits };
   }

@@ -142,7 +142,7 @@ export class Vgg16Bn extends StitchableModel {
     return h.flatten(1);
   }
 
-  get classifierModule(): Sequential {
+  get head(): Sequential {
     return this.classifier;
   }
 

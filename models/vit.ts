@@ -136,7 +136,7 @@ export class VisionTransformer extends StitchableModel {
     return h;
   }
 
-  get classifierModule(): Linear {
+  get head(): Linear {
     return this.headLinear;
   }
 

@@ -83,7 +83,7 @@ export function targetPoints(s: StitchedModel, weights: ObjectiveWeights): strin
 
 /** B's targets on x, without gradients (B as it is set: eval or batch statistics). */
 export function stitchTargets(s: StitchedModel, x: Tensor, weights: ObjectiveWeights): StitchTargets {
-  return torch.noGrad(() => s.back.forwardFeatures(s.backInput(x), targetPoints(s, weights)));
+  return torch.noGrad(() => s.back.forwardIntermediates(s.backInput(x), targetPoints(s, weights)));
 }
 
 /**
@@ -109,7 +109,7 @@ export function stitchLossFrom(
   return torch.tidy(() => {
     const points = targetPoints(s, weights);
     const h = s.layer.forward(frontFeatures);
-    const mine = s.tail.forwardFeaturesFrom(h, s.backPoint, points);
+    const mine = s.tail.forwardIntermediatesFrom(h, s.backPoint, points);
     const terms: Tensor[] = [];
     const add = (w: number | undefined, f: () => Tensor) => {
       if (w) terms.push(f().mul(w));

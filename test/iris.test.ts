@@ -340,9 +340,9 @@ test("the mode rule: on an IRI set, B's soft labels and features come from x', H
         const bOnX = b.forward(xs.x);
         const bOnXp = b.forward(xs.xp);
         const points = b.stitchPoints.map((p) => p.name).slice(b.stitchPoints.findIndex((p) => p.name === point));
-        const mine = b.forwardFeaturesFrom(a.forwardTo(xs.xp, point), point, points);
+        const mine = b.forwardIntermediatesFrom(a.forwardTo(xs.xp, point), point, points);
         const fula = (x: torch.Tensor) => {
-          const theirs = b.forwardFeatures(x, points);
+          const theirs = b.forwardIntermediates(x, points);
           return torch
             .stack(points.map((p) => relativeDistance(mine.features[p], theirs.features[p])))
             .mean()

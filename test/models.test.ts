@@ -63,7 +63,9 @@ for (const [name, spec] of Object.entries(TINY)) {
       const x = torch.randn([2, 3, spec.size, spec.size]);
       const logits = torch.noGrad(() => m.forward(x));
       assert.deepEqual(logits.shape, [2, 10]);
-      const { features } = torch.noGrad(() => m.forwardFeatures(x, [...m.stitchPoints.map((p) => p.name), HEAD_POINT]));
+      const { features } = torch.noGrad(() =>
+        m.forwardIntermediates(x, [...m.stitchPoints.map((p) => p.name), HEAD_POINT]),
+      );
       // The paper's points, then the head's input (HEAD_POINT, the "front only" end), named only.
       assert.ok(!m.stitchPoints.some((p) => p.name === HEAD_POINT));
       const head = m.stitchPoint(HEAD_POINT);
@@ -71,7 +73,11 @@ for (const [name, spec] of Object.entries(TINY)) {
       for (const p of [...m.stitchPoints, head]) {
         const h = torch.noGrad(() => m.forwardTo(x, p.name));
         assert.deepEqual(h.shape, pointShape(p, 2), `${name} ${p.name} shape`);
-        assert.equal(features[p.name].sub(h).abs().max().item(), 0, `${name} ${p.name}: forwardFeatures = forwardTo`);
+        assert.equal(
+          features[p.name].sub(h).abs().max().item(),
+          0,
+          `${name} ${p.name}: forwardIntermediates = forwardTo`,
+        );
         const y = torch.noGrad(() => m.forwardFrom(h, p.name));
         const err = y.sub(logits).abs().max().item();
         assert.ok(err <= 1e-5 * (1 + logits.abs().max().item()), `${name} ${p.name}: |forwardFrom - forward| = ${err}`);
@@ -241,7 +247,7 @@ test("vgg16_bn: torchvision's vgg16_bn(num_classes=10) state dict loads strictly
       const x = (torch.torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
       const want = (torch.torchLoad(join(dir, "py_logits.pt")) as { logits: torch.Tensor }).logits;
       const points = m.stitchPoints.map((p) => p.name);
-      const { features, logits } = torch.noGrad(() => m.forwardFeatures(x, points));
+      const { features, logits } = torch.noGrad(() => m.forwardIntermediates(x, points));
       const rel = logits.sub(want).norm().item() / want.norm().item();
       assert.ok(rel < 1e-5, `logits: relative error ${rel}`);
       // Each point's features are PyTorch's features[:k+1](x).

@@ -81,7 +81,7 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
   const train = await loadDataset("fashion-mnist", { split: "train", limit: 256, pad32: true, rgb: true });
   torch.manualSeed(0);
   const model = createModel("resnet18", { width: 0.125 });
-  const fcBefore = model.classifierModule.parameters().map((p) => p.clone());
+  const fcBefore = model.head.parameters().map((p) => p.clone());
   // A constant lr over 5 short epochs: the reference's steps would cut it after the first.
   const losses = pretrainSimclr(model, train, {
     epochs: 5,
@@ -102,7 +102,7 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
     (losses[4] as number) < (losses[0] as number) - 0.1,
     `NT-Xent per epoch ${losses.map((l) => l.toFixed(3))}`,
   );
-  for (const [i, p] of model.classifierModule.parameters().entries())
+  for (const [i, p] of model.head.parameters().entries())
     assert.equal(
       p
         .sub(fcBefore[i] as torch.Tensor)

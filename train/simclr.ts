@@ -83,7 +83,7 @@ export function pretrainSimclr(
   torch.manualSeed(o.seed + 7919);
   const projector = new Sequential(new Linear(d, 1024), new ReLU(), new Linear(1024, 128));
   if (o.device !== "cpu") projector.to(o.device);
-  const classifier = new Set(model.classifierModule.parameters());
+  const classifier = new Set(model.head.parameters());
   const params = [...model.parameters().filter((p) => !classifier.has(p)), ...projector.parameters()];
   const opt = new SGD(params, { lr: o.lr, momentum: o.momentum, nesterov: o.nesterov, weightDecay: o.weightDecay });
   const sched = new MultiStepLR(

@@ -273,10 +273,10 @@ export async function trainModel(
       );
       // The second phase trains the classifier alone; the backbone's weights stay as pre-trained
       // (in train mode, so its batch-norm statistics follow the supervised batches, as the reference's).
-      const classifier = new Set(model.classifierModule.parameters());
+      const classifier = new Set(model.head.parameters());
       for (const p of model.parameters()) if (!classifier.has(p)) p.requiresGrad_(false);
     }
-    const trained = cfg.simclr ? model.classifierModule.parameters() : model.parameters();
+    const trained = cfg.simclr ? model.head.parameters() : model.parameters();
     const opt = own(
       new SGD(trained, {
         lr: cfg.lr,
