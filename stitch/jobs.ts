@@ -372,6 +372,7 @@ export async function runStitch(
   // it was: three separate networks, even when front and back are one checkpoint.
   const adapt = bnMode === "adapt";
   const loaded: { model: StitchableModel; meta: CheckpointMeta }[] = [];
+  let layer: { dispose(): void } | undefined;
   const load = (source: ModelSourceLike) => {
     const m = loadModel(source, cfg.device);
     loaded.push(m);
@@ -390,6 +391,7 @@ export async function runStitch(
         back: inputNormalization(back.meta, "the back"),
       },
     });
+    layer = s.layer;
     if (cfg.device !== "cpu") s.layer.to(cfg.device);
     const epochs = cfg.epochs ?? defaultEpochs(dataset);
     const source = { dataset, root: cfg.root, imageSize: cfg.imageSize, shortcut: cfg.shortcut, limit: cfg.limit };
@@ -504,9 +506,10 @@ export async function runStitch(
       target: JSON.stringify(s.layer.target),
     });
     torch.writeFileAtomic(join(outDir, "scores.json"), [`${JSON.stringify(result, null, 2)}\n`]);
-    s.layer.dispose();
     return result;
   } finally {
+    // T is freed whichever way the run ends (a diverged loss, a bad IRI set, a full disk).
+    layer?.dispose();
     for (const d of owned) disposeDataset(d);
     for (const m of loaded) m.model.dispose();
   }
