@@ -23,9 +23,10 @@ import * as torch from "../torch/index.js";
 import { TRAIN_DEFAULTS, trainModel } from "../train/trainer.js";
 import { runCli } from "./helpers/cli.js";
 import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const skip = skipUnlessFashionMnist();
+const HAVE_DATA = !skip;
 const norm = normalizationFor("fashion-mnist");
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-iris-"));
 const WIDTH = 0.125;
@@ -609,6 +610,11 @@ test("runStitch: missing points, unstitchable pairs and a NaN loss are clear err
     runStitch(stitchConfig({ back: overflowPath }), out),
     /stitching diverged: loss is NaN at epoch 1, step 1/,
   );
+  // A second time, counted: the failed run frees T, its models and its data.
+  // (No collection between the counts: what a collection would free is a leak here too.)
+  const handles = torch.memory().liveHandles;
+  await assert.rejects(runStitch(stitchConfig({ back: overflowPath }), out), /stitching diverged/);
+  assert.equal(torch.memory().liveHandles, handles, "nothing of the failed run is left");
   assert.ok(!existsSync(join(out, "scores.json")) && !existsSync(join(out, "layer.safetensors")));
 });
 
