@@ -9,19 +9,9 @@ export function deviceArg(v: string): string {
   return v;
 }
 
-/** Throws, saying which half is missing, when this process cannot compute on `device`. */
-export function requireDevice(device: string): void {
-  if (device === "cpu") return;
-  const why = !torch.buildInfo().builtWithCuda
-    ? "this libtorch is a CPU build (build against a CUDA libtorch: see the README's GPU section)"
-    : !torch.cuda.isAvailable()
-      ? "libtorch sees no GPU (driver? CUDA_VISIBLE_DEVICES?)"
-      : null;
-  if (why) throw new Error(`--device ${device}: ${why}; \`stitchlab doctor\` shows what this install has`);
-  const n = Number(device.split(":")[1] ?? 0);
-  if (n >= torch.cuda.deviceCount())
-    throw new Error(`--device ${device}: there are ${torch.cuda.deviceCount()} GPU(s), numbered from 0`);
-}
+// Whether this process can compute on a device: torch/runtime.ts, so that worker processes
+// (experiments/worker.ts) check it as the commands do.
+export { requireDevice } from "../torch/index.js";
 
 /** --device and --autocast, for the commands that train or generate IRIs. */
 export function computeOptions(cmd: Command, defaultDevice: string): Command {

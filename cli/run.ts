@@ -1,13 +1,13 @@
 // `stitchlab run FILE`: an experiment file through the planner and the cache; `stitchlab task KEY`:
-// one task of a planned graph (what each worker process runs); `stitchlab schema`: the experiment
-// file's JSON Schema for editors.
+// one task of a planned graph, by hand (as each worker process runs it: experiments/worker.ts);
+// `stitchlab schema`: the experiment file's JSON Schema for editors.
 import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import cliProgress from "cli-progress";
 import type { Command } from "commander";
 import { disposeDataset, loadDataset } from "../data/index.js";
-import { isDone, loadTask, partials, readFailure, recordFailure } from "../experiments/cache.js";
+import { isDone, partials, readFailure } from "../experiments/cache.js";
 import { formatLocalStatus, localStatus, readLocalRun, recordLocalRun } from "../experiments/local.js";
 import { type Plan, planExperiment, type Task } from "../experiments/plan.js";
 import { writeResults } from "../experiments/results.js";
@@ -24,7 +24,7 @@ import {
 } from "../experiments/slurm.js";
 import { type Experiment, experimentJsonSchema, readExperiment } from "../experiments/spec.js";
 import { agreementTable, residualTable } from "../experiments/summary.js";
-import { runTask } from "../experiments/tasks.js";
+import { runTaskOfCache } from "../experiments/tasks.js";
 import { repoRoot } from "../torch/files.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { int, oneOf } from "./parse.js";
@@ -284,17 +284,35 @@ export async function runExperiment(file: string, o: RunCommandOptions): Promise
   // Before any task: `stitchlab status` and `report` read the run from here (experiments/local.ts).
   recordLocalRun(resolve(o.out), { plan, cache, scale, device });
   const progress = overallProgress(plan.tasks.filter((t) => !isDone(cache, t.key)));
-  // Ctrl-C: finished tasks are in the cache, and a task under way resumes (IRI sets) or restarts.
-  const interrupted = () => {
+  // Ctrl-C (SIGINT) or SIGTERM: the runner ends its worker processes and waits for them, so that
+  // none is left holding a task's lock for the next run to wait on; finished tasks are in the
+  // cache, and a task under way resumes (IRI sets) or restarts. A second signal while the workers
+  // end is not caught: it ends this process at once (the workers then end themselves).
+  const stop = new AbortController();
+  const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  let summary: RunSummary;
+  try {
+    summary = await runPlan(plan, {
+      cache,
+      workers: o.workers,
+      device,
+      onEvent: progress.onEvent,
+      signal: stop.signal,
+    });
+  } catch (e) {
+    if (!stop.signal.aborted) throw e;
     progress.stop();
     console.error(
       `\ninterrupted: finished tasks are kept in the cache (${cache}); run the same command again to go on (stitchlab status ${o.out} shows where it stands)`,
     );
-    process.exit(130);
-  };
-  process.once("SIGINT", interrupted);
-  const summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: progress.onEvent });
-  process.removeListener("SIGINT", interrupted);
+    // The shell's convention, 128 + the signal's number, as if the signal had ended the process.
+    process.exit(stop.signal.reason === "SIGTERM" ? 143 : 130);
+  } finally {
+    process.removeListener("SIGINT", onSignal);
+    process.removeListener("SIGTERM", onSignal);
+  }
   progress.stop();
   await report(plan, summary, cache, o.out, scale, Boolean(o.read), device);
   return Object.keys(summary.errors).length;
@@ -433,31 +451,8 @@ export function registerRunCommands(program: Command): void {
     .description("run one task of a planned graph (idempotent: exits at once when its output exists)")
     .option("--cache <dir>", "the cache the task was planned in", defaultCache())
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
-    .action(async (key: string, o: { cache: string; device: string }) => {
-      const cache = resolve(o.cache);
-      let last = 0;
-      let state: "cached" | "ran";
-      try {
-        requireDevice(o.device);
-        state = await runTask(
-          cache,
-          loadTask(cache, key),
-          (fields) => {
-            if (Date.now() - last > 1000) {
-              last = Date.now();
-              console.log(JSON.stringify(fields));
-            }
-          },
-          o.device,
-        );
-      } catch (e) {
-        // runTask records a task's own failure; this keeps the others (a missing input, a bad
-        // device) for `stitchlab status` too.
-        if (!readFailure(cache, key)) recordFailure(cache, key, (e as Error).message);
-        throw e;
-      }
-      console.log(JSON.stringify({ event: "done", key, state }));
-    });
+    // The worker's own function (experiments/worker.ts), for running or debugging a task by hand.
+    .action((key: string, o: { cache: string; device: string }) => runTaskOfCache(resolve(o.cache), key, o.device));
 
   program
     .command("schema")

@@ -1,7 +1,9 @@
 // Runs a plan's tasks in dependency order: in this process (one worker), or in N child
-// processes (`stitchlab task KEY`), each with its share of the cores as its thread count.
+// processes (experiments/worker.ts), each with its share of the cores as its thread count.
 // A failed task is reported with its error; its dependants are skipped; independent tasks go on.
-import { spawn } from "node:child_process";
+// Stopped (RunOptions.signal), it ends its worker processes before it returns, so that none is
+// left holding a task's lock for the next run to wait on.
+import { type ChildProcess, spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
 import { isDone, saveTasks } from "./cache.js";
 import type { Plan, Task } from "./plan.js";
@@ -31,6 +33,46 @@ export interface RunOptions {
   /** cpu or cuda (cuda:1, ...); every task runs there. */
   device?: string;
   onEvent?: (e: RunEvent) => void;
+  /**
+   * Stops the run: no task starts any more, the worker processes are ended (SIGTERM, then
+   * SIGKILL after WORKER_GRACE_MS) and waited for, and runPlan rejects with the signal's reason.
+   * A task running in this process (one worker) cannot be stopped: runPlan rejects at once and
+   * the caller is expected to exit.
+   */
+  signal?: AbortSignal;
+}
+
+/** How long stopped workers get to end on SIGTERM before SIGKILL. */
+const WORKER_GRACE_MS = 5000;
+
+/** The worker processes running now, and for each a promise of its end. */
+type Workers = Map<ChildProcess, Promise<void>>;
+
+/**
+ * A signal to a worker's process group: the worker and whatever it started, which may hold its
+ * output open after the worker itself has ended.
+ */
+function signalWorker(child: ChildProcess, sig: NodeJS.Signals): void {
+  if (child.pid === undefined) return;
+  try {
+    process.kill(-child.pid, sig);
+  } catch {
+    // gone already
+  }
+}
+
+/** Ends every worker: SIGTERM to each one's group, SIGKILL to what is left after the grace. */
+async function stopWorkers(workers: Workers): Promise<void> {
+  if (!workers.size) return;
+  for (const c of workers.keys()) signalWorker(c, "SIGTERM");
+  const ended = Promise.all(workers.values());
+  let timer: NodeJS.Timeout | undefined;
+  const grace = new Promise<"late">((r) => {
+    timer = setTimeout(() => r("late"), WORKER_GRACE_MS);
+  });
+  if ((await Promise.race([ended, grace])) === "late") for (const c of workers.keys()) signalWorker(c, "SIGKILL");
+  clearTimeout(timer);
+  await ended;
 }
 
 function runChild(
@@ -38,13 +80,28 @@ function runChild(
   task: Task,
   threads: number,
   device: string,
+  workers: Workers,
   onLine: (line: string) => void,
 ): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...taskCommand(cache, task.key), "--device", device], {
+    // detached: the worker leads its own process group, so that stopping the run ends whatever
+    // it started too (signalWorker), and a Ctrl-C at the terminal reaches this process alone,
+    // which then stops the workers itself. --exit-with-parent: a worker outliving a runner
+    // killed with SIGKILL ends itself (experiments/worker.ts).
+    const child = spawn(process.execPath, [...taskCommand(cache, task.key), "--device", device, "--exit-with-parent"], {
       env: { ...process.env, STITCHLAB_THREADS: String(threads) },
       stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
     });
+    workers.set(
+      child,
+      new Promise((r) =>
+        child.on("close", () => {
+          workers.delete(child);
+          r();
+        }),
+      ),
+    );
     let err = "";
     child.stdout.setEncoding("utf8").on("data", (d: string) => {
       for (const l of d.split("\n")) if (l.trim()) onLine(l);
@@ -52,7 +109,11 @@ function runChild(
     child.stderr.setEncoding("utf8").on("data", (d: string) => {
       err += d;
     });
-    child.on("error", reject);
+    child.on("error", (e) => {
+      // Not started (no 'close' follows): nothing to wait for.
+      workers.delete(child);
+      reject(e);
+    });
     child.on("close", (code, signal) => {
       if (code === 0) resolve();
       else {
@@ -68,6 +129,8 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
   const workers = Math.max(1, opts.workers ?? 1);
   const device = opts.device ?? "cpu";
   const emit = opts.onEvent ?? (() => {});
+  const { signal } = opts;
+  signal?.throwIfAborted();
   saveTasks(cache, plan.tasks);
   const states: Record<string, TaskState> = {};
   const errors: Record<string, string> = {};
@@ -78,7 +141,9 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
 
   const pending = plan.tasks.filter((t) => !states[t.key]);
   const running = new Set<Promise<void>>();
+  const children: Workers = new Map();
   const threads = Math.max(1, Math.floor(availableParallelism() / workers));
+  const stopped = new Promise<void>((r) => signal?.addEventListener("abort", () => r(), { once: true }));
   while (pending.length || running.size) {
     // Skip what can never run; start what is ready, up to the worker count.
     for (let i = 0; i < pending.length; i++) {
@@ -102,7 +167,7 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
           if (workers === 1)
             await runTask(cache, t, (fields) => emit({ kind: "progress", task: t, index: n, total, fields }), device);
           else
-            await runChild(cache, t, threads, device, (line) => {
+            await runChild(cache, t, threads, device, children, (line) => {
               try {
                 emit({ kind: "progress", task: t, index: n, total, fields: JSON.parse(line) });
               } catch {
@@ -112,6 +177,8 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
           states[t.key] = "ran";
           emit({ kind: "done", task: t, index: n, total, seconds: (performance.now() - t0) / 1000 });
         } catch (e) {
+          // A worker ended because the run was stopped has not failed: it is simply not done.
+          if (signal?.aborted) return;
           states[t.key] = "failed";
           errors[t.key] = (e as Error).message;
           emit({ kind: "failed", task: t, index: n, total, error: errors[t.key] });
@@ -120,7 +187,7 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
       running.add(job);
       job.finally(() => running.delete(job));
     }
-    if (running.size) await Promise.race(running);
+    if (running.size) await Promise.race([...running, stopped]);
     else if (pending.length) {
       // Nothing runs and nothing is ready: a dependency outside the plan is missing.
       for (const t of pending.splice(0)) {
@@ -128,6 +195,10 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
         errors[t.key] = `not run: its dependencies ${t.deps.join(", ")} are not in the cache`;
         emit({ kind: "skipped", task: t, index: ++index, total, error: errors[t.key] });
       }
+    }
+    if (signal?.aborted) {
+      await stopWorkers(children);
+      signal.throwIfAborted();
     }
   }
   return { states, errors, seconds: (performance.now() - started) / 1000 };

@@ -5,8 +5,19 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ModelSourceLike } from "../models/checkpoint.js";
 import { runIris, runStitch } from "../stitch/jobs.js";
+import { requireDevice } from "../torch/index.js";
 import { trainModel } from "../train/trainer.js";
-import { clearFailure, finishEntry, isDone, lockPath, recordFailure, setAsideIfBroken, taskDir } from "./cache.js";
+import {
+  clearFailure,
+  finishEntry,
+  isDone,
+  loadTask,
+  lockPath,
+  readFailure,
+  recordFailure,
+  setAsideIfBroken,
+  taskDir,
+} from "./cache.js";
 import { describeHolder, withLock } from "./lock.js";
 import type { ModelRef, Task } from "./plan.js";
 
@@ -18,20 +29,66 @@ export function modelSource(cache: string, ref: ModelRef): ModelSourceLike {
 }
 
 /**
- * Node's arguments that run the stitchlab CLI with `args`: the built CLI, or the sources through
- * tsx (resolved to a path, so the command works from any directory, as a Slurm job's does).
+ * Node's arguments that run one of stitchlab's entry scripts (`entry`: its path from the
+ * repository root, without extension) with `args`: the built .js, or the sources through tsx
+ * (resolved to a path, so the command works from any directory, as a Slurm job's does).
  */
-export function cliCommand(...args: string[]): string[] {
+function nodeCommand(entry: string, args: string[]): string[] {
   const here = fileURLToPath(import.meta.url);
   const fromSource = here.endsWith(".ts");
-  const main = join(here, "..", "..", "cli", fromSource ? "main.ts" : "main.js");
-  return [...(fromSource ? ["--import", import.meta.resolve("tsx")] : []), main, ...args];
+  const script = join(here, "..", "..", `${entry}.${fromSource ? "ts" : "js"}`);
+  return [...(fromSource ? ["--import", import.meta.resolve("tsx")] : []), script, ...args];
 }
 
-/** `stitchlab task KEY --cache CACHE`: one task, in its own process (a worker or a Slurm job). */
-export const taskCommand = (cache: string, key: string): string[] => cliCommand("task", key, "--cache", cache);
+/** Node's arguments that run the stitchlab CLI with `args` (a Slurm report job, the tests). */
+export const cliCommand = (...args: string[]): string[] => nodeCommand("cli/main", args);
+
+/**
+ * Node's arguments that run one task in its own process (a local worker or a Slurm job): the
+ * worker script of this folder (experiments/worker.ts), not the CLI, so that experiments/ starts
+ * nothing above itself. Add `--device D`.
+ */
+export const taskCommand = (cache: string, key: string): string[] =>
+  nodeCommand("experiments/worker", [key, "--cache", cache]);
 
 export type TaskEvent = { key: string; progress: Record<string, number | string> };
+
+/**
+ * One task of the cache, as a worker process runs it (experiments/worker.ts; `stitchlab task`):
+ * its progress fields as a JSON line on `write` at most once a second, then
+ * `{"event":"done","key":...,"state":"cached"|"ran"}`; the runner reads these lines from the
+ * worker's stdout (experiments/runner.ts). Throws on failure, having recorded it in the cache
+ * for `stitchlab status` (runTask records a task's own failure; this adds the others: a missing
+ * input, a device this process cannot use). The thread count is STITCHLAB_THREADS's (set
+ * when libtorch starts: torch/native.ts), the share of the cores the runner gave this process.
+ */
+export async function runTaskOfCache(
+  cache: string,
+  key: string,
+  device: string,
+  write: (line: string) => void = (line) => console.log(line),
+): Promise<void> {
+  let last = 0;
+  let state: "cached" | "ran";
+  try {
+    requireDevice(device);
+    state = await runTask(
+      cache,
+      loadTask(cache, key),
+      (fields) => {
+        if (Date.now() - last > 1000) {
+          last = Date.now();
+          write(JSON.stringify(fields));
+        }
+      },
+      device,
+    );
+  } catch (e) {
+    if (!readFailure(cache, key)) recordFailure(cache, key, (e as Error).message);
+    throw e;
+  }
+  write(JSON.stringify({ event: "done", key, state }));
+}
 
 /**
  * Runs a task unless its output exists; returns "cached" or "ran". Throws the task's error.

@@ -1,7 +1,5 @@
 // stitchlab's tensor library: PyTorch's names over libtorch. Import as
 //   import * as torch from "../torch/index.js";
-import { defaultThreads, setNumThreads } from "./runtime.js";
-
 export {
   AUTOCAST_MODES,
   type AutocastDeviceType,
@@ -20,8 +18,16 @@ export { type DType, isFloating } from "./dtype.js";
 export * from "./functional.js";
 export { loadSafetensors, type SafetensorsFile, saveSafetensors, torchLoad, torchSave, writeFileAtomic } from "./io.js";
 export { dispose, keep, memory, tidy } from "./memory.js";
-export { buildInfo, cuda, defaultThreads, getNumThreads, manualSeed, setNumThreads } from "./runtime.js";
+export {
+  buildInfo,
+  cuda,
+  defaultThreads,
+  getNumThreads,
+  manualSeed,
+  requireDevice,
+  setNumThreads,
+} from "./runtime.js";
 export { call, type Device, type Scalar, schema, Tensor } from "./tensor.js";
 
-// Libtorch may start with one thread; use every core (or STITCHLAB_THREADS) unless told otherwise.
-setNumThreads(defaultThreads());
+// Libtorch's thread count (every core, or STITCHLAB_THREADS) is set when the addon loads, on
+// first use (torch/native.ts), not on import: importing torch/ starts nothing.

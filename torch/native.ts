@@ -2,6 +2,7 @@
 // that names the addon's raw functions; everything else goes through Tensor and the ops.
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { repoRoot as ROOT } from "./files.js";
 
@@ -73,7 +74,23 @@ export { repoRoot } from "./files.js";
 
 export const addonPath = join(ROOT, "native", "build", "Release", "stitchlab.node");
 
+/**
+ * The default thread count: STITCHLAB_THREADS if set, else every core. Set explicitly because
+ * a libtorch built with OpenMP can start with one thread (Debian's does on this machine).
+ */
+export function defaultThreads(): number {
+  const env = process.env.STITCHLAB_THREADS;
+  if (env !== undefined && env !== "") {
+    const n = Number(env);
+    if (!Number.isInteger(n) || n < 1) throw new RangeError(`STITCHLAB_THREADS=${env} is not a positive integer`);
+    return n;
+  }
+  return availableParallelism();
+}
+
 function load(): NativeAddon {
+  // Read before libtorch starts, so that a bad value is the error rather than a half-set-up addon.
+  const threads = defaultThreads();
   if (!existsSync(addonPath)) {
     throw new Error(
       `stitchlab's native addon is not built (${addonPath} is missing). ` +
@@ -86,14 +103,37 @@ function load(): NativeAddon {
   // is set first; a value the user set wins.
   process.env.OMP_WAIT_POLICY ??= "PASSIVE";
   const require = createRequire(import.meta.url);
+  let addon: NativeAddon;
   try {
-    return require(addonPath) as NativeAddon;
+    addon = require(addonPath) as NativeAddon;
   } catch (e) {
     throw new Error(
       `stitchlab's native addon at ${addonPath} failed to load: ${(e as Error).message}\n` +
         "If libtorch moved or changed, rebuild with `npm run build:native`.",
     );
   }
+  // Libtorch may start with one thread; use every core (or STITCHLAB_THREADS) unless told
+  // otherwise. Here rather than where torch/ is imported, so that it holds however libtorch starts.
+  addon.setNumThreads(threads);
+  return addon;
 }
 
-export const native: NativeAddon = load();
+/**
+ * The addon, loaded on first use rather than on import (issue 14): `stitchlab --version`,
+ * `--help`, `schema` and `status` import modules that import torch/ but never compute, and should
+ * neither pay for starting libtorch nor need it to load. Until then `native` is a stand-in whose
+ * every method loads the addon, puts it in `native`'s place and calls through; `native` is a live
+ * ES module binding, so from then on every importer calls the addon itself, at no cost per call.
+ */
+const standIn: NativeAddon = new Proxy({} as NativeAddon, {
+  get(_, name) {
+    // Only method names: not a thenable to `await`, nothing for util.inspect's symbols.
+    if (typeof name !== "string" || name === "then") return undefined;
+    return (...args: unknown[]) => {
+      if (native === standIn) native = load();
+      return Reflect.apply(native[name as keyof NativeAddon] as (...a: unknown[]) => unknown, native, args);
+    };
+  },
+});
+
+export let native: NativeAddon = standIn;

@@ -1,5 +1,4 @@
 // Threads, seeds, devices and build facts.
-import { availableParallelism } from "node:os";
 import { native } from "./native.js";
 
 /** Sets libtorch's intra-op thread count (torch.set_num_threads). */
@@ -11,19 +10,8 @@ export function getNumThreads(): number {
   return native.getNumThreads();
 }
 
-/**
- * The default thread count: STITCHLAB_THREADS if set, else every core. Set explicitly because
- * a libtorch built with OpenMP can start with one thread (Debian's does on this machine).
- */
-export function defaultThreads(): number {
-  const env = process.env.STITCHLAB_THREADS;
-  if (env !== undefined && env !== "") {
-    const n = Number(env);
-    if (!Number.isInteger(n) || n < 1) throw new RangeError(`STITCHLAB_THREADS=${env} is not a positive integer`);
-    return n;
-  }
-  return availableParallelism();
-}
+// The default thread count lives with the addon's loading, which applies it (torch/native.ts).
+export { defaultThreads } from "./native.js";
 
 /** Seeds libtorch's generators (torch.manual_seed): same seed, same numbers on the same build. */
 export function manualSeed(seed: number): void {
@@ -40,4 +28,22 @@ export const cuda = {
 /** What libtorch this process runs on. */
 export function buildInfo(): ReturnType<typeof native.version> {
   return native.version();
+}
+
+/**
+ * Throws, saying which half is missing, when this process cannot compute on `device` (cpu,
+ * cuda, cuda:N). Here, below the CLI, so that a worker process checks its device as the
+ * commands do (experiments/worker.ts).
+ */
+export function requireDevice(device: string): void {
+  if (device === "cpu") return;
+  const why = !buildInfo().builtWithCuda
+    ? "this libtorch is a CPU build (build against a CUDA libtorch: see the README's GPU section)"
+    : !cuda.isAvailable()
+      ? "libtorch sees no GPU (driver? CUDA_VISIBLE_DEVICES?)"
+      : null;
+  if (why) throw new Error(`--device ${device}: ${why}; \`stitchlab doctor\` shows what this install has`);
+  const n = Number(device.split(":")[1] ?? 0);
+  if (n >= cuda.deviceCount())
+    throw new Error(`--device ${device}: there are ${cuda.deviceCount()} GPU(s), numbered from 0`);
 }

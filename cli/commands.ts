@@ -1,0 +1,69 @@
+// The CLI's commands, each module imported only when its commands are asked for (issue 14): a
+// command module imports the layers below it, so loading them all made `stitchlab --version`
+// load stitchlab's whole code for one line of output. `--version` loads no command module;
+// `stitchlab CMD ...` and `stitchlab help CMD` load CMD's; `--help`, no command or an unknown one
+// load them all, so that the list (and "Did you mean ...?") is made from the commands' own
+// definitions, as before. None of this starts libtorch: torch/ loads it on first use.
+import { Command } from "commander";
+import { stitchlabVersion } from "../torch/files.js";
+
+type Register = (program: Command) => void;
+
+export interface CommandModule {
+  /** The top-level commands it registers. */
+  names: string[];
+  load: () => Promise<Register>;
+}
+
+/** Every command module, in the order `--help` lists their commands. */
+export const COMMAND_MODULES: CommandModule[] = [
+  { names: ["doctor"], load: async () => registerDoctorCommand },
+  { names: ["layers"], load: async () => (await import("./layers.js")).registerLayersCommand },
+  { names: ["train"], load: async () => (await import("./train.js")).registerTrainCommand },
+  { names: ["import"], load: async () => (await import("./import.js")).registerImportCommand },
+  { names: ["data"], load: async () => (await import("./data.js")).registerDataCommands },
+  { names: ["iris"], load: async () => (await import("./iris.js")).registerIrisCommand },
+  { names: ["stitch"], load: async () => (await import("./stitch.js")).registerStitchCommand },
+  {
+    names: ["run", "status", "report", "demo", "task", "schema"],
+    load: async () => (await import("./run.js")).registerRunCommands,
+  },
+];
+
+function registerDoctorCommand(program: Command): void {
+  program
+    .command("doctor")
+    .description("check the install: libtorch version and build, device, threads, BLAS, and a matmul")
+    .option("--json", "print the report as JSON")
+    .action(async (opts: { json?: boolean }) => {
+      const { doctor, formatDoctor } = await import("./doctor.js");
+      const r = doctor();
+      console.log(opts.json ? JSON.stringify(r, null, 2) : formatDoctor(r));
+      if (!r.matmul.ok) process.exitCode = 1;
+    });
+}
+
+/**
+ * The command modules that the arguments after `node stitchlab` need. The program's own options
+ * (-V, --version, -h, --help) take no value, so the first argument not starting with "-" is the
+ * command (or `help`, followed by the command it is asked about).
+ */
+export function modulesFor(args: string[]): CommandModule[] {
+  const i = args.findIndex((a) => !a.startsWith("-"));
+  if (i < 0) {
+    const asks = (...flags: string[]) => args.some((a) => flags.includes(a));
+    return asks("-V", "--version") && !asks("-h", "--help") ? [] : COMMAND_MODULES;
+  }
+  const name = args[i] === "help" ? args.slice(i + 1).find((a) => !a.startsWith("-")) : args[i];
+  const one = COMMAND_MODULES.find((m) => name !== undefined && m.names.includes(name));
+  return one ? [one] : COMMAND_MODULES;
+}
+
+/** The stitchlab program, with the commands that `argv` (process.argv's form) needs. */
+export async function buildProgram(argv: string[]): Promise<Command> {
+  const program = new Command("stitchlab")
+    .description("Invariance-aware model stitching: is network A functionally similar to network B?")
+    .version(stitchlabVersion);
+  for (const m of modulesFor(argv.slice(2))) (await m.load())(program);
+  return program;
+}

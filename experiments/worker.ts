@@ -1,0 +1,58 @@
+// The worker process: runs one task of a cache, as `node experiments/worker.(ts|js) KEY --cache DIR
+// [--device D] [--exit-with-parent]` (taskCommand in experiments/tasks.ts builds it). The local
+// runner starts one per running task (experiments/runner.ts) and every Slurm job runs one
+// (experiments/slurm.ts); it lives here, not in cli/, so that experiments/ never starts the CLI.
+// Its protocol: progress and the end as JSON lines on stdout (runTaskOfCache), and on failure
+// exit status 1 with the error as the last stderr line, prefixed "stitchlab: ".
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { Worker } from "node:worker_threads";
+import { runTaskOfCache } from "./tasks.js";
+
+/**
+ * Ends this process (and its process group, which the local runner makes it lead) once its
+ * parent is gone: a runner killed with SIGKILL cannot stop its workers, and a worker left
+ * running would hold its task's lock, so the rerun would wait on it. A task computes
+ * synchronously for long stretches, so this main thread could not notice in time; a thread of
+ * its own polls the parent pid (the process is re-parented when the parent dies) and sends
+ * SIGTERM, whose default action ends the process at once, then SIGKILL should something hold
+ * SIGTERM off. It is unref'd: it never keeps a finished worker alive.
+ */
+function exitWithParent(): void {
+  const watch = `
+    const { workerData } = require("node:worker_threads");
+    const signal = (sig) => {
+      for (const pid of [-workerData.pid, workerData.pid])
+        try { return process.kill(pid, sig); } catch {}
+    };
+    const poll = setInterval(() => {
+      if (process.ppid === workerData.ppid) return;
+      clearInterval(poll);
+      signal("SIGTERM");
+      setTimeout(() => signal("SIGKILL"), 5000);
+    }, 500);
+  `;
+  // execArgv: [] keeps tsx's loader (this process's --import) out of the thread: it runs plain JS.
+  new Worker(watch, { eval: true, workerData: { pid: process.pid, ppid: process.ppid }, execArgv: [] }).unref();
+}
+
+try {
+  const { positionals, values } = parseArgs({
+    options: {
+      cache: { type: "string" },
+      // Its form was checked where the run was asked for (the CLI's --device); whether this
+      // process can use it is checked by runTaskOfCache.
+      device: { type: "string", default: "cpu" },
+      "exit-with-parent": { type: "boolean", default: false },
+    },
+    allowPositionals: true,
+  });
+  const [key, ...extra] = positionals;
+  if (!key || extra.length || !values.cache)
+    throw new Error("usage: worker KEY --cache DIR [--device D] [--exit-with-parent]");
+  if (values["exit-with-parent"]) exitWithParent();
+  await runTaskOfCache(resolve(values.cache), key, values.device);
+} catch (e) {
+  console.error(`stitchlab: ${(e as Error).message}`);
+  process.exit(1);
+}
