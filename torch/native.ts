@@ -20,10 +20,21 @@ export interface NativeAddon {
   dtype(h: Handle): number;
   device(h: Handle): string;
   item(h: Handle): number | boolean;
-  stats(): { liveHandles: number; accountedBytes: number };
+  stats(): { liveHandles: number; accountedBytes: number; collectedHandles: number };
   findOp(name: string, overload: string): number;
   callOp(id: number, args: unknown[]): unknown;
   opSchema(id: number): string;
+  // Typed calls (native/src/fast.cc): bindTyped checks the schema against the kind's signature.
+  bindTyped(id: number, kind: string): number;
+  unaryOp(i: number, self: Handle): Handle;
+  binaryOp(i: number, self: Handle, other: Handle): Handle;
+  alphaOp(i: number, self: Handle, other: Handle, alpha: number | boolean): Handle;
+  scalarOp(i: number, self: Handle, other: number | boolean): Handle;
+  scalarAlphaOp(i: number, self: Handle, other: number | boolean, alpha: number | boolean): Handle;
+  inplaceAlphaOp(i: number, self: Handle, other: Handle, alpha: number | boolean): void;
+  inplaceOp(i: number, self: Handle, other: Handle): void;
+  inplaceScalarOp(i: number, self: Handle, other: number | boolean): void;
+  reduceOp(i: number, self: Handle): Handle;
   requiresGrad(h: Handle): boolean;
   setRequiresGrad(h: Handle, flag: boolean): void;
   isLeaf(h: Handle): boolean;

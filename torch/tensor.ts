@@ -55,24 +55,63 @@ export function schema(name: string): string {
   return native.opSchema(opId(name));
 }
 
-/** The ids of `name.Tensor` and `name.Scalar`, resolved once (no string is built per call). */
-const binaryIds = new Map<string, { tensor?: number; scalar?: number }>();
+/**
+ * Typed calls (native/src/fast.cc): an operator whose schema has one of a few common signatures
+ * is bound once to libtorch's typed handle and called with its arguments directly, with no
+ * argument array and no boxing. For small tensors this host work is most of a call's cost. The
+ * results are callOp's (tested against it); everything else goes through call().
+ */
+type TypedKind =
+  | "unary"
+  | "binary"
+  | "alpha"
+  | "scalar"
+  | "scalarAlpha"
+  | "inplaceAlpha"
+  | "inplace"
+  | "inplaceScalar"
+  | "reduce";
+const typedIds = new Map<string, number>();
 
-/** Calls `name.Tensor` or `name.Scalar` by the kind of `other`, as PyTorch's Python binding does. */
-function binary(name: string, self: Tensor, other: Tensor | Scalar, ...rest: unknown[]): Tensor {
-  let ids = binaryIds.get(name);
-  if (!ids) {
-    ids = {};
-    binaryIds.set(name, ids);
-  }
-  const isTensor = other instanceof Tensor;
-  let id = isTensor ? ids.tensor : ids.scalar;
+/** The index of `name` (an operator with an overload, "add.Tensor") among the bound operators of `kind`. */
+function typedId(name: string, kind: TypedKind): number {
+  const key = `${kind} ${name}`;
+  let id = typedIds.get(key);
   if (id === undefined) {
-    id = opId(`${name}.${isTensor ? "Tensor" : "Scalar"}`);
-    if (isTensor) ids.tensor = id;
-    else ids.scalar = id;
+    id = native.bindTyped(opId(name), kind);
+    typedIds.set(key, id);
   }
-  return callById(id, [self, other, ...rest]);
+  return id;
+}
+
+const wrap = (h: Handle): Tensor => new Tensor(h);
+
+function unaryOp(name: string, self: Tensor): Tensor {
+  return wrap(native.unaryOp(typedId(name, "unary"), self.handle));
+}
+
+/** An operator (self, other) -> Tensor: matmul, mm, bmm. */
+function binaryOp(name: string, self: Tensor, other: Tensor): Tensor {
+  return wrap(native.binaryOp(typedId(name, "binary"), self.handle, other.handle));
+}
+
+/** sum or mean over every element (dtype None). */
+function reduceOp(name: "sum" | "mean", self: Tensor): Tensor {
+  return wrap(native.reduceOp(typedId(name, "reduce"), self.handle));
+}
+
+/** `name.Tensor` or `name.Scalar` by the kind of `other`, as PyTorch's Python binding does. */
+function binary(name: string, self: Tensor, other: Tensor | Scalar): Tensor {
+  return other instanceof Tensor
+    ? wrap(native.binaryOp(typedId(`${name}.Tensor`, "binary"), self.handle, other.handle))
+    : wrap(native.scalarOp(typedId(`${name}.Scalar`, "scalar"), self.handle, other));
+}
+
+/** add and sub, which take alpha (other * alpha is added or subtracted). */
+function withAlpha(name: "add" | "sub", self: Tensor, other: Tensor | Scalar, alpha: Scalar): Tensor {
+  return other instanceof Tensor
+    ? wrap(native.alphaOp(typedId(`${name}.Tensor`, "alpha"), self.handle, other.handle, alpha))
+    : wrap(native.scalarAlphaOp(typedId(`${name}.Scalar`, "scalarAlpha"), self.handle, other, alpha));
 }
 
 function dims(d: number | number[] | undefined): number[] | undefined {
@@ -81,7 +120,7 @@ function dims(d: number | number[] | undefined): number[] | undefined {
 
 export class Tensor implements Disposable {
   #h: Handle | null;
-  _scope: Set<Disposable> | null = null;
+  _scope: Disposable[] | null = null;
 
   /** Wraps a native handle; use the creation functions (tensor, zeros, ...) instead. */
   constructor(h: Handle) {
@@ -192,7 +231,7 @@ export class Tensor implements Disposable {
     native.backward(this.handle, gradient ? gradient.handle : null, opts.retainGraph ?? create, create);
   }
   detach(): Tensor {
-    return call("detach", this);
+    return unaryOp("detach", this);
   }
   detach_(): this {
     call("detach_", this).dispose();
@@ -255,7 +294,7 @@ export class Tensor implements Disposable {
     return this.transpose(-2, -1);
   }
   t(): Tensor {
-    return call("t", this);
+    return unaryOp("t", this);
   }
   flatten(startDim = 0, endDim = -1): Tensor {
     return call("flatten.using_ints", this, startDim, endDim);
@@ -315,10 +354,10 @@ export class Tensor implements Disposable {
 
   // ---- elementwise ----
   add(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
-    return binary("add", this, other, alpha);
+    return withAlpha("add", this, other, alpha);
   }
   sub(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
-    return binary("sub", this, other, alpha);
+    return withAlpha("sub", this, other, alpha);
   }
   mul(other: Tensor | Scalar): Tensor {
     return binary("mul", this, other);
@@ -332,28 +371,28 @@ export class Tensor implements Disposable {
       : call("pow.Tensor_Scalar", this, exponent);
   }
   neg(): Tensor {
-    return call("neg", this);
+    return unaryOp("neg", this);
   }
   abs(): Tensor {
-    return call("abs", this);
+    return unaryOp("abs", this);
   }
   exp(): Tensor {
-    return call("exp", this);
+    return unaryOp("exp", this);
   }
   log(): Tensor {
-    return call("log", this);
+    return unaryOp("log", this);
   }
   sqrt(): Tensor {
-    return call("sqrt", this);
+    return unaryOp("sqrt", this);
   }
   rsqrt(): Tensor {
-    return call("rsqrt", this);
+    return unaryOp("rsqrt", this);
   }
   square(): Tensor {
-    return call("square", this);
+    return unaryOp("square", this);
   }
   reciprocal(): Tensor {
-    return call("reciprocal", this);
+    return unaryOp("reciprocal", this);
   }
   sin(): Tensor {
     return call("sin", this);
@@ -362,29 +401,29 @@ export class Tensor implements Disposable {
     return call("cos", this);
   }
   tanh(): Tensor {
-    return call("tanh", this);
+    return unaryOp("tanh", this);
   }
   sigmoid(): Tensor {
-    return call("sigmoid", this);
+    return unaryOp("sigmoid", this);
   }
   sign(): Tensor {
-    return call("sign", this);
+    return unaryOp("sign", this);
   }
   floor(): Tensor {
-    return call("floor", this);
+    return unaryOp("floor", this);
   }
   /** Python's modulo (the result has the divisor's sign), as torch.remainder. */
   remainder(other: Tensor | Scalar): Tensor {
     return binary("remainder", this, other);
   }
   ceil(): Tensor {
-    return call("ceil", this);
+    return unaryOp("ceil", this);
   }
   round(): Tensor {
-    return call("round", this);
+    return unaryOp("round", this);
   }
   relu(): Tensor {
-    return call("relu", this);
+    return unaryOp("relu", this);
   }
   /** clamp with number or tensor bounds (null for no bound). */
   clamp(min: Tensor | number | null, max: Tensor | number | null = null): Tensor {
@@ -427,19 +466,25 @@ export class Tensor implements Disposable {
 
   // ---- in place (for optimisers and buffers; no autograd history on leaves that need grad) ----
   add_(other: Tensor | Scalar, alpha: Scalar = 1): this {
-    binary("add_", this, other, alpha).dispose();
+    if (other instanceof Tensor)
+      native.inplaceAlphaOp(typedId("add_.Tensor", "inplaceAlpha"), this.handle, other.handle, alpha);
+    else call("add_.Scalar", this, other, alpha).dispose();
     return this;
   }
   sub_(other: Tensor | Scalar, alpha: Scalar = 1): this {
-    binary("sub_", this, other, alpha).dispose();
+    if (other instanceof Tensor)
+      native.inplaceAlphaOp(typedId("sub_.Tensor", "inplaceAlpha"), this.handle, other.handle, alpha);
+    else call("sub_.Scalar", this, other, alpha).dispose();
     return this;
   }
   mul_(other: Tensor | Scalar): this {
-    binary("mul_", this, other).dispose();
+    if (other instanceof Tensor) native.inplaceOp(typedId("mul_.Tensor", "inplace"), this.handle, other.handle);
+    else native.inplaceScalarOp(typedId("mul_.Scalar", "inplaceScalar"), this.handle, other);
     return this;
   }
   div_(other: Tensor | Scalar): this {
-    binary("div_", this, other).dispose();
+    if (other instanceof Tensor) native.inplaceOp(typedId("div_.Tensor", "inplace"), this.handle, other.handle);
+    else native.inplaceScalarOp(typedId("div_.Scalar", "inplaceScalar"), this.handle, other);
     return this;
   }
   /** self += value * t1 * t2 */
@@ -480,10 +525,10 @@ export class Tensor implements Disposable {
 
   // ---- reductions ----
   sum(dim?: number | number[], keepdim = false): Tensor {
-    return dim === undefined ? call("sum", this) : call("sum.dim_IntList", this, dims(dim), keepdim);
+    return dim === undefined ? reduceOp("sum", this) : call("sum.dim_IntList", this, dims(dim), keepdim);
   }
   mean(dim?: number | number[], keepdim = false): Tensor {
-    return dim === undefined ? call("mean", this) : call("mean.dim", this, dims(dim), keepdim);
+    return dim === undefined ? reduceOp("mean", this) : call("mean.dim", this, dims(dim), keepdim);
   }
   prod(): Tensor {
     return call("prod", this);
@@ -528,13 +573,13 @@ export class Tensor implements Disposable {
 
   // ---- linear algebra and nn conveniences ----
   matmul(other: Tensor): Tensor {
-    return call("matmul", this, other);
+    return binaryOp("matmul", this, other);
   }
   mm(other: Tensor): Tensor {
-    return call("mm", this, other);
+    return binaryOp("mm", this, other);
   }
   bmm(other: Tensor): Tensor {
-    return call("bmm", this, other);
+    return binaryOp("bmm", this, other);
   }
   softmax(dim: number): Tensor {
     return call("softmax.int", this, dim);

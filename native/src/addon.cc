@@ -25,6 +25,7 @@ static Napi::Object InitStitchlab(Napi::Env env, Napi::Object exports) {
   stitchlab::initOps(env, exports);
   stitchlab::initAutograd(env, exports);
   stitchlab::initRuntime(env, exports);
+  stitchlab::initFast(env, exports);
   return exports;
 }
 

@@ -43,7 +43,7 @@ static double toDouble(Napi::Env env, const Napi::Value& v, const Where& where) 
 // A JavaScript number becomes an integer Scalar when it is integral, otherwise a double:
 // PyTorch does the same with Python ints and floats, and type promotion then matches.
 // Callers who need a float Scalar for an integral value pass {float: x}.
-static c10::Scalar toScalar(Napi::Env env, const Napi::Value& v, const Where& where) {
+c10::Scalar toScalar(Napi::Env env, const Napi::Value& v, const Where& where) {
   if (v.IsBoolean()) return c10::Scalar(v.As<Napi::Boolean>().Value());
   if (v.IsBigInt()) return c10::Scalar(toInt(env, v, where));
   if (v.IsNumber()) {

@@ -2,15 +2,19 @@
 // through libtorch's dispatcher. Autograd, device dispatch and kernels are libtorch's own.
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <deque>
+
 #include "common.h"
 
 namespace stitchlab {
 
-struct OpEntry {
-  c10::OperatorHandle handle;
-  std::string name;  // "aten::conv2d" or "aten::add.Tensor", for error messages
-};
-static std::vector<OpEntry> ops;
+// Entries are only appended, and a deque never moves them: references stay valid.
+static std::deque<OpEntry> ops;
+
+const OpEntry& opEntry(uint32_t id) {
+  if (id >= ops.size()) throw std::out_of_range("unknown operator id " + std::to_string(id));
+  return ops[id];
+}
 
 // findOp(name, overload) -> integer id. Throws if libtorch has no such operator.
 static Napi::Value FindOp(const Napi::CallbackInfo& info) {
