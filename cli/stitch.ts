@@ -15,7 +15,7 @@ import { ensureWritableDir } from "../torch/files.js";
 import { adversarialSchema } from "../train/trainer.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, int, num, oneOf, optional, pixelOption } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -65,13 +65,10 @@ export function registerStitchCommand(program: Command): void {
     .option("--seed <n>", "seed of the batch order", int, d.seed)
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device)
     .option("--adversarial", "adversarial stitching (standard mode): T trained on PGD examples of the stitched model")
-    .option(
-      "--eps <e>",
-      "L-inf radius in pixel units, of training attacks and the robust evaluation",
-      fraction,
-      8 / 255,
+    .addOption(
+      pixelOption("--eps <e>", "L-inf radius in pixel units, of training attacks and the robust evaluation", 8),
     )
-    .option("--pgd-step <s>", "PGD step in pixel units (training)", fraction, 2 / 255)
+    .addOption(pixelOption("--pgd-step <s>", "PGD step in pixel units (training)", 2))
     .option("--pgd-steps <n>", "PGD iterations (training)", int, 10)
     .option("--adv-fraction <f>", "share of each batch made adversarial (the reference's attack_ratio)", num, 1)
     .option("--robust-eval", "also score on adversarial test images made against the stitched model")

@@ -16,7 +16,7 @@ import {
 } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, int, num, oneOf, optional, pixelOption } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 export function registerTrainCommand(program: Command): void {
@@ -37,8 +37,8 @@ export function registerTrainCommand(program: Command): void {
     .option("--test-limit <n>", "evaluate on the first n test images only", int)
     .option("--shortcut <kind>", `pixel shortcut in the training images: ${SHORTCUT_KINDS.join(", ")}`)
     .option("--adversarial", "Madry adversarial training (PGD, L-inf)")
-    .option("--eps <e>", "PGD radius in pixel units", fraction, 8 / 255)
-    .option("--pgd-step <s>", "PGD step in pixel units", fraction, 2 / 255)
+    .addOption(pixelOption("--eps <e>", "PGD radius in pixel units", 8))
+    .addOption(pixelOption("--pgd-step <s>", "PGD step in pixel units", 2))
     .option("--pgd-steps <n>", "PGD iterations in training", int, 10)
     .option("--adv-fraction <f>", "share of each batch made adversarial", num, 0.5)
     .option(
