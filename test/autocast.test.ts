@@ -4,7 +4,7 @@
 // training (`autocast: "bf16"` in TrainConfig) and IRI generation (IriOptions), whose stored
 // residuals stay float32 measurements. Small on purpose: each test takes seconds.
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -17,10 +17,10 @@ import { generateIriBatch, IRI_DEFAULTS, type IriOptions, perImageResidual } fro
 import * as torch from "../torch/index.js";
 import { TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
 import { runReference, skipUnlessPytorch } from "./helpers/pytorch.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 import { assertClose, ints, make, normal } from "./helpers/tensors.js";
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-const noData = HAVE_DATA ? false : "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+const noData = skipUnlessFashionMnist();
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-autocast-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 

@@ -14,8 +14,8 @@ import { createModel } from "../models/registry.js";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
 import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 const noTorchvision = skipUnlessTorchvision();
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-byo-"));
 const file = (name: string) => join(tmp, name);
@@ -171,7 +171,7 @@ test("stitchlab import writes a checkpoint after a forward check, reports the un
 });
 
 test("your own checkpoints from the command line and from an experiment file, end to end; another image size is refused", {
-  skip: noTorchvision || (HAVE_DATA ? false : "Fashion-MNIST is not installed"),
+  skip: noTorchvision || skipUnlessFashionMnist(),
 }, () => {
   const imported = join(file("imported"), "model.safetensors");
   if (!existsSync(imported)) {

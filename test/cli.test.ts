@@ -1,12 +1,14 @@
 // The command line as a user runs it, and the build's libtorch discovery.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { findLibtorch, linkLibraries } from "../native/find-libtorch.mjs";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
+import { PYTHON, pytorchUnavailable } from "./helpers/pytorch.js";
 
 const root = join(import.meta.dirname, "..");
 
@@ -17,11 +19,39 @@ function stitchlab(args: string[], env: Record<string, string> = {}) {
   });
 }
 
-test("stitchlab doctor reports libtorch, threads (all cores by default) and a correct matmul", () => {
+/** What Python's PyTorch says of itself: its version, the real path of its lib folder, its ABI and CUDA build. */
+function pythonTorch(): { version: string; lib: string; abi: boolean; cuda: boolean } {
+  const code =
+    "import json, os, torch; print(json.dumps({'version': torch.__version__, " +
+    "'lib': os.path.realpath(os.path.join(os.path.dirname(torch.__file__), 'lib')), " +
+    "'abi': bool(torch._C._GLIBCXX_USE_CXX11_ABI), 'cuda': torch.version.cuda is not None}))";
+  const r = spawnSync(PYTHON, ["-c", code], { encoding: "utf8", cwd: tmpdir() });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout);
+}
+
+test("stitchlab doctor reports libtorch, threads (all cores by default) and a correct matmul", (t) => {
   const r = stitchlab(["doctor", "--json"]);
   assert.equal(r.status, 0, r.stderr);
   const rep = JSON.parse(r.stdout);
-  assert.equal(rep.libtorch.version, torch.buildInfo().torch);
+  // Checked against sources the doctor does not read: the files on disk, Node's core count, and
+  // (when the libtorch in use is Python's, as setup.sh's is) what Python's PyTorch says of itself.
+  assert.ok(existsSync(join(rep.libtorch.libDir, "libtorch_cpu.so")), `libtorch in ${rep.libtorch.libDir}`);
+  assert.match(rep.libtorch.version, /^\d+\.\d+\.\d+/);
+  if (pytorchUnavailable() === null) {
+    const py = pythonTorch();
+    if (py.lib === realpathSync(rep.libtorch.libDir)) {
+      // Python's version may carry a suffix (Debian's "1.13.0a0"); the release numbers agree.
+      assert.equal(rep.libtorch.version.match(/^\d+\.\d+\.\d+/)?.[0], py.version.match(/^\d+\.\d+\.\d+/)?.[0]);
+      assert.equal(rep.libtorch.cxx11abi, py.abi, "C++11 ABI");
+      assert.equal(rep.libtorch.cudaBuild, py.cuda, "CUDA build");
+    } else t.diagnostic(`libtorch ${rep.libtorch.libDir} is not Python's (${py.lib}): its version is not compared`);
+  }
+  // The BLAS this test's own process loaded with the same libtorch (or none, as with MKL built in).
+  torch.buildInfo(); // libtorch loaded here
+  const maps = readFileSync("/proc/self/maps", "utf8").split("\n");
+  const blas = maps.find((l) => /blas/i.test(l) && l.includes("/"));
+  assert.equal(rep.build.blas, blas ? blas.slice(blas.indexOf("/")) : "none loaded");
   assert.equal(rep.threads.used, availableParallelism());
   assert.equal(rep.matmul.ok, true);
   assert.ok(rep.matmul.maxRelError < 1e-5);
@@ -104,5 +134,17 @@ test("the build recognises a CUDA libtorch (as a PyTorch wheel with CUDA lays it
     if (saved === undefined) delete process.env.LIBTORCH;
     else process.env.LIBTORCH = saved;
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("--help shows pixel-unit defaults as fractions of 255", () => {
+  for (const command of ["train", "stitch"]) {
+    const r = runCli([command, "--help"]);
+    assert.equal(r.status, 0, r.stderr);
+    const help = r.stdout.replace(/\s+/g, " ");
+    // The default in the option's own entry: up to the next option's flag.
+    assert.match(help, /--eps <e> (?:(?! --)[\s\S])*\(default: 8\/255\)/, command);
+    assert.match(help, /--pgd-step <s> (?:(?! --)[\s\S])*\(default: 2\/255\)/, command);
+    assert.doesNotMatch(help, /0\.0313/, command);
   }
 });

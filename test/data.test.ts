@@ -37,6 +37,7 @@ import {
 } from "../data/index.js";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
 const root = join(import.meta.dirname, "..");
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-data-"));
@@ -196,7 +197,7 @@ test("IDX: a bad magic, a truncated file and a missing folder name the path and 
 
 const haveFashion = existsSync(FASHION_MNIST_ROOT);
 test("the real Fashion-MNIST loads: 60,000 / 10,000 images of 3x32x32, labels 0..9", {
-  skip: !haveFashion && !process.env.CI ? `${FASHION_MNIST_ROOT} not installed` : false,
+  skip: skipUnlessFashionMnist(),
 }, async () => {
   for (const [split, n] of [
     ["train", 60000],
@@ -750,6 +751,40 @@ test("stitchlab data preview writes a PNG grid with markers", async () => {
   // 64 images of 32 px upscaled x4 in an 8x8 grid with 2 px gaps.
   assert.equal(meta.width, 8 * 128 + 9 * 2);
   assert.equal(meta.height, 8 * 128 + 9 * 2);
+  // Decoded, every pixel is what it should be: in image i's cell, its marker square (the plan's
+  // place for it, scaled x4) in its class colour, the image itself around it, grey in the gaps.
+  const { data: grid, info } = await sharp(png).raw().toBuffer({ resolveWithObject: true });
+  assert.equal(info.channels, 3);
+  const ds = haveFashion
+    ? await loadDataset("fashion-mnist", { split: "test", limit: 64 })
+    : await loadDataset("cifar10", { split: "test", limit: 64, root: cifarDir });
+  const labels = labelsOf(ds);
+  const plan = planMarkers(labels, ds.classes.length, 32, 32, { kind: "pixel", seed: 0 });
+  const colours = markerColors(ds.classes.length);
+  const images = ds.images.contiguous().toTypedArray() as Uint8Array;
+  disposeDataset(ds);
+  const [W, cell, pad] = [info.width, 128, 2];
+  let markerPixels = 0;
+  let wrong = 0;
+  for (let i = 0; i < 64; i++) {
+    assert.deepEqual([...plan.colors.subarray(3 * i, 3 * i + 3)], colours[labels[i]], `image ${i}: its class colour`);
+    const [ox, oy] = [pad + (i % 8) * (cell + pad), pad + Math.floor(i / 8) * (cell + pad)];
+    for (let y = 0; y < cell; y++)
+      for (let x = 0; x < cell; x++) {
+        const [sy, sx] = [Math.floor(y / 4), Math.floor(x / 4)];
+        const inMarker =
+          sy >= plan.ys[i] && sy < plan.ys[i] + plan.side && sx >= plan.xs[i] && sx < plan.xs[i] + plan.side;
+        markerPixels += Number(inMarker);
+        for (let c = 0; c < 3; c++) {
+          const want = inMarker ? colours[labels[i]][c] : images[((i * 3 + c) * 32 + sy) * 32 + sx];
+          if (grid[((oy + y) * W + ox + x) * 3 + c] !== want) wrong++;
+        }
+      }
+  }
+  assert.equal(markerPixels, 64 * (4 * 4) * 16, "a 4x4 marker in every image, 16 output pixels per image pixel");
+  assert.equal(wrong, 0, "pixel values that differ from the images with their markers painted where planned");
+  assert.equal(grid[(1 * W + 1) * 3], 128, "grey between images");
+  assert.ok(new Set(Array.from(plan.xs)).size > 1, "pixel markers sit at random places");
   const bad = runCli(["data", "preview", "cifar10", "--root", join(dir, "x"), "--out", out], { cwd: root });
   assert.equal(bad.status, 1);
   assert.match(bad.stderr, /^stitchlab: .*x: not found\. Download the binary version/);

@@ -14,9 +14,9 @@ import { cliCommand } from "../experiments/tasks.js";
 import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { csvRows, REQUIRED_COLUMNS } from "./helpers/csv.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const skip = skipUnlessFashionMnist();
 const root = join(import.meta.dirname, "..");
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-exp-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -137,6 +137,26 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
     assert.ok(Number(r.agreement_prob) > 0.95, JSON.stringify(r));
   for (const f of ["report.html", "plan.json", "run.json", "env.json"]) assert.ok(existsSync(join(tmp, "out1", f)), f);
   assert.match(first.stdout, /agreement probability/);
+
+  // `stitchlab status --json` on the finished run: every planned task, each done.
+  const planned = JSON.parse(readFileSync(join(tmp, "out1", "plan.json"), "utf8")).tasks as { key: string }[];
+  const st = stitchlab(["status", join(tmp, "out1"), "--json"]);
+  assert.equal(st.status, 0, st.stderr);
+  const status = JSON.parse(st.stdout);
+  assert.equal(status.experiment, "tiny");
+  assert.equal(status.executor, "local");
+  assert.equal(status.cache, cache);
+  assert.equal(status.tasks.length, 2 + 4 + 8, "2 models, 4 IRI sets, 8 stitches");
+  assert.deepEqual(status.tasks.map((t: { key: string }) => t.key).sort(), planned.map((t) => t.key).sort());
+  for (const t of status.tasks) assert.equal(t.status, "done", t.label);
+  // `stitchlab report` writes the results again from the cache: the same results.csv, a new report.html.
+  const csv = readFileSync(join(tmp, "out1", "results.csv"), "utf8");
+  rmSync(join(tmp, "out1", "results.csv"));
+  rmSync(join(tmp, "out1", "report.html"));
+  const reported = stitchlab(["report", join(tmp, "out1")]);
+  assert.equal(reported.status, 0, reported.stderr);
+  assert.equal(readFileSync(join(tmp, "out1", "results.csv"), "utf8"), csv);
+  assert.match(readFileSync(join(tmp, "out1", "report.html"), "utf8"), /<html/);
 
   const again = stitchlab(["run", file, "--out", join(tmp, "out2"), "--cache", cache, "--dry-run"]);
   assert.match(again.stdout, /stitch\s+8 tasks: 8 cached, 0 to run/);
@@ -278,14 +298,19 @@ test("kill -9 in the middle, run again: the rest finishes and the results equal 
 
 test("a failed task is reported with its error, its dependants are skipped, independent tasks finish", { skip }, () => {
   // Model "broken" is a checkpoint whose logits overflow: every stitch with it as back fails.
+  // Model "boom" diverges in training (lr 100, batch 8: NaN within the first epoch), so its
+  // training task fails and the stitches that need it, its dependants, are skipped.
   saveDivergingCheckpoint(join(tmp, "ckpt", "broken.safetensors"));
   const file = join(tmp, "fail.yaml");
   writeFileSync(
     file,
-    TINY.replace("  b: {", "  broken: { checkpoint: ckpt/broken.safetensors }\n  b: {")
+    TINY.replace(
+      "  b: {",
+      "  broken: { checkpoint: ckpt/broken.safetensors }\n  boom: { arch: resnet18, width: 0.0625, seed: 2, epochs: 1, lr: 100, batchSize: 8 }\n  b: {",
+    )
       .replace(
         "{ front: b, back: a, relation: cross-seed }",
-        "{ front: b, back: a, relation: cross-seed }\n  - { front: a, back: broken, relation: broken }",
+        "{ front: b, back: a, relation: cross-seed }\n  - { front: a, back: broken, relation: broken }\n  - { front: boom, back: a, relation: boom }",
       )
       .replace("modes: [standard, iris]", "")
       .replace("objectives: [slm]", "objectives: [slm]\nmodes: [standard]"),
@@ -293,14 +318,43 @@ test("a failed task is reported with its error, its dependants are skipped, inde
   const r = stitchlab(["run", file, "--out", join(tmp, "f1"), "--cache", join(tmp, "fcache")]);
   assert.equal(r.status, 1);
   assert.match(r.stderr, /stitch a -> broken @ layer1.0 slm standard: FAILED: stitching diverged: loss is NaN/);
+  assert.match(
+    r.stderr,
+    /stitch boom -> a @ layer1\.0 slm standard: skipped \(not run: it needs train-[0-9a-f]+, which failed\)/,
+  );
   const shown = stitchlab(["status", join(tmp, "f1")]);
   assert.equal(shown.status, 0, shown.stderr);
   assert.match(
     shown.stdout,
-    /failed:\n {2}stitch a -> broken @ layer1.0 slm standard: stitching diverged: loss is NaN/,
+    /failed:\n(?: {2}.*\n)* {2}stitch a -> broken @ layer1.0 slm standard: stitching diverged: loss is NaN/,
   );
+  assert.match(shown.stdout, /failed:\n {2}train boom: training diverged: loss is NaN/);
+  assert.match(shown.stdout, /missing:\n {2}stitch boom -> a @ layer1.0 slm standard\n {2}stitch boom -> a @ layer4.1/);
   const run = JSON.parse(readFileSync(join(tmp, "f1", "run.json"), "utf8"));
-  assert.equal(Object.values(run.states).filter((s) => s === "failed").length, 2);
+  const { tasks } = JSON.parse(readFileSync(join(tmp, "f1", "plan.json"), "utf8")) as {
+    tasks: { key: string; label: string; deps: string[] }[];
+  };
+  // Failed: the two stitches into "broken" and the training of "boom".
+  assert.equal(Object.values(run.states).filter((s) => s === "failed").length, 3);
+  const boom = tasks.find((t) => t.label === "train boom");
+  assert.ok(boom, tasks.map((t) => t.label).join("\n"));
+  assert.equal(run.states[boom.key], "failed");
+  assert.match(run.errors[boom.key], /training diverged: loss is (NaN|Infinity)/);
+  // Its dependants, boom's stitches at both points, were skipped, each naming the failed task.
+  const dependants = tasks.filter((t) => t.deps.includes(boom.key));
+  assert.deepEqual(dependants.map((t) => t.label).sort(), [
+    "stitch boom -> a @ layer1.0 slm standard",
+    "stitch boom -> a @ layer4.1 slm standard",
+  ]);
+  for (const t of dependants) {
+    assert.equal(run.states[t.key], "skipped", t.label);
+    assert.equal(run.errors[t.key], `not run: it needs ${boom.key}, which failed`, t.label);
+  }
+  assert.deepEqual(
+    Object.keys(run.states).filter((k) => run.states[k] === "skipped"),
+    dependants.map((t) => t.key),
+    "nothing else was skipped",
+  );
   assert.equal(csvRows(join(tmp, "f1", "results.csv")).length, 4, "the other pairs' runs all finished");
 });
 
@@ -344,6 +398,52 @@ test("a missing dataset names the path looked at and how to get the data", { ski
   assert.equal(dry.status, 1);
   assert.match(dry.stderr, /no-such-dir\/t10k-images-idx3-ubyte.gz: file not found/);
   assert.doesNotMatch(dry.stdout, /to run/);
+});
+
+test("stitchlab schema prints a JSON Schema of experiment files that TINY satisfies in its top level", () => {
+  const r = stitchlab(["schema"]);
+  assert.equal(r.status, 0, r.stderr);
+  const schema = JSON.parse(r.stdout);
+  assert.match(schema.$schema, /json-schema\.org/);
+  assert.equal(schema.type, "object");
+  for (const key of ["name", "dataset", "models", "pairs", "points", "objectives", "modes", "iris", "stitch", "scales"])
+    assert.ok(key in schema.properties, `property ${key}`);
+  assert.deepEqual([...schema.required].sort(), ["dataset", "models", "name", "pairs"]);
+  assert.equal(schema.additionalProperties, false, "an unknown top-level key is refused, as the parser does");
+  // The schema's top level agrees with the parser: TINY's keys are all properties, and the
+  // parser refuses a key that is not one.
+  const tinyKeys = TINY.trim()
+    .split("\n")
+    .filter((l) => /^\w+:/.test(l))
+    .map((l) => l.split(":")[0]);
+  assert.deepEqual(
+    tinyKeys.filter((k) => !(k in schema.properties)),
+    [],
+  );
+  assert.deepEqual(problems(`${TINY}\nsurprise: 1\n`), ['(top level): Unrecognized key: "surprise"']);
+  assert.ok(!("surprise" in schema.properties));
+});
+
+test("stitchlab demo --dry-run prints the demo's graph, runs nothing and exits 0", { skip }, () => {
+  const cache = join(tmp, "demo-cache");
+  const out = join(tmp, "demo-out");
+  const r = stitchlab(["demo", "--dry-run", "--cache", cache, "--out", out]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^train\s+(\d+) tasks: 0 cached, \1 to run$/m);
+  assert.match(r.stdout, /^iris\s+(\d+) tasks: 0 cached, \1 to run$/m);
+  const stitches = r.stdout.match(/^stitch\s+(\d+) tasks: 0 cached, \1 to run$/m);
+  assert.ok(stitches, r.stdout);
+  // One line per task to run; the demo's three pair kinds, both modes.
+  const lines = r.stdout.split("\n").filter((l) => /^ {2}stitch-[0-9a-f]{20} {2}stitch /.test(l));
+  assert.equal(lines.length, Number(stitches[1]));
+  for (const pair of ["clean-s0 -> clean-s0", "clean-s1 -> clean-s0", "pixel-s1 -> clean-s0"])
+    for (const mode of ["standard", "iris"])
+      assert.ok(
+        lines.some((l) => l.includes(pair) && l.includes(` ${mode}`)),
+        `${pair} ${mode}`,
+      );
+  assert.ok(!existsSync(out), "no experiment folder");
+  assert.ok(!existsSync(cache) || readdirSync(cache).length === 0, "nothing in the cache");
 });
 
 test("every preset plans at both of its scales", () => {

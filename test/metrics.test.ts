@@ -49,7 +49,31 @@ describe("AgreementMeter", () => {
       close(r.labelAgreement, 1);
       close(r.hardErrorConsistency, 1);
       close(r.softErrorConsistency, 1);
-      close(r.accuracy, r.backAccuracy);
+      // Accuracy counted here: the share of images whose one-hot class is the label.
+      const cls = make(ints([40], 0, 7), 1).tolist() as number[];
+      const labels = y.tolist() as number[];
+      const right = cls.filter((c, i) => c === labels[i]).length / 40;
+      assert.ok(right > 0 && right < 1, `a draw with right and wrong images (${right})`);
+      close(r.accuracy, right);
+      close(r.backAccuracy, right);
+    });
+  });
+
+  test("accuracy and B's accuracy, each against the labels: 3 of 4 and 2 of 4 on one-hot logits", () => {
+    torch.tidy(() => {
+      const y = torch.tensor([0, 1, 2, 0], { dtype: "int64" });
+      const oneHot = (classes: number[]) =>
+        torch
+          .eye(4, { dtype: "float64" })
+          .indexSelect(0, torch.tensor(classes, { dtype: "int64" }))
+          .mul(100);
+      // Stitched: right on images 1-3, wrong on 4; B: right on images 1 and 4 only.
+      const r = meterOf(oneHot([0, 1, 2, 3]), oneHot([0, 2, 0, 0]), y);
+      close(r.accuracy, 3 / 4);
+      close(r.backAccuracy, 2 / 4);
+      // Both right on image 1, one right and one wrong on the others; the same class on image 1 only.
+      close(r.hardAgreement, 1 / 4);
+      close(r.labelAgreement, 1 / 4);
     });
   });
 
@@ -203,6 +227,18 @@ describe("linear CKA", () => {
         );
         close(linearCka(x, x), 1, 1e-12);
         close(linearCka(x, x.indexSelect(1, perm).mul(-2.5).add(7)), 1, 1e-12);
+        // Sample order: the same permutation of the rows of both leaves the score as it was; for
+        // a y that is no transform of x (a score well below 1), so that a changed score shows.
+        const y = make(normal([n, 5]), 70 + d).add(x.narrow(1, 0, 5));
+        const cka = linearCka(x, y);
+        assert.ok(cka > 0.05 && cka < 0.95, `CKA of the unpermuted pair ${cka}`);
+        const rows = torch.tensor(
+          Array.from({ length: n }, (_, i) => (i * 7 + 3) % n),
+          { dtype: "int64" },
+        );
+        close(linearCka(x.indexSelect(0, rows), y.indexSelect(0, rows)), cka, 1e-10, "rows permuted in both: ");
+        // Permuting one side only breaks the pairing of samples: the score changes.
+        assert.ok(Math.abs(linearCka(x.indexSelect(0, rows), y) - cka) > 1e-3, "rows permuted in one only");
       }
     });
   });

@@ -134,6 +134,8 @@ const PARITY: [string, ModelOptions][] = [
   ["resnet50", { stem: "imagenet", imageSize: 64 }],
   ["vit_small_patch16_224", { depth: 2 }],
   ["vit_tiny_patch16_224", { depth: 2 }],
+  // ViT-Base at its own width and 224 px (768 wide, 12 heads), 2 blocks to keep it short.
+  ["vit_base_patch16_224", { depth: 2 }],
 ];
 
 for (const [arch, opts] of PARITY) {
@@ -226,17 +228,35 @@ test("stitchlab layers vgg16_bn names torchvision's six post-ReLU points", () =>
   );
 });
 
-test("vgg16_bn: torchvision's vgg16_bn(num_classes=10) state dict loads strictly and gives its logits and features", {
+test("vgg16_bn: torchvision's vgg16_bn(num_classes=10) state dict loads strictly and gives its logits and features; ours gives the same logits in torchvision", {
   skip: skipUnlessTorchvision(),
 }, () => {
   const dir = mkdtempSync(join(tmpdir(), "stitchlab-vgg-"));
   try {
+    // The reverse direction's model first (a fresh stitchlab vgg16_bn with non-trivial batch-norm
+    // statistics, saved with torch.save's format), so that one Python process does both.
+    torch.manualSeed(7);
+    const ours = createModel("vgg16_bn").eval();
+    torch.noGrad(() => {
+      for (const [k, t] of Object.entries(ours.stateDict()))
+        if (k.endsWith("running_mean")) t.normal_(0, 0.5);
+        else if (k.endsWith("running_var")) t.uniform_(0.5, 2);
+    });
+    torch.torchSave(join(dir, "ts_state.pt"), ours.stateDict());
     const r = spawnSync(
       PYTHON,
-      [join(import.meta.dirname, "helpers", "zoo_reference.py"), "vgg16_bn", "{}", "save", dir],
+      [join(import.meta.dirname, "helpers", "zoo_reference.py"), "vgg16_bn", "{}", "save,load", dir],
       { encoding: "utf8", cwd: dir },
     );
     assert.equal(r.status, 0, r.stderr);
+    torch.tidy(() => {
+      const x = (torch.torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
+      const pyLogits = (torch.torchLoad(join(dir, "py_logits_from_ts.pt")) as { logits: torch.Tensor }).logits;
+      const ourLogits = torch.noGrad(() => ours.forward(x));
+      const rel = ourLogits.sub(pyLogits).norm().item() / pyLogits.norm().item();
+      assert.ok(rel < 1e-5, `stitchlab -> torchvision: relative error ${rel}`);
+    });
+    ours.dispose();
     const m = createModel("vgg16_bn").eval(); // the defaults are torchvision's layout
     const sd = torch.torchLoad(join(dir, "py_state.pt")) as Record<string, torch.Tensor>;
     assert.deepEqual(Object.keys(m.stateDict()).sort(), Object.keys(sd).sort(), "the same parameter names");

@@ -2,7 +2,7 @@
 // prints a summary in words; with --json, or into a pipe, the one JSON line scripts parse.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -10,10 +10,11 @@ import { cliCommand } from "../experiments/tasks.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import { runCli } from "./helpers/cli.js";
+import { skipUnless, skipUnlessFashionMnist } from "./helpers/requirements.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-output-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
-const HAVE_SCRIPT = spawnSync("script", ["--version"], { encoding: "utf8" }).status === 0;
+const noScript = skipUnless("script");
 
 /** Runs stitchlab with a terminal as its stdout and stderr; returns what the terminal showed. */
 function onTerminal(args: string[]): { status: number | null; screen: string } {
@@ -23,7 +24,7 @@ function onTerminal(args: string[]): { status: number | null; screen: string } {
 }
 
 test("a finished command speaks in words on a terminal and in one JSON line into a pipe or with --json", {
-  skip: HAVE_SCRIPT ? false : "util-linux's script is not installed (a pty is needed)",
+  skip: noScript,
 }, () => {
   const ckpt = join(tmp, "m", "model.safetensors");
   mkdirSync(join(tmp, "m"));
@@ -53,7 +54,6 @@ test("a finished command speaks in words on a terminal and in one JSON line into
   assert.equal(JSON.parse(piped.stdout).arch, "resnet18");
 });
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 const TINY = `
 name: tiny
 dataset: { name: fashion-mnist, limit: 200, testLimit: 100 }
@@ -69,7 +69,7 @@ stitch: { limit: 64, epochs: 1, batchSize: 32, initImages: 32, ckaImages: 32 }
 `;
 
 test("stitchlab run shows one overall bar with an ETA on a terminal, and Ctrl-C says how to go on", {
-  skip: !HAVE_SCRIPT ? "util-linux's script is not installed" : HAVE_DATA ? false : "Fashion-MNIST is not installed",
+  skip: noScript || skipUnlessFashionMnist(),
 }, async () => {
   const file = join(tmp, "tiny.yaml");
   writeFileSync(file, TINY);

@@ -2,7 +2,7 @@
 // and torchvision on the same inputs, and a SimCLR model trained end to end whose backbone the
 // second phase leaves alone.
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -15,9 +15,9 @@ import { ntXentLoss, pretrainSimclr } from "../train/simclr.js";
 import { TRAIN_DEFAULTS, trainModel } from "../train/trainer.js";
 import { runCli } from "./helpers/cli.js";
 import { runReference, skipUnlessPytorch, skipUnlessTorchvision } from "./helpers/pytorch.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const skip = skipUnlessFashionMnist();
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-simclr-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 

@@ -11,10 +11,10 @@ import { after, before, test } from "node:test";
 import { SLURM_DEFAULTS, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
 import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 import { type Slurm, startSlurm, SMALL_EXPERIMENT as TINY } from "./helpers/slurm.js";
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const skip = skipUnlessFashionMnist();
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-slurm-"));
 let slurm: Slurm;
 
@@ -123,7 +123,7 @@ test("sbatch's arguments and the job script carry every option", () => {
   assert.match(script, /^#!\/bin\/bash\n/);
   assert.match(script, /module load cuda/);
   assert.match(script, /seq 1 3/, "two retries: three attempts");
-  assert.match(script, /task train-abc --cache \/shared\/cache --device cuda/);
+  assert.match(script, /experiments\/worker\.(ts|js) train-abc --cache \/shared\/cache --device cuda/);
   assert.match(script, /STITCHLAB_THREADS=\$\{SLURM_CPUS_PER_TASK:-1\}/);
 });
 

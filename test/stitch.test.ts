@@ -75,12 +75,73 @@ test("identity initialisation makes the self-stitched model equal B exactly", ()
   m.dispose();
 });
 
+/**
+ * A bilinear 2x upscale of [N, C, H, W] maps, by hand. With PyTorch's align_corners=False output
+ * pixel j reads input coordinate (j + 1/2) / 2 - 1/2, clamped at 0: i - 1/4 for j = 2i, i + 1/4
+ * for j = 2i + 1. So along each axis out[2i] = 3/4 in[i] + 1/4 in[i-1] and
+ * out[2i+1] = 3/4 in[i] + 1/4 in[i+1], the border pixel standing in for its missing neighbour.
+ */
+function upscale2x(h: torch.Tensor): torch.Tensor {
+  const along = (t: torch.Tensor, dim: number) => {
+    const n = t.shape[dim];
+    const prev = torch.cat([t.narrow(dim, 0, 1), t.narrow(dim, 0, n - 1)], dim);
+    const next = torch.cat([t.narrow(dim, 1, n - 1), t.narrow(dim, n - 1, 1)], dim);
+    const even = t.mul(0.75).add(prev.mul(0.25));
+    const odd = t.mul(0.75).add(next.mul(0.25));
+    const shape = [...t.shape];
+    shape[dim] = 2 * n;
+    return torch.stack([even, odd], dim + 1).reshape(...shape);
+  };
+  return along(along(h, 2), 3);
+}
+
+test("bilinear 2x by hand: a 2x2 map [[1, 2], [3, 4]] becomes the 4x4 map PyTorch's align_corners=False gives", () => {
+  torch.tidy(() => {
+    const point = (size: number) => ({
+      name: `p${size}`,
+      channels: 1,
+      height: size,
+      width: size,
+      kind: "cnn" as const,
+    });
+    const layer = new StitchingLayer(point(2), point(4));
+    const got = layer.align(torch.tensor([1, 2, 3, 4]).reshape(1, 1, 2, 2));
+    // Rows [1, 1.25, 1.75, 2] and [3, 3.25, 3.75, 4], then the same 3/4-1/4 blend down the columns.
+    const want = [
+      [1, 1.25, 1.75, 2],
+      [1.5, 1.75, 2.25, 2.5],
+      [2.5, 2.75, 3.25, 3.5],
+      [3, 3.25, 3.75, 4],
+    ];
+    assert.deepEqual(got.reshape(4, 4).tolist(), want);
+    assert.deepEqual(
+      upscale2x(torch.tensor([1, 2, 3, 4]).reshape(1, 1, 2, 2))
+        .reshape(4, 4)
+        .tolist(),
+      want,
+    );
+    layer.dispose();
+  });
+});
+
 test("points of different spatial size are resized bilinearly; gradients reach T only", () => {
   const a = createModel("resnet18", { width: 0.125 }).eval(); // not frozen: the front pass itself records no graph
   const b = createModel("resnet18", { width: 0.25 }).eval().requiresGrad_(false);
   const s = new StitchedModel(a, b, "layer2.0", "layer1.1"); // 16 channels at 16x16 -> 16 channels at 32x32
   torch.tidy(() => {
-    const logits = s.forward(torch.randn([2, 3, 32, 32]));
+    const x = torch.randn([2, 3, 32, 32]);
+    // The stitched model's output is B's tail on T applied to A's features upscaled by hand.
+    const h = torch.noGrad(() => a.forwardTo(x, "layer2.0"));
+    assert.deepEqual(h.shape, [2, 16, 16, 16]);
+    const resized = upscale2x(h);
+    const aligned = s.layer.align(h);
+    assert.ok(aligned.sub(resized).abs().max().item() < 1e-5, "A's map resized bilinearly");
+    const want = torch.noGrad(() =>
+      b.forwardFrom(torch.conv2d(resized, s.layer.weight.reshape(16, 16, 1, 1), s.layer.bias), "layer1.1"),
+    );
+    const got = torch.noGrad(() => s.forward(x));
+    assert.ok(got.sub(want).abs().max().item() < 1e-4 * (1 + want.abs().max().item()), "stitched = B(T(resized A))");
+    const logits = s.forward(x);
     assert.deepEqual(logits.shape, [2, 10]);
     logits.sum().backward();
     assert.ok(s.layer.weight.grad !== null, "T gets a gradient");

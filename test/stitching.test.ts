@@ -1,7 +1,7 @@
 // Stitching a model with itself, every objective, at an early, a middle and the last point:
 // agreement probability at least 0.99 (the paper: identical models about 0.95-1.0).
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -12,11 +12,12 @@ import { evaluateStitch } from "../stitch/evaluate.js";
 import { OBJECTIVES, parseObjective } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
-import * as torch from "../torch/index.js";
 import { TRAIN_DEFAULTS, trainModel } from "../train/trainer.js";
+import { settledMemory } from "./helpers/memory.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
-const HAVE_DATA = existsSync("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-const skip = HAVE_DATA ? false : "Fashion-MNIST is not installed";
+const skip = skipUnlessFashionMnist();
+const HAVE_DATA = !skip;
 const norm = normalizationFor("fashion-mnist");
 let model: StitchableModel;
 let train: Dataset;
@@ -81,9 +82,23 @@ test("objectives parse, and a bad one is a clear error", () => {
   assert.throws(() => parseObjective("kl"), /unknown objective 'kl'; objectives: hlm, slm, dm, fula/);
 });
 
-test("cleanup", { skip }, () => {
+test("cleanup: a stitched evaluation leaves no tensor behind; disposing frees the model's and the data's", {
+  skip,
+}, () => {
+  const s = new StitchedModel(model, model, "layer2.0");
+  s.init("identity");
+  evaluateStitch(s, testSet, { normalization: norm }); // warm-up: whatever is made once per process
+  const before = settledMemory().liveHandles;
+  evaluateStitch(s, testSet, { normalization: norm });
+  // Garbage of earlier tests may be finalised meanwhile, so the count can only fall.
+  const after = settledMemory().liveHandles;
+  assert.ok(after <= before, `${after - before} tensors made by evaluateStitch outlived it`);
+  s.layer.dispose();
+  const owned = Object.keys(model.stateDict()).length + 4; // the model's tensors, images and labels of two sets
+  const held = settledMemory().liveHandles;
   model.dispose();
   disposeDataset(train);
   disposeDataset(testSet);
-  assert.ok(torch.memory().liveHandles >= 0);
+  const freed = held - settledMemory().liveHandles;
+  assert.ok(freed >= owned, `disposing freed ${freed} handles, the model and the data hold ${owned}`);
 });

@@ -7,30 +7,19 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import * as torch from "../../torch/index.js";
+import { PYTHON, REQUIREMENTS, skipUnless } from "./requirements.js";
 
-/** The Python with PyTorch: Debian's /usr/bin/python3 (not the one on PATH), or STITCHLAB_PYTHON. */
-export const PYTHON = process.env.STITCHLAB_PYTHON || "/usr/bin/python3";
+export { PYTHON } from "./requirements.js";
+
 const SCRIPT = join(dirname(fileURLToPath(import.meta.url)), "torch_reference.py");
 
-let availability: string | null | undefined;
 /**
  * null when PYTHON imports torch, else why not: a reason to skip the comparisons, or to fail
  * them when STITCHLAB_REQUIRE_PYTORCH is set (see skipUnlessPytorch).
  */
 export function pytorchUnavailable(): string | null {
-  if (availability === undefined) {
-    // Not from the repository root, where `import torch` would find our torch/ folder.
-    const r = spawnSync(PYTHON, ["-c", "import torch, numpy; print(torch.__version__)"], {
-      encoding: "utf8",
-      cwd: tmpdir(),
-    });
-    availability =
-      r.status === 0
-        ? null
-        : `${PYTHON} cannot import torch and numpy (${(r.error?.message ?? r.stderr).trim().split("\n").pop()}); ` +
-          "set STITCHLAB_PYTHON to a Python with PyTorch";
-  }
-  return availability;
+  const why = REQUIREMENTS.pytorch.absent();
+  return why === null ? null : `${why}; set STITCHLAB_PYTHON to a Python with PyTorch`;
 }
 
 export interface ReferenceCase {
@@ -70,26 +59,23 @@ export function runReference(cases: ReferenceCase[], inputs: Record<string, torc
 }
 
 /**
- * The `skip` option for a test that needs Python's PyTorch: false, or the reason it is missing.
- * In CI (CI set, as .ci/run's environment has it) or with STITCHLAB_REQUIRE_PYTORCH, a missing
- * PyTorch is an error instead: the set-up installs it, so a skip there would hide a broken set-up.
+ * The `skip` option for a test that needs Python's PyTorch: false, or the reason it is missing
+ * (test/helpers/requirements.ts `missing`). In CI (CI set, as .ci/run's environment has it) or
+ * with STITCHLAB_REQUIRE_PYTORCH, a missing PyTorch is an error instead: the set-up installs it,
+ * so a skip there would hide a broken set-up.
  */
 export function skipUnlessPytorch(): string | false {
-  const why = pytorchUnavailable();
-  if (why === null) return false;
-  if (process.env.STITCHLAB_REQUIRE_PYTORCH || process.env.CI)
-    throw new Error(`Python's PyTorch is required here (CI or STITCHLAB_REQUIRE_PYTORCH), but ${why}`);
-  return why;
+  return skipUnless("pytorch", Boolean(process.env.STITCHLAB_REQUIRE_PYTORCH));
 }
 
 /** Whether PYTHON has torchvision; in CI (or with STITCHLAB_REQUIRE_PYTORCH) a missing one is an error, as for PyTorch. */
 export function skipUnlessTorchvision(): string | false {
-  const missing = skipUnlessPytorch();
-  if (missing) return missing;
-  const r = spawnSync(PYTHON, ["-c", "import torchvision"], { encoding: "utf8", cwd: tmpdir() });
-  if (r.status === 0) return false;
-  const why = `${PYTHON} cannot import torchvision (${(r.error?.message ?? r.stderr).trim().split("\n").pop()})`;
-  if (process.env.STITCHLAB_REQUIRE_PYTORCH || process.env.CI)
-    throw new Error(`torchvision is required here (CI or STITCHLAB_REQUIRE_PYTORCH), but ${why}`);
-  return why;
+  return skipUnlessPytorch() || skipUnless("torchvision", Boolean(process.env.STITCHLAB_REQUIRE_PYTORCH));
+}
+
+/** Python's torch.__version__ as PYTHON reports it (an independent witness of what ran there). */
+export function pythonTorchVersion(): string {
+  const r = spawnSync(PYTHON, ["-c", "import torch; print(torch.__version__)"], { encoding: "utf8", cwd: tmpdir() });
+  if (r.status !== 0) throw new Error(`${PYTHON} cannot import torch: ${r.stderr}`);
+  return r.stdout.trim();
 }

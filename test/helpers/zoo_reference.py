@@ -7,6 +7,7 @@ Usage: python3 zoo_reference.py ARCH OPTIONS_JSON MODE DIR
              for vgg16_bn also DIR/py_features.pt: features[:k+1](x) at each stitch point
              features.k (stitchlab's points, PROTOCOL.md "Stitch points")
   MODE load: load DIR/ts_state.pt (saved by stitchlab), run DIR/input.pt, save DIR/py_logits_from_ts.pt
+  MODE save,load: both, in one process (torch and torchvision start once)
 """
 
 import json
@@ -149,13 +150,19 @@ def build(arch, o):
 # The zoo's ViTs as createModel builds them without options (models/registry.ts).
 VIT_DEFAULTS = {
     "vit_tiny_patch4_32": {"imageSize": 32, "patchSize": 4, "embedDim": 192, "numHeads": 3},
+    "vit_base_patch16_224": {"imageSize": 224, "patchSize": 16, "embedDim": 768, "numHeads": 12},
     "vit_tiny_patch16_224": {"imageSize": 224, "patchSize": 16, "embedDim": 192, "numHeads": 3},
     "vit_small_patch16_224": {"imageSize": 224, "patchSize": 16, "embedDim": 384, "numHeads": 6},
 }
 
 
 def main():
-    arch, opts, mode, d = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+    arch, opts, modes, d = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+    for mode in modes.split(","):
+        run(arch, opts, mode, d)
+
+
+def run(arch, opts, mode, d):
     torch.manual_seed(0)
     m = build(arch, opts)
     if mode == "save":
