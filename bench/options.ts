@@ -2,7 +2,7 @@
 // --batch N, plus a benchmark's own value options; each value option is accepted both as
 // `--name value` and as `--name=value`. Any other argument is an error naming the benchmark and
 // its options.
-import { deviceArg, requireDevice } from "../cli/device.js";
+import { parseDevice, requireDevice } from "../torch/index.js";
 
 export interface DeviceOptions {
   /** --quick, or STITCHLAB_BENCH_QUICK=1. */
@@ -33,9 +33,9 @@ export function parseDeviceOptions(name: string, args: string[], own: Record<str
       arg: "cpu|cuda|cuda:N",
       set: (v) => {
         try {
-          o.device = deviceArg(v);
+          o.device = parseDevice(v);
         } catch (e) {
-          throw new Error(`${name}: ${(e as Error).message}`);
+          throw new Error(`${name}: --${(e as Error).message}`);
         }
       },
     },

@@ -4,9 +4,13 @@
 import type { Command } from "commander";
 import * as torch from "../torch/index.js";
 
+/** --device's parser: the form is torch/'s check (parseDevice), the message names the flag. */
 export function deviceArg(v: string): string {
-  if (!/^(cpu|cuda(:\d+)?)$/.test(v)) throw new Error(`--device must be cpu, cuda or cuda:N, not '${v}'`);
-  return v;
+  try {
+    return torch.parseDevice(v);
+  } catch {
+    throw new Error(`--device must be cpu, cuda or cuda:N, not '${v}'`);
+  }
 }
 
 // Whether this process can compute on a device: torch/runtime.ts, so that worker processes

@@ -21,9 +21,11 @@ export { dispose, keep, memory, tidy } from "./memory.js";
 export {
   buildInfo,
   cuda,
+  type DeviceName,
   defaultThreads,
   getNumThreads,
   manualSeed,
+  parseDevice,
   requireDevice,
   setNumThreads,
 } from "./runtime.js";

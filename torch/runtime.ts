@@ -47,3 +47,12 @@ export function requireDevice(device: string): void {
   if (n >= cuda.deviceCount())
     throw new Error(`--device ${device}: there are ${cuda.deviceCount()} GPU(s), numbered from 0`);
 }
+
+/** A device name as libtorch takes it: cpu, cuda (the current GPU) or cuda:N. */
+export type DeviceName = "cpu" | "cuda" | `cuda:${number}`;
+
+/** Checks the form of a device name (not whether this process can use it: requireDevice). */
+export function parseDevice(v: string): DeviceName {
+  if (!/^(cpu|cuda(:\d+)?)$/.test(v)) throw new Error(`device must be cpu, cuda or cuda:N, not '${v}'`);
+  return v as DeviceName;
+}
