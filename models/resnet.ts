@@ -6,7 +6,7 @@
 // BasicBlock of ResNet-18 (8), and the first and last Bottleneck of each stage of ResNet-50
 // (layer1.0, layer1.2, layer2.0, layer2.3, layer3.0, layer3.5, layer4.0, layer4.2: the
 // reference's resnet50 points, models/model_utils.py).
-import { AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Linear, MaxPool2d, Sequential } from "../nn/layers.js";
+import { AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Linear, MaxPool2d, runInOrder, Sequential } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
 import type * as torch from "../torch/index.js";
 import { type Stage, StitchableModel } from "./stitchable.js";
@@ -36,8 +36,7 @@ type Layer = (t: Tensor) => Tensor;
  * `down` (or the identity), each intermediate released once read.
  */
 function residual(x: Tensor, layers: Layer[], down: Sequential | null): Tensor {
-  let out = (layers[0] as Layer)(x);
-  for (const f of layers.slice(1)) out = step(out, f);
+  let out = runInOrder(x, layers);
   const identity = down ? down.forward(x) : x;
   out = step(out, (t) => t.add(identity));
   if (identity !== x) identity.dispose();

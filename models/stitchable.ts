@@ -1,6 +1,7 @@
 // What every zoo model shares: an ordered list of stages, some of which end at a named stitch
 // point, then a head. forwardTo / forwardFrom / forwardIntermediates follow from that list, so a
 // stitched model is back.forwardFrom(T(front.forwardTo(x, p)), p) for any pair of models.
+import { runInOrder } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 
@@ -105,17 +106,17 @@ export abstract class StitchableModel extends Module {
     return i;
   }
 
-  /** Runs stages [from, to) on h, each in its own scope; h itself is left to the caller. */
+  /**
+   * Runs stages [from, to) on h (runInOrder); the output of each stage named in `keep` is put
+   * there and not freed. h itself is left to the caller.
+   */
   private runStages(h: Tensor, from: number, to: number, keep?: Map<string, Tensor>): Tensor {
-    let cur = h;
-    for (let i = from; i < to; i++) {
-      const s = this.stages[i] as Stage;
-      const next = torch.tidy(() => s.run(cur));
-      if (cur !== h && next !== cur && !(keep && [...keep.values()].includes(cur))) cur.dispose();
-      cur = next;
-      if (keep && s.point && keep.has(s.point.name)) keep.set(s.point.name, cur);
-    }
-    return cur === h ? h.clone() : cur;
+    const steps = this.stages.slice(from, to).map((s) => (t: Tensor) => {
+      const out = s.run(t);
+      if (keep && s.point && keep.has(s.point.name)) keep.set(s.point.name, out);
+      return out;
+    });
+    return runInOrder(h, steps, keep ? (t) => [...keep.values()].includes(t) : undefined);
   }
 
   forward(x: Tensor): Tensor {

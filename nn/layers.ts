@@ -156,12 +156,20 @@ export class Sequential extends Module {
   }
 }
 
-/** Applies modules in order, each in its own scope; x itself is left to the caller. */
-export function runInOrder(x: Tensor, modules: Module[]): Tensor {
+/** A step of runInOrder: a module, or a function of the previous step's output. */
+export type Step = Module | ((h: Tensor) => Tensor);
+
+/**
+ * The one home of "run in order, freeing each intermediate once read" (Sequential, the model
+ * stages, ResNet's residual branches): each step runs in its own scope, and each intermediate is
+ * freed as soon as the next step has read it, unless `kept(h)` says the caller returns it (a
+ * feature at a stitch point). x itself is left to the caller; with no steps the result is a copy.
+ */
+export function runInOrder(x: Tensor, steps: readonly Step[], kept?: (h: Tensor) => boolean): Tensor {
   let h = x;
-  for (const m of modules) {
-    const next = torch.tidy(() => m.forward(h));
-    if (h !== x && next !== h) h.dispose();
+  for (const s of steps) {
+    const next = torch.tidy(() => (typeof s === "function" ? s(h) : s.forward(h)));
+    if (h !== x && next !== h && !kept?.(h)) h.dispose();
     h = next;
   }
   return h === x ? x.clone() : h;

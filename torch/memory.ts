@@ -9,6 +9,8 @@ export interface Disposable {
   dispose(): void;
   /** The scope that will free this, if any (managed by this module). */
   _scope: Scope | null;
+  /** Tensors: give up the native handle, so that a scope frees its tensors in one native call. */
+  _release?(): unknown;
 }
 
 // A scope is the list of what was made in it; an entry whose `_scope` no longer points at the
@@ -77,6 +79,7 @@ export function tidy<T>(fn: () => T): T {
   const kept = new Set<Disposable>();
   collect(result, kept);
   const parent = scopes[scopes.length - 1] ?? null;
+  const handles: unknown[] = [];
   for (const t of scope) {
     if (t._scope !== scope) continue;
     if (kept.has(t)) {
@@ -84,9 +87,15 @@ export function tidy<T>(fn: () => T): T {
       parent?.push(t);
     } else {
       t._scope = null;
-      t.dispose();
+      if (!t._release) t.dispose();
+      else {
+        const h = t._release();
+        if (h !== null) handles.push(h);
+      }
     }
   }
+  // One crossing into the addon for the scope, not one per tensor.
+  if (handles.length) native.freeMany(handles as never);
   return result;
 }
 

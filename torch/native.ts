@@ -13,6 +13,7 @@ export interface NativeAddon {
   fromBuffer(bytes: ArrayBufferView | ArrayBuffer, dtype: number, shape: number[]): Handle;
   toBuffer(h: Handle): ArrayBuffer;
   free(h: Handle): void;
+  freeMany(handles: Handle[]): void;
   isLive(h: Handle): boolean;
   shape(h: Handle): number[];
   strides(h: Handle): number[];

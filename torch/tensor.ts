@@ -71,47 +71,74 @@ type TypedKind =
   | "inplace"
   | "inplaceScalar"
   | "reduce";
-const typedIds = new Map<string, number>();
-
-/** The index of `name` (an operator with an overload, "add.Tensor") among the bound operators of `kind`. */
-function typedId(name: string, kind: TypedKind): number {
-  const key = `${kind} ${name}`;
-  let id = typedIds.get(key);
-  if (id === undefined) {
-    id = native.bindTyped(opId(name), kind);
-    typedIds.set(key, id);
+/**
+ * One operator bound for typed calls, resolved on its first call. Callers keep theirs in a
+ * constant or a map keyed by the bare name, so no string is built per call.
+ */
+class Typed {
+  #i = -1;
+  constructor(
+    readonly name: string,
+    readonly kind: TypedKind,
+  ) {}
+  get i(): number {
+    if (this.#i < 0) this.#i = native.bindTyped(opId(this.name), this.kind);
+    return this.#i;
   }
-  return id;
 }
+
+/** The Typed of each name, made on first use. */
+function byName(kind: TypedKind, overload = ""): (name: string) => Typed {
+  const m = new Map<string, Typed>();
+  return (name) => {
+    let t = m.get(name);
+    if (!t) {
+      t = new Typed(overload ? `${name}.${overload}` : name, kind);
+      m.set(name, t);
+    }
+    return t;
+  };
+}
+const unaryTyped = byName("unary");
+const matmulTyped = byName("binary");
+const tensorTyped = byName("binary", "Tensor");
+const scalarTyped = byName("scalar", "Scalar");
+const ADD = { tensor: new Typed("add.Tensor", "alpha"), scalar: new Typed("add.Scalar", "scalarAlpha") };
+const SUB = { tensor: new Typed("sub.Tensor", "alpha"), scalar: new Typed("sub.Scalar", "scalarAlpha") };
+const ADD_ = new Typed("add_.Tensor", "inplaceAlpha");
+const SUB_ = new Typed("sub_.Tensor", "inplaceAlpha");
+const MUL_ = { tensor: new Typed("mul_.Tensor", "inplace"), scalar: new Typed("mul_.Scalar", "inplaceScalar") };
+const DIV_ = { tensor: new Typed("div_.Tensor", "inplace"), scalar: new Typed("div_.Scalar", "inplaceScalar") };
+const REDUCE = { sum: new Typed("sum", "reduce"), mean: new Typed("mean", "reduce") };
 
 const wrap = (h: Handle): Tensor => new Tensor(h);
 
 function unaryOp(name: string, self: Tensor): Tensor {
-  return wrap(native.unaryOp(typedId(name, "unary"), self.handle));
+  return wrap(native.unaryOp(unaryTyped(name).i, self.handle));
 }
 
 /** An operator (self, other) -> Tensor: matmul, mm, bmm. */
 function binaryOp(name: string, self: Tensor, other: Tensor): Tensor {
-  return wrap(native.binaryOp(typedId(name, "binary"), self.handle, other.handle));
+  return wrap(native.binaryOp(matmulTyped(name).i, self.handle, other.handle));
 }
 
 /** sum or mean over every element (dtype None). */
 function reduceOp(name: "sum" | "mean", self: Tensor): Tensor {
-  return wrap(native.reduceOp(typedId(name, "reduce"), self.handle));
+  return wrap(native.reduceOp(REDUCE[name].i, self.handle));
 }
 
 /** `name.Tensor` or `name.Scalar` by the kind of `other`, as PyTorch's Python binding does. */
 function binary(name: string, self: Tensor, other: Tensor | Scalar): Tensor {
   return other instanceof Tensor
-    ? wrap(native.binaryOp(typedId(`${name}.Tensor`, "binary"), self.handle, other.handle))
-    : wrap(native.scalarOp(typedId(`${name}.Scalar`, "scalar"), self.handle, other));
+    ? wrap(native.binaryOp(tensorTyped(name).i, self.handle, other.handle))
+    : wrap(native.scalarOp(scalarTyped(name).i, self.handle, other));
 }
 
 /** add and sub, which take alpha (other * alpha is added or subtracted). */
-function withAlpha(name: "add" | "sub", self: Tensor, other: Tensor | Scalar, alpha: Scalar): Tensor {
+function withAlpha(op: typeof ADD, self: Tensor, other: Tensor | Scalar, alpha: Scalar): Tensor {
   return other instanceof Tensor
-    ? wrap(native.alphaOp(typedId(`${name}.Tensor`, "alpha"), self.handle, other.handle, alpha))
-    : wrap(native.scalarAlphaOp(typedId(`${name}.Scalar`, "scalarAlpha"), self.handle, other, alpha));
+    ? wrap(native.alphaOp(op.tensor.i, self.handle, other.handle, alpha))
+    : wrap(native.scalarAlphaOp(op.scalar.i, self.handle, other, alpha));
 }
 
 function dims(d: number | number[] | undefined): number[] | undefined {
@@ -131,6 +158,16 @@ export class Tensor implements Disposable {
   get handle(): Handle {
     if (this.#h === null) throw new Error("this Tensor has been disposed");
     return this.#h;
+  }
+
+  /**
+   * Gives up the native handle without freeing it (null when already disposed): tidy frees a
+   * scope's handles together (native.freeMany). Internal to torch/.
+   */
+  _release(): Handle | null {
+    const h = this.#h;
+    this.#h = null;
+    return h;
   }
 
   /** Frees the native tensor now. Idempotent. */
@@ -354,10 +391,10 @@ export class Tensor implements Disposable {
 
   // ---- elementwise ----
   add(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
-    return withAlpha("add", this, other, alpha);
+    return withAlpha(ADD, this, other, alpha);
   }
   sub(other: Tensor | Scalar, alpha: Scalar = 1): Tensor {
-    return withAlpha("sub", this, other, alpha);
+    return withAlpha(SUB, this, other, alpha);
   }
   mul(other: Tensor | Scalar): Tensor {
     return binary("mul", this, other);
@@ -466,25 +503,23 @@ export class Tensor implements Disposable {
 
   // ---- in place (for optimisers and buffers; no autograd history on leaves that need grad) ----
   add_(other: Tensor | Scalar, alpha: Scalar = 1): this {
-    if (other instanceof Tensor)
-      native.inplaceAlphaOp(typedId("add_.Tensor", "inplaceAlpha"), this.handle, other.handle, alpha);
+    if (other instanceof Tensor) native.inplaceAlphaOp(ADD_.i, this.handle, other.handle, alpha);
     else call("add_.Scalar", this, other, alpha).dispose();
     return this;
   }
   sub_(other: Tensor | Scalar, alpha: Scalar = 1): this {
-    if (other instanceof Tensor)
-      native.inplaceAlphaOp(typedId("sub_.Tensor", "inplaceAlpha"), this.handle, other.handle, alpha);
+    if (other instanceof Tensor) native.inplaceAlphaOp(SUB_.i, this.handle, other.handle, alpha);
     else call("sub_.Scalar", this, other, alpha).dispose();
     return this;
   }
   mul_(other: Tensor | Scalar): this {
-    if (other instanceof Tensor) native.inplaceOp(typedId("mul_.Tensor", "inplace"), this.handle, other.handle);
-    else native.inplaceScalarOp(typedId("mul_.Scalar", "inplaceScalar"), this.handle, other);
+    if (other instanceof Tensor) native.inplaceOp(MUL_.tensor.i, this.handle, other.handle);
+    else native.inplaceScalarOp(MUL_.scalar.i, this.handle, other);
     return this;
   }
   div_(other: Tensor | Scalar): this {
-    if (other instanceof Tensor) native.inplaceOp(typedId("div_.Tensor", "inplace"), this.handle, other.handle);
-    else native.inplaceScalarOp(typedId("div_.Scalar", "inplaceScalar"), this.handle, other);
+    if (other instanceof Tensor) native.inplaceOp(DIV_.tensor.i, this.handle, other.handle);
+    else native.inplaceScalarOp(DIV_.scalar.i, this.handle, other);
     return this;
   }
   /** self += value * t1 * t2 */

@@ -44,6 +44,13 @@ static double toDouble(Napi::Env env, const Napi::Value& v, const Where& where) 
 // PyTorch does the same with Python ints and floats, and type promotion then matches.
 // Callers who need a float Scalar for an integral value pass {float: x}.
 c10::Scalar toScalar(Napi::Env env, const Napi::Value& v, const Where& where) {
+  // Numbers first, in one napi call (it fails on anything else): the common case on hot paths.
+  double d;
+  if (napi_get_value_double(env, v, &d) == napi_ok) {
+    if (std::isfinite(d) && d == static_cast<double>(static_cast<int64_t>(d)) && std::abs(d) < 9.0e15)
+      return c10::Scalar(static_cast<int64_t>(d));
+    return c10::Scalar(d);
+  }
   if (v.IsBoolean()) return c10::Scalar(v.As<Napi::Boolean>().Value());
   if (v.IsBigInt()) return c10::Scalar(toInt(env, v, where));
   if (v.IsNumber()) {
