@@ -4,7 +4,7 @@
 // `stitchlab CMD ...` and `stitchlab help CMD` load CMD's; `--help`, no command or an unknown one
 // load them all, so that the list (and "Did you mean ...?") is made from the commands' own
 // definitions, as before. None of this starts libtorch: torch/ loads it on first use.
-import { Command } from "commander";
+import { Command, Help, type Option } from "commander";
 import { stitchlabVersion } from "../torch/files.js";
 
 type Register = (program: Command) => void;
@@ -63,7 +63,15 @@ export function modulesFor(args: string[]): CommandModule[] {
 export async function buildProgram(argv: string[]): Promise<Command> {
   const program = new Command("stitchlab")
     .description("Invariance-aware model stitching: is network A functionally similar to network B?")
-    .version(stitchlabVersion);
+    .version(stitchlabVersion)
+    // Required options say so in --help (commander lists them like the others); every command
+    // made from the program inherits this.
+    .configureHelp({
+      optionDescription(this: Help, option: Option): string {
+        const text = Help.prototype.optionDescription.call(this, option);
+        return option.mandatory ? `${text} (required)` : text;
+      },
+    });
   for (const m of modulesFor(argv.slice(2))) (await m.load())(program);
   return program;
 }

@@ -1,4 +1,5 @@
-// `stitchlab iris`: an IRI set for a front model at a stitch point (stitch/iriset.ts).
+// `stitchlab iris`: an IRI set (identically represented inputs) for a front model at a stitch
+// point (stitch/iriset.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { defaultIriStepSize, IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS, iriOptionsSchema } from "../stitch/iris.js";
@@ -15,7 +16,7 @@ export function registerIrisCommand(program: Command): void {
     .command("iris")
     .description(
       "identically represented inputs: for each training image x, an x' the front model represents as x at the point " +
-        "(PROTOCOL.md: 200 signed steps of 1/255 from uniform noise). Resumes an interrupted run in the same --out.",
+        "(docs/method.md: 200 signed steps of 1/255 from uniform noise). Resumes an interrupted run in the same --out.",
     )
     .requiredOption(
       "--front <file>",

@@ -24,7 +24,7 @@ export function registerStitchCommand(program: Command): void {
   const cmd = program
     .command("stitch")
     .description(
-      "train the stitching layer T between front and back at a point (PROTOCOL.md defaults: least-squares start, " +
+      "train the stitching layer T between front and back at a point (docs/method.md defaults: least-squares start, " +
         "Adam 1e-3, wd 1e-4, 30 epochs, lr x0.1 at 1/3 and 2/3) and score the stitched model on the clean test set",
     )
     .requiredOption(
@@ -33,10 +33,22 @@ export function registerStitchCommand(program: Command): void {
     )
     .requiredOption("--back <file>", "back model B: a stitchlab checkpoint, or weights made elsewhere with --back-arch")
     .requiredOption("--point <name>", "stitch point of A (and of B unless --back-point)")
-    .requiredOption("--objective <o>", "hlm, slm, dm, fula, or a weighted sum such as hlm:1,fula:0.5")
-    .requiredOption("--mode <m>", "standard (real images) or invariance-aware (also written iris: on an IRI set)")
+    .requiredOption(
+      "--objective <o>",
+      "hlm (hard-label matching: cross-entropy with the labels), slm (soft-label matching: with B's softmax), " +
+        "dm (direct matching: B's features at the point), fula (functional latent alignment: B's features at the " +
+        "point and every later one), or a weighted sum such as hlm:1,fula:0.5",
+    )
+    .requiredOption(
+      "--mode <m>",
+      "standard (T trained on real images) or invariance-aware (also written iris: T trained on an IRI set, " +
+        "identically represented inputs of the front model)",
+    )
     .requiredOption("--out <dir>", "run folder: scores.json and layer.safetensors")
-    .option("--iris <dir>", "IRI set of the front model at the point (iris mode)")
+    .option(
+      "--iris <dir>",
+      "IRI set (identically represented inputs) of the front model at the point, made by stitchlab iris (invariance-aware mode)",
+    )
     .option("--back-point <name>", "stitch point of B (cross-depth stitching)")
     .option("--dataset <name>", "dataset (default: the back model's)")
     .option("--root <path>", "dataset location")

@@ -24,7 +24,7 @@ export function registerTrainCommand(program: Command): void {
   const cmd = program
     .command("train")
     .description(
-      "train a base model (defaults from PROTOCOL.md: SGD Nesterov, lr 0.1 (0.01 for VGG and ViTs) x0.1 at 1/3 and 2/3, wd 1e-4, crop+flip)",
+      "train a base model (defaults from docs/method.md: SGD Nesterov, lr 0.1 (0.01 for VGG and ViTs) x0.1 at 1/3 and 2/3, wd 1e-4, crop+flip)",
     )
     .requiredOption("--model <name>", "zoo model (see `stitchlab layers`)")
     .requiredOption("--dataset <name>", "fashion-mnist, mnist, cifar10 or imagefolder")

@@ -148,3 +148,26 @@ test("--help shows pixel-unit defaults as fractions of 255", () => {
     assert.doesNotMatch(help, /0\.0313/, command);
   }
 });
+
+test("--help marks required options and expands the objectives and IRI", () => {
+  const r = runCli(["stitch", "--help"]);
+  assert.equal(r.status, 0, r.stderr);
+  // One entry per option: its lines, up to the next line that starts an option.
+  const entries = r.stdout.split(/\n(?= {2}-)/).map((e) => e.replace(/\s+/g, " ").trim());
+  const entry = (flag: string) => entries.find((e) => e.startsWith(flag)) ?? "";
+  for (const flag of [
+    "--front <file>",
+    "--back <file>",
+    "--point <name>",
+    "--objective <o>",
+    "--mode <m>",
+    "--out <dir>",
+  ])
+    assert.match(entry(flag), /\(required\)$/, flag);
+  assert.doesNotMatch(entry("--limit <n>"), /required/, "an optional option is not marked");
+  const help = r.stdout.replace(/\s+/g, " ");
+  for (const words of ["hard-label matching", "soft-label matching", "direct matching", "functional latent alignment"])
+    assert.ok(help.includes(words), words);
+  assert.match(help, /identically represented inputs/);
+  assert.doesNotMatch(help, /PROTOCOL\.md/, "help points inside the repository");
+});
