@@ -158,11 +158,28 @@ function resultsSection(rows: StitchRow[]): string {
     cell(String(r.seed), true),
     cell(String(r.replicate), true),
   ]);
+  // A table that fits: the columns a reader compares first, then every column on demand.
+  const compact = [
+    "pair",
+    "point",
+    "objective",
+    "mode",
+    "replicate",
+    "agreement prob.",
+    "accuracy",
+    "IRI residual",
+    "BN",
+  ];
+  const pick = compact.map((c) => headers.indexOf(c));
   return (
     "<p>Scores on the test set named in the summary's test-data column (excess agreement: on the marked and the rolled test sets); for " +
     "agreement, error consistency (EC), CKA and excess agreement, " +
     "larger = more similar. Every row is also in <code>results.csv</code>, unrounded.</p>\n" +
-    table(headers, body)
+    `<div class="compact">${table(
+      compact,
+      body.map((r) => pick.map((i) => r[i] as string)),
+    )}</div>\n` +
+    `<details class="all-columns"><summary>All ${headers.length} columns (front, back, back accuracy, hard agreement, error consistency, CKA, excess agreement, epochs, seed)</summary>\n${table(headers, body)}\n</details>`
   );
 }
 

@@ -337,7 +337,26 @@ test("report.html renders in headless Chromium: charts drawn, IRI grid loaded, n
     const outside = requests.filter((u) => !u.startsWith("file:") && !u.startsWith("data:"));
     assert.deepEqual(outside, [], "the page loads nothing from outside itself");
     const tables = await page.$$eval("table", (t) => t.length);
-    assert.equal(tables, 4, "summary over replicates, every run, base models, environment");
+    assert.equal(tables, 5, "summary over replicates, every run (compact, and all columns), base models, environment");
+    // Every figure has a legend (vega's legend group), so a colour or a dash is never a guess.
+    const legends = await page.$$eval("figure.chart > svg", (svgs) =>
+      svgs.map((s) => s.querySelectorAll(".role-legend").length),
+    );
+    assert.ok(legends.length > 0 && legends.every((n) => n > 0), `legends per figure: ${legends}`);
+    // The table of runs fits the page; its other columns are there on demand, closed at first.
+    const fit = await page.$eval(".compact table", (t) => ({
+      table: t.getBoundingClientRect().width,
+      page: document.documentElement.clientWidth,
+    }));
+    assert.ok(fit.table <= fit.page, `the compact table is ${fit.table} px wide on a ${fit.page} px page`);
+    const closed = await page.$eval("details.all-columns", (d) => ({
+      open: (d as HTMLDetailsElement).open,
+      visible: (d.querySelector("table") as HTMLElement).checkVisibility(),
+    }));
+    assert.deepEqual(closed, { open: false, visible: false }, "all columns are hidden until asked for");
+    await page.click("details.all-columns > summary");
+    const opened = await page.$eval("details.all-columns table", (t) => (t as HTMLElement).checkVisibility());
+    assert.ok(opened, "a click shows every column");
   } finally {
     await browser.close();
   }
