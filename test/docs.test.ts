@@ -6,6 +6,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { runCli } from "./helpers/cli.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const docFiles = [
@@ -121,4 +122,68 @@ test("README.md has the two commands for a newcomer, exactly", () => {
     "bash scripts/setup.sh --tests && npm test",
   ])
     assert.ok(readme.includes(command), `README.md lacks the line: ${command}`);
+});
+
+/** The stitchlab command lines in a file's code blocks: continuation lines joined, comments cut. */
+function commandLines(text: string): string[] {
+  const out: string[] = [];
+  let fence: string | null = null;
+  let pending = "";
+  for (const line of text.split("\n")) {
+    const f = /^\s{0,3}(`{3,}|~{3,})/.exec(line);
+    if (f) {
+      if (fence === null) fence = f[1];
+      else if (f[1][0] === fence[0] && f[1].length >= fence.length) fence = null;
+      continue;
+    }
+    if (fence === null) continue;
+    const joined = pending + line.replace(/\s+#\s.*$/, "");
+    if (joined.trimEnd().endsWith("\\")) {
+      pending = `${joined.trimEnd().slice(0, -1)} `;
+      continue;
+    }
+    pending = "";
+    for (const part of joined.split(/&&|;/)) {
+      const m = /(?:^|\s)\.\/bin\/stitchlab\.js\s+(.*)$/.exec(part.trim());
+      if (m) out.push(m[1].trim());
+    }
+  }
+  return out;
+}
+
+test("every stitchlab command in README.md and docs/ names a command and options that exist, with the required ones", () => {
+  const helpOf = new Map<string, { flags: Set<string>; required: string[] }>();
+  const help = (command: string[]) => {
+    const key = command.join(" ");
+    let h = helpOf.get(key);
+    if (!h) {
+      const r = runCli([...command, "--help"]);
+      assert.equal(r.status, 0, `stitchlab ${key} --help: ${r.stderr}`);
+      const entries = r.stdout.split(/\n(?= {2}-)/).map((e) => e.replace(/\s+/g, " ").trim());
+      const flags = new Set<string>();
+      const required: string[] = [];
+      for (const e of entries) {
+        const names = [...e.matchAll(/(?:^|, )(--?[a-zA-Z][\w-]*)/g)].map((m) => m[1]);
+        for (const n of names) flags.add(n);
+        if (e.endsWith("(required)") && names[0]) required.push(names[0]);
+      }
+      h = { flags, required };
+      helpOf.set(key, h);
+    }
+    return h;
+  };
+  let checked = 0;
+  for (const file of docFiles)
+    for (const line of commandLines(read(file))) {
+      const words = line.split(/\s+/).filter((w) => w && !w.startsWith("'") && !w.endsWith("'"));
+      const command = words[0] === "data" ? words.slice(0, 2) : words.slice(0, 1);
+      if (!command[0] || command[0].startsWith("-")) continue; // --version and the like
+      const { flags, required } = help(command);
+      const given = words.filter((w) => /^--?[a-zA-Z]/.test(w)).map((w) => w.split("=")[0]);
+      for (const g of given) assert.ok(flags.has(g), `${file}: \`stitchlab ${line}\`: no option ${g}`);
+      if (!given.includes("--help") && !given.includes("--dry-run") && !given.includes("--json"))
+        for (const r of required) assert.ok(given.includes(r), `${file}: \`stitchlab ${line}\` lacks ${r}`);
+      checked++;
+    }
+  assert.ok(checked >= 20, `only ${checked} command lines found`);
 });
