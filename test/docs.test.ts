@@ -18,9 +18,8 @@ const docFiles = [
 ];
 const read = (file: string) => readFileSync(join(root, file), "utf8");
 
-/** The lines outside fenced code blocks (``` or ~~~), with inline code spans removed. */
-function prose(text: string): string[] {
-  const out: string[] = [];
+/** Each line of a markdown text with whether it lies inside a fenced code block (``` or ~~~); fence lines are left out. */
+function* fenced(text: string): Generator<{ line: string; code: boolean }> {
   let fence: string | null = null;
   for (const line of text.split("\n")) {
     const m = /^\s{0,3}(`{3,}|~{3,})/.exec(line);
@@ -29,8 +28,14 @@ function prose(text: string): string[] {
       else if (m[1][0] === fence[0] && m[1].length >= fence.length) fence = null;
       continue;
     }
-    if (fence === null) out.push(line.replace(/(`+)[^`]*?\1/g, ""));
+    yield { line, code: fence !== null };
   }
+}
+
+/** The lines outside fenced code blocks (``` or ~~~), with inline code spans removed. */
+function prose(text: string): string[] {
+  const out: string[] = [];
+  for (const { line, code } of fenced(text)) if (!code) out.push(line.replace(/(`+)[^`]*?\1/g, ""));
   return out;
 }
 
@@ -47,15 +52,8 @@ function slug(heading: string): string {
 function anchors(text: string): Set<string> {
   const seen = new Map<string, number>();
   const out = new Set<string>();
-  let fence: string | null = null;
-  for (const line of text.split("\n")) {
-    const f = /^\s{0,3}(`{3,}|~{3,})/.exec(line);
-    if (f) {
-      if (fence === null) fence = f[1];
-      else if (f[1][0] === fence[0] && f[1].length >= fence.length) fence = null;
-      continue;
-    }
-    const m = fence === null ? /^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(line) : null;
+  for (const { line, code } of fenced(text)) {
+    const m = code ? null : /^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
     if (!m) continue;
     const base = slug(m[1]);
     const n = seen.get(base) ?? 0;
@@ -127,16 +125,9 @@ test("README.md has the two commands for a newcomer, exactly", () => {
 /** The stitchlab command lines in a file's code blocks: continuation lines joined, comments cut. */
 function commandLines(text: string): string[] {
   const out: string[] = [];
-  let fence: string | null = null;
   let pending = "";
-  for (const line of text.split("\n")) {
-    const f = /^\s{0,3}(`{3,}|~{3,})/.exec(line);
-    if (f) {
-      if (fence === null) fence = f[1];
-      else if (f[1][0] === fence[0] && f[1].length >= fence.length) fence = null;
-      continue;
-    }
-    if (fence === null) continue;
+  for (const { line, code } of fenced(text)) {
+    if (!code) continue;
     const joined = pending + line.replace(/\s+#\s.*$/, "");
     if (joined.trimEnd().endsWith("\\")) {
       pending = `${joined.trimEnd().slice(0, -1)} `;
