@@ -65,6 +65,8 @@ function toRow(r: Record<string, string>): StitchRow {
     train_steps: num("train_steps"),
     robust_accuracy: orNull("robust_accuracy"),
     robust_agreement_prob: orNull("robust_agreement_prob"),
+    front_alone_accuracy: orNull("front_alone_accuracy"),
+    front_alone_agreement_prob: orNull("front_alone_agreement_prob"),
   };
 }
 

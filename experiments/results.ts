@@ -66,6 +66,8 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       seed: s.seed,
       replicate: s.replicate,
       front_accuracy: bestAccuracy(r.front.accuracies),
+      front_alone_accuracy: r.frontAlone?.accuracy ?? null,
+      front_alone_agreement_prob: r.frontAlone?.agreementProbability ?? null,
       train_steps: r.config.epochs * Math.floor(r.training.trainImages / r.config.batchSize),
     });
   }

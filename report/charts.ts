@@ -73,6 +73,35 @@ interface ScoreFigure {
   domain?: [number, number];
   /** An extra horizontal reference in every panel. */
   reference?: { field: "back_accuracy" } | { value: number };
+  /**
+   * The ends of the reference's curves (construct_plots/information_stitching.py), drawn as black
+   * crosses before the first point and after the last: "End", B alone, and "Front", A alone with
+   * its own head; each a function of a row, null where unknown.
+   */
+  ends?: { end: (r: StitchRow) => number | null; front: (r: StitchRow) => number | null };
+}
+
+const END_LABEL = "End: B alone";
+const FRONT_LABEL = "Front: A alone";
+
+/** The end points of each panel: the mean over its rows of each end's value (rows without one left out). */
+function endValues(rows: StitchRow[], labels: Map<string, string>, f: ScoreFigure): Record<string, unknown>[] {
+  if (!f.ends) return [];
+  const out: Record<string, unknown>[] = [];
+  for (const [pair, panel] of labels) {
+    const mine = rows.filter((r) => r.pair === pair);
+    const last = Math.max(...mine.map((r) => r.pointIndex));
+    const first = Math.min(...mine.map((r) => r.pointIndex));
+    for (const [label, at, value] of [
+      [END_LABEL, first - 1, f.ends.end],
+      [FRONT_LABEL, last + 1, f.ends.front],
+    ] as const) {
+      const vs = mine.map(value).filter((v): v is number => v !== null && Number.isFinite(v));
+      if (vs.length)
+        out.push({ panel, point: label, pointIndex: at, end: true, [f.field]: vs.reduce((a, b) => a + b) / vs.length });
+    }
+  }
+  return out;
 }
 
 function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
@@ -102,6 +131,7 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
     [f.field]: r[f.field],
     ...(f.reference && "field" in f.reference ? { [f.reference.field]: r[f.reference.field] } : {}),
   }));
+  const ends = endValues(used, labels, f);
   const x = {
     field: "point",
     type: "ordinal" as const,
@@ -122,6 +152,8 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
     title: "objective",
     scale: { domain: objectives, range: colours },
   };
+  // The curves' layers leave the end points out; the ends' layer takes only them.
+  const curve = { transform: [{ filter: "datum.end !== true" }] };
   const layers: unknown[] = [];
   if (f.reference)
     layers.push({
@@ -133,6 +165,7 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
     });
   if (values.some((v) => "lo" in v))
     layers.push({
+      ...curve,
       mark: { type: "area", opacity: 0.18 },
       encoding: {
         x,
@@ -144,6 +177,7 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
     });
   layers.push(
     {
+      ...curve,
       mark: { type: "line", strokeWidth: 2 },
       encoding: {
         x,
@@ -159,6 +193,7 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
       },
     },
     {
+      ...curve,
       mark: { type: "point", filled: true, size: 36 },
       encoding: {
         x,
@@ -169,10 +204,16 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
       },
     },
   );
+  if (ends.length)
+    layers.push({
+      transform: [{ filter: "datum.end === true" }],
+      mark: { type: "point", shape: "cross", filled: true, size: 120, color: "black", angle: 45 },
+      encoding: { x, y: { ...y, aggregate: undefined } },
+    });
   const spec = {
     $schema: SCHEMA,
     title: { text: f.title, subtitle: f.subtitle },
-    data: { values },
+    data: { values: [...values, ...ends] },
     facet: { field: "panel", type: "nominal", sort: panels, title: null },
     columns: Math.min(3, panels.length),
     spec: { width, height: 200, layer: layers },
@@ -182,6 +223,8 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
   return { name: f.name, title: f.title, caption: f.caption, spec };
 }
 
+const ENDS =
+  "Black crosses mark the ends of the curves, as the reference draws them: B alone on the left (End) and A alone, with its own head and no T, on the right (Front).";
 const SEVERAL =
   "Where several replicates share a panel, objective, mode and point, the line is their mean and the band its 95% Student-t interval.";
 
@@ -195,10 +238,12 @@ export function reportFigures(rows: StitchRow[]): Figure[] {
       caption:
         "Agreement probability between the stitched model and the back model on the test set (marked where the pair's data are), " +
         "against the stitch point, one panel per pair of models; colour is the objective, solid lines are " +
-        `standard stitching and dashed lines invariance-aware stitching. Larger agreement = more similar. ${SEVERAL}`,
+        `standard stitching and dashed lines invariance-aware stitching. Larger agreement = more similar. ${ENDS} ${SEVERAL}`,
       field: "agreement_prob",
       yTitle: "agreement probability",
       domain: [0, 1],
+      // B agrees with itself; A alone is scored against B on the same test set.
+      ends: { end: () => 1, front: (r) => r.front_alone_agreement_prob },
     }),
     scoreFigure(rows, {
       name: "accuracy",
@@ -207,11 +252,12 @@ export function reportFigures(rows: StitchRow[]): Figure[] {
       caption:
         "Test accuracy of the stitched model against the stitch point; the grey line is the back model's " +
         "own accuracy. A stitch that keeps the back model's accuracy is forward compatible; it says nothing " +
-        `about backward compatibility, which the agreement of invariance-aware stitching measures. ${SEVERAL}`,
+        `about backward compatibility, which the agreement of invariance-aware stitching measures. ${ENDS} ${SEVERAL}`,
       field: "accuracy",
       yTitle: "accuracy",
       domain: [0, 1],
       reference: { field: "back_accuracy" },
+      ends: { end: (r) => r.back_accuracy, front: (r) => r.front_alone_accuracy },
     }),
     scoreFigure(rows, {
       name: "excess_agreement",

@@ -30,6 +30,8 @@ export const CSV_COLUMNS = [
   "train_steps",
   "robust_accuracy",
   "robust_agreement_prob",
+  "front_alone_accuracy",
+  "front_alone_agreement_prob",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

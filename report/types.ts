@@ -40,6 +40,13 @@ export interface StitchRow {
   replicate: number;
   /** The front model's best recorded accuracy (clean or marked; null when its checkpoint records none). */
   front_accuracy: number | null;
+  /**
+   * The "Front" end of the reference's curves: A alone (its own head, no T) on this row's test
+   * set, its accuracy and its agreement probability with B; null when their classes differ (or
+   * for runs made before these were recorded). The "End" is B itself: agreement 1, back_accuracy.
+   */
+  front_alone_accuracy: number | null;
+  front_alone_agreement_prob: number | null;
   /** Optimiser steps T was trained for (epochs x full batches). */
   train_steps: number;
 }

@@ -34,3 +34,32 @@ export function evaluateStitch(
   });
   return meter.result();
 }
+
+/**
+ * The front end of the reference's curves: A alone, with its own head and no T, scored against
+ * B on the same test set (train_stithching.py evaluates stitch index layers + 1 untrained, and
+ * models/model_utils.py's 'front' mode is the front model's own output). Null when A and B do not
+ * classify into the same number of classes, so that A's outputs are not B's classes.
+ */
+export function evaluateFrontAlone(
+  s: StitchedModel,
+  test: Dataset,
+  opts: { normalization: Normalization; batchSize?: number; device?: string },
+): AgreementResult | null {
+  const [a, b] = [s.front.config.numClasses, s.back.config.numClasses];
+  if (a === undefined || a !== b) return null;
+  const meter = new AgreementMeter();
+  inEvalMode([s.front, s.back], () => {
+    for (const batch of batches(test, {
+      batchSize: opts.batchSize ?? 256,
+      normalization: opts.normalization,
+      device: opts.device,
+    })) {
+      torch.tidy(() =>
+        torch.noGrad(() => meter.update(s.front.forward(s.frontInput(batch.x)), s.backForward(batch.x), batch.y)),
+      );
+      torch.dispose(batch);
+    }
+  });
+  return meter.result();
+}

@@ -45,7 +45,7 @@ import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import type { AdversarialConfig } from "../train/trainer.js";
-import { evaluateStitch } from "./evaluate.js";
+import { evaluateFrontAlone, evaluateStitch } from "./evaluate.js";
 import { IRI_DEFAULTS, type IriOptions } from "./iris.js";
 import {
   checkIriSetFor,
@@ -324,6 +324,11 @@ export interface StitchResult {
   iris: { dir: string; residuals: ResidualSummary } | null;
   /** Scores on adversarial test images made against the stitched model (config.robustEval), or null. */
   robust: StitchRobustResult | null;
+  /**
+   * A alone (its own head, no T) against B on the same test set: the "Front" end of the
+   * reference's curves (evaluateFrontAlone); null when their classes differ.
+   */
+  frontAlone: AgreementResult | null;
   front: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
   back: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
 }
@@ -461,6 +466,7 @@ export async function runStitch(
     );
     const evalOpts = { normalization: norm, device: cfg.device };
     const scores = evaluateStitch(s, test, evalOpts);
+    const frontAlone = evaluateFrontAlone(s, test, evalOpts);
     let excess: StitchResult["excess"] = null;
     if (cfg.excess) {
       const kind = cfg.excess;
@@ -493,6 +499,7 @@ export async function runStitch(
       },
       iris: irisInfo,
       robust,
+      frontAlone,
       front: {
         arch: front.meta.arch,
         checkpoint: asModelSource(cfg.front).checkpoint,

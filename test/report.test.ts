@@ -43,6 +43,8 @@ const ALL_COLUMNS = [
   "train_steps",
   "robust_accuracy",
   "robust_agreement_prob",
+  "front_alone_accuracy",
+  "front_alone_agreement_prob",
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
@@ -72,6 +74,8 @@ function row(over: Partial<StitchRow> = {}): StitchRow {
     train_steps: 300,
     robust_accuracy: null,
     robust_agreement_prob: null,
+    front_alone_accuracy: 0.88,
+    front_alone_agreement_prob: 0.8,
     ...over,
   };
 }
@@ -387,4 +391,59 @@ test("objectives keep one colour-blind-safe colour each in every figure (Okabe a
   );
   const spec = JSON.stringify(reportFigures(rows)[0]?.spec);
   assert.ok(spec.includes('"range":["#0072B2","#E69F00","#009E73","#CC79A7"]'), spec.slice(0, 400));
+});
+
+test("the agreement and accuracy figures end as the reference's curves do: B alone before the first point, A alone after the last", () => {
+  const rows = [
+    row({ point: "layer1.0", pointIndex: 1, front_alone_agreement_prob: 0.7, front_alone_accuracy: 0.85 }),
+    row({
+      point: "layer4.1",
+      pointIndex: 4,
+      front_alone_agreement_prob: 0.8,
+      front_alone_accuracy: 0.87,
+      replicate: 1,
+    }),
+    row({
+      pair: "other",
+      point: "layer1.0",
+      pointIndex: 1,
+      front_alone_agreement_prob: null,
+      front_alone_accuracy: null,
+    }),
+  ];
+  const figures = reportFigures(rows);
+  type Datum = { panel: string; point: string; pointIndex: number; end?: boolean } & Record<string, number | string>;
+  const endsOf = (name: string, field: string) => {
+    const spec = figures.find((f) => f.name === name)?.spec as unknown as { data: { values: Datum[] } } | undefined;
+    if (!spec) return [];
+    return spec.data.values.filter((v) => v.end).map((v) => [v.panel.split(":")[0], v.point, v.pointIndex, v[field]]);
+  };
+  // End: B agrees with itself (1) and has its own accuracy; Front: the mean over the panel's rows.
+  const near = (a: unknown[][], b: unknown[][]) =>
+    a.length === b.length &&
+    a.every((r, i) =>
+      r.every((v, j) => (typeof v === "number" ? Math.abs(v - (b[i][j] as number)) < 1e-9 : v === b[i][j])),
+    );
+  const agreement = endsOf("agreement", "agreement_prob");
+  assert.ok(
+    near(agreement, [
+      ["cross-seed", "End: B alone", 0, 1],
+      ["cross-seed", "Front: A alone", 5, 0.75],
+      ["other", "End: B alone", 0, 1],
+    ]),
+    JSON.stringify(agreement),
+  );
+  const accuracy = endsOf("accuracy", "accuracy");
+  assert.ok(
+    near(accuracy, [
+      ["cross-seed", "End: B alone", 0, 0.92],
+      ["cross-seed", "Front: A alone", 5, 0.86],
+      ["other", "End: B alone", 0, 0.92],
+    ]),
+    JSON.stringify(accuracy),
+  );
+  const spec = JSON.stringify(figures.find((f) => f.name === "agreement")?.spec);
+  assert.match(spec, /"shape":"cross"/, "the ends are drawn as crosses");
+  assert.match(spec, /"filter":"datum.end !== true"/, "the curves leave the ends out");
+  assert.equal(endsOf("excess_agreement", "excess_agreement").length, 0);
 });

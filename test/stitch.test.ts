@@ -1,8 +1,11 @@
 // The stitching layer and its least-squares initialisation (stitch/).
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { disposeDataset, fromBytes, normalize, pixelScale } from "../data/index.js";
+import { AgreementMeter } from "../metrics/agreement.js";
 import { createModel } from "../models/registry.js";
 import { HEAD_POINT } from "../models/stitchable.js";
+import { evaluateFrontAlone } from "../stitch/evaluate.js";
 import { leastSquaresInit, StitchingLayer } from "../stitch/layer.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
@@ -193,4 +196,33 @@ test("stitching at the head's input (the front-only end): T is a linear map into
   same.layer.dispose();
   a.dispose();
   b.dispose();
+});
+
+test("the curves' front end: A alone (its own head, no T) scored against B, as the reference's 'front' mode", () => {
+  torch.manualSeed(3);
+  const a = createModel("resnet18", { width: 0.125, numClasses: 10 }).eval();
+  const b = createModel("resnet18", { width: 0.125, numClasses: 10 }).eval();
+  const n = 24;
+  const pixels = new Uint8Array(n * 3 * 32 * 32).map((_, i) => (i * 37 + 11) % 256);
+  const labels = Uint8Array.from({ length: n }, (_, i) => i % 10);
+  const test = fromBytes(pixels, labels, [n, 3, 32, 32], [..."0123456789"], "synthetic");
+  const opts = { normalization: pixelScale(3), batchSize: 10 };
+  // Closed form: the meter fed A's and B's own logits on the same normalised images.
+  const want = new AgreementMeter();
+  torch.tidy(() => {
+    const x = normalize(test.images, opts.normalization);
+    torch.noGrad(() => want.update(a.forward(x), b.forward(x), test.labels));
+  });
+  const s = new StitchedModel(a, b, "layer2.0");
+  const got = evaluateFrontAlone(s, test, opts);
+  assert.ok(got, "same classes: scored");
+  for (const k of ["accuracy", "backAccuracy", "agreementProbability", "hardAgreement"] as const)
+    assert.ok(Math.abs(got[k] - want.result()[k]) < 1e-6, `${k}: ${got[k]} vs ${want.result()[k]}`);
+  // A with itself agrees fully; models of other class counts have no front end.
+  const self = evaluateFrontAlone(new StitchedModel(a, a, "layer2.0"), test, opts);
+  assert.equal(self?.agreementProbability, 1);
+  const other = createModel("resnet18", { width: 0.125, numClasses: 7 }).eval();
+  assert.equal(evaluateFrontAlone(new StitchedModel(other, b, "layer2.0"), test, opts), null);
+  for (const m of [a, b, other]) m.dispose();
+  disposeDataset(test);
 });

@@ -134,6 +134,8 @@ function row(over: Partial<StitchRow>): StitchRow {
     train_steps: 300,
     robust_accuracy: null,
     robust_agreement_prob: null,
+    front_alone_accuracy: null,
+    front_alone_agreement_prob: null,
     ...over,
   };
 }
