@@ -48,7 +48,9 @@ export function registerIrisCommand(program: Command): void {
     requireDevice(o.device);
     const sink = progressSink(
       "iris",
-      (f) => `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual} mean ${f.meanResidual}`,
+      (f) =>
+        `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual}` +
+        (f.meanResidual !== undefined ? ` mean ${f.meanResidual}` : ""),
     );
     // After the first batch, a run that will take more than 10 minutes says so, once, with the
     // way to a smaller one (60,000 Fashion-MNIST images take hours on a CPU).
@@ -99,7 +101,8 @@ export function registerIrisCommand(program: Command): void {
           images: p.images,
           resumed: p.resumed,
           residual: Number(p.residual.toFixed(4)),
-          meanResidual: Number(p.meanResidual.toFixed(4)),
+          // No mean before the first batch has finished: left out rather than NaN.
+          ...(Number.isFinite(p.meanResidual) ? { meanResidual: Number(p.meanResidual.toFixed(4)) } : {}),
         });
       },
     );

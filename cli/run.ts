@@ -125,6 +125,8 @@ export function eventPrinter(): (e: RunEvent) => void {
       last = Date.now();
       console.error(
         `${tag}   ${Object.entries(e.fields ?? {})
+          // A value not known yet (NaN, or null from a worker's JSON) is left out, never printed.
+          .filter(([, v]) => v !== null && !(typeof v === "number" && !Number.isFinite(v)))
           .map(([k, v]) => `${k} ${v}`)
           .join(", ")}`,
       );

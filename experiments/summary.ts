@@ -70,6 +70,12 @@ export interface CurveSummary {
   test_data: string;
   /** rAuA (mean agreement over the points run, per replicate), summarised over replicates. */
   rAuA: Interval;
+  /**
+   * The same over the agreement on adversarial test images (robust_agreement_prob), the
+   * reference's rAuA for adversarial stitching (construct_plots/adversarial_stitching.py reads
+   * test_robust there); null where the runs did not score robustly.
+   */
+  robustRAuA: Interval | null;
   /** Excess agreement: the maximum over points of the replicate-averaged difference (null without excess). */
   maxExcess: { value: number; point: string; interval: Interval } | null;
 }
@@ -81,16 +87,21 @@ export function curveSummaries(rows: StitchRow[]): CurveSummary[] {
   for (const rs of groupBy(rows, groupKey).values()) {
     // rAuA per replicate: the mean over points of the seed-averaged agreement.
     const replicates = [...new Set(rs.map((r) => r.replicate))].sort((a, b) => a - b);
-    const curves = replicates.map((rep) => {
-      const mine = rs.filter((r) => r.replicate === rep);
-      const values = points.flatMap((p) =>
-        perReplicate(
-          mine.filter((r) => r.point === p),
-          (r) => r.agreement_prob,
-        ),
-      );
-      return values.length && values.every(Number.isFinite) ? rAuA(values) : Number.NaN;
-    });
+    const curvesOf = (score: (r: StitchRow) => number) =>
+      replicates.map((rep) => {
+        const mine = rs.filter((r) => r.replicate === rep);
+        const values = points.flatMap((p) =>
+          perReplicate(
+            mine.filter((r) => r.point === p),
+            score,
+          ),
+        );
+        return values.length && values.every(Number.isFinite) ? rAuA(values) : Number.NaN;
+      });
+    const curves = curvesOf((r) => r.agreement_prob);
+    const robust = rs.every((r) => r.robust_agreement_prob !== null)
+      ? interval(curvesOf((r) => r.robust_agreement_prob as number))
+      : null;
     const excessAt = points.map((p) =>
       interval(
         perReplicate(
@@ -110,6 +121,7 @@ export function curveSummaries(rows: StitchRow[]): CurveSummary[] {
       mode: r.mode,
       test_data: r.test_data,
       rAuA: interval(curves),
+      robustRAuA: robust,
       maxExcess: best ? { value: best.value, point: points[best.index], interval: excessAt[best.index] } : null,
     });
   }
@@ -322,6 +334,13 @@ export function reading(rows: StitchRow[], opts: { settings?: string[]; warnings
     out.push(
       `rAuA (mean agreement over the points run, larger = more similar): ${curves
         .map((c) => `${c.pair} ${c.objective} ${c.mode} ${formatInterval(c.rAuA, 2)}`)
+        .join("; ")}.`,
+    );
+  const robustCurves = curves.filter((c) => c.robustRAuA);
+  if (robustCurves.length)
+    out.push(
+      `rAuA on adversarial test images (robust agreement, larger = more similar): ${robustCurves
+        .map((c) => `${c.pair} ${c.objective} ${c.mode} ${formatInterval(c.robustRAuA as Interval, 2)}`)
         .join("; ")}.`,
     );
   for (const c of curves)

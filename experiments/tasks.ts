@@ -162,7 +162,8 @@ async function makeTask(
           batch: p.batch,
           batches: p.batches,
           step: p.step,
-          meanResidual: Number(p.meanResidual.toFixed(4)),
+          // No mean before the first batch has finished: left out rather than NaN (or null in JSON).
+          ...(Number.isFinite(p.meanResidual) ? { meanResidual: Number(p.meanResidual.toFixed(4)) } : {}),
         }),
     );
   } else {

@@ -129,6 +129,7 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   // Two worker processes (`stitchlab task KEY`), one thread each.
   const first = stitchlab(["run", file, "--out", join(tmp, "out1"), "--cache", cache, "--workers", "2"]);
   assert.equal(first.status, 0, first.stderr);
+  assert.doesNotMatch(first.stderr, /\bNaN\b|\bnull\b/, "progress lines print no value that is not known yet");
   const rows = csvRows(join(tmp, "out1", "results.csv"));
   assert.equal(rows.length, 8);
   for (const c of REQUIRED_COLUMNS) assert.ok(c in rows[0], `column ${c}`);

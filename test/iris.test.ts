@@ -655,6 +655,7 @@ test("stitchlab iris and stitchlab stitch as a user runs them", { skip }, () => 
     lines.some((l) => l.event === "iris" && typeof l.meanResidual === "number"),
     "progress lines with the running residual",
   );
+  assert.doesNotMatch(i.stdout, /NaN|null/, "no value that is not known yet is printed");
   for (const f of ["iris.safetensors", "iris.json", "preview.png"]) assert.ok(existsSync(join(irisDir, f)), f);
   assert.doesNotMatch(i.stderr, /will take about/, "a short run says nothing of its length");
   // A long run (here: any run, with the threshold at 0 s) says how long after its first batch.

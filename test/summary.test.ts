@@ -197,6 +197,15 @@ test("summary.csv: one row per group with n, mean, std and the t interval; the t
   // rAuA per replicate (mean over the two points), then over replicates.
   const curve = curveSummaries(rs).find((c) => c.pair === "cross-seed")!;
   assert.ok(Math.abs(curve.rAuA.mean - 0.72) < 1e-12);
+  assert.equal(curve.robustRAuA, null, "no robust scores: no robust rAuA");
+  // With robust agreement on every run: the same mean over points per replicate, then over replicates.
+  const robust = rs.map((r) => ({ ...r, robust_agreement_prob: r.agreement_prob / 2 }));
+  const rc = curveSummaries(robust).find((c) => c.pair === "cross-seed")!;
+  assert.ok(Math.abs((rc.robustRAuA?.mean ?? Number.NaN) - 0.36) < 1e-12, JSON.stringify(rc.robustRAuA));
+  assert.ok(
+    reading(robust).some((l) => /^rAuA on adversarial test images .*cross-seed slm iris 0\.36/.test(l)),
+    reading(robust).join("\n"),
+  );
 });
 
 test("the reading: 'apart' only where the 95% intervals separate, otherwise 'not told apart with N replicates'", () => {
