@@ -49,7 +49,8 @@ export function registerIrisCommand(program: Command): void {
     const sink = progressSink(
       "iris",
       (f) =>
-        `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps} residual ${f.residual}` +
+        `batch ${f.batch}/${f.batches} step ${f.step}/${f.steps}` +
+        (f.residual !== undefined ? ` residual ${f.residual}` : "") +
         (f.meanResidual !== undefined ? ` mean ${f.meanResidual}` : ""),
     );
     // After the first batch, a run that will take more than 10 minutes says so, once, with the
@@ -100,8 +101,9 @@ export function registerIrisCommand(program: Command): void {
           steps: p.steps,
           images: p.images,
           resumed: p.resumed,
-          residual: Number(p.residual.toFixed(4)),
-          // No mean before the first batch has finished: left out rather than NaN.
+          // Values not known (no mean before the first batch, no current iterate at the end) are
+          // left out rather than NaN (null in JSON).
+          ...(Number.isFinite(p.residual) ? { residual: Number(p.residual.toFixed(4)) } : {}),
           ...(Number.isFinite(p.meanResidual) ? { meanResidual: Number(p.meanResidual.toFixed(4)) } : {}),
         });
       },

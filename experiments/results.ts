@@ -128,6 +128,7 @@ export function irisSummaries(plan: Plan, cache: string): (IriPreview & { key: s
       front: s.replicate > 0 ? `${s.front} (replicate ${s.replicate})` : s.front,
       point: s.point,
       residuals: info.residuals,
+      ...(info.previewResiduals ? { previewResiduals: info.previewResiduals } : {}),
       png: readFileSync(join(dir, "preview.png")),
     });
   }

@@ -60,6 +60,10 @@ figcaption .files { color: #888; font-size: 0.82rem; }
 .iris img { image-rendering: pixelated; border: 1px solid #ddd; max-width: 100%; height: auto; }
 .iris .grid { display: flex; align-items: stretch; gap: 8px; }
 .iris .rows { display: flex; flex-direction: column; justify-content: space-around; font-size: 0.8rem; color: #444; text-align: right; }
+.iris .per-image-row { display: flex; gap: 8px; }
+.iris .per-image { display: flex; box-sizing: content-box; padding: 0 1px; font-size: 0.72rem; color: #444; font-variant-numeric: tabular-nums; }
+.iris .per-image span { flex: 1; text-align: center; }
+.iris .per-image span.loose { color: #b00; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 0.84rem; margin: 8px 0; }
 th, td { padding: 3px 9px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
@@ -266,9 +270,16 @@ function irisSection(iris: IriPreview[]): string {
     const labels =
       `<div class="rows" style="height:${height * scale}px"><span>x</span><span>x′ (IRI)</span>` +
       "<span>|x − x′|, amplified</span></div>";
+    // Under each column, that image's residual (red above 0.1, a loose IRI), aligned with the picture.
+    const per = p.previewResiduals?.length
+      ? `<div class="per-image-row"><div class="rows" style="visibility:hidden"><span>|x − x′|, amplified</span></div>` +
+        `<div class="per-image" style="width:${width * scale}px" title="relative residual of each image">` +
+        p.previewResiduals.map((v) => `<span${v > 0.1 ? ' class="loose"' : ""}>${h(v.toFixed(3))}</span>`).join("") +
+        "</div></div>"
+      : "";
     return (
       `<figure><div class="grid">${labels}<img src="data:image/png;base64,${p.png.toString("base64")}" width="${width * scale}" ` +
-      `height="${height * scale}" alt="${h(what)}"></div>\n<figcaption><strong>${h(p.front)}</strong> at ` +
+      `height="${height * scale}" alt="${h(what)}"></div>${per}\n<figcaption><strong>${h(p.front)}</strong> at ` +
       `<strong>${h(p.point)}</strong><br>relative residual: mean ${fmt(r.mean)}, median ${fmt(r.median)}, ` +
       `p90 ${fmt(r.p90)}; share &le; 0.1: ${h((100 * r.below01).toFixed(1))}%</figcaption></figure>`
     );

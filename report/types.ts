@@ -68,6 +68,8 @@ export interface IriPreview {
   point: string;
   /** Relative residuals of the whole IRI set; below01 = share of images with residual <= 0.1. */
   residuals: { mean: number; median: number; p90: number; below01: number };
+  /** Each previewed image's residual, in the grid's column order (absent for sets made before). */
+  previewResiduals?: number[];
   png: Buffer;
 }
 

@@ -46,6 +46,8 @@ export interface ResidualSummary {
 
 export interface IriSetInfo extends IriSetSettings {
   residuals: ResidualSummary;
+  /** The relative residual of each image in preview.png, left to right (absent in sets made before). */
+  previewResiduals?: number[];
   seconds: number;
   stitchlabFormat: 1;
 }
@@ -193,7 +195,13 @@ export async function generateIriSet(
   });
   const elapsed = (Date.now() - started) / 1000;
   await assemble(dir, images, count);
-  const info: IriSetInfo = { ...settings, residuals: residualSummary(residuals), seconds: elapsed, stitchlabFormat: 1 };
+  const info: IriSetInfo = {
+    ...settings,
+    residuals: residualSummary(residuals),
+    previewResiduals: Array.from(residuals.subarray(0, Math.min(PREVIEW_IMAGES, n)), (r) => Number(r.toFixed(4))),
+    seconds: elapsed,
+    stitchlabFormat: 1,
+  };
   torch.writeFileAtomic(done, [`${JSON.stringify(info, null, 2)}\n`]);
   rmSync(join(dir, "parts"), { recursive: true, force: true });
   return info;

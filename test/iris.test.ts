@@ -237,6 +237,14 @@ test("an interrupted IRI set resumes without redoing finished batches, and equal
   assert.ok(!existsSync(join(dir, "parts")), "parts are removed once joined");
   assert.equal(info.count, 40);
   assert.ok(readFileSync(join(dir, "preview.png")).subarray(1, 4).toString() === "PNG");
+  // The preview's images are the first 8; iris.json gives each one's residual for the report.
+  const saved = loadIriSet(dir);
+  assert.deepEqual(
+    info.previewResiduals,
+    Array.from(saved.residuals.subarray(0, 8), (r) => Number(r.toFixed(4))),
+  );
+  disposeDataset(saved.dataset);
+  saved.indices.dispose();
 
   const whole = join(tmp, "whole");
   await generateIriSet(a, ds, whole, settings);

@@ -186,6 +186,7 @@ async function syntheticInput(): Promise<ReportInput> {
     front: "clean-s1",
     point: "layer2.0",
     residuals: { mean: 0.12, median: 0.1, p90: 0.2, below01: 0.5 },
+    previewResiduals: [0.05, 0.19],
     png: await previewPng(),
   };
   return {
@@ -336,6 +337,27 @@ test("report.html renders in headless Chromium: charts drawn, IRI grid loaded, n
       (imgs as HTMLImageElement[]).map((i) => ({ complete: i.complete, naturalWidth: i.naturalWidth })),
     );
     assert.deepEqual(images, [{ complete: true, naturalWidth: 16 }]);
+    // Each previewed image's residual under its column, as wide as the picture; a loose one in red.
+    const perImage = await page.$$eval(".iris .per-image span", (spans) =>
+      spans.map((s) => ({ text: s.textContent, loose: s.classList.contains("loose"), x: s.getBoundingClientRect().x })),
+    );
+    assert.deepEqual(
+      perImage.map((p) => [p.text, p.loose]),
+      [
+        ["0.050", false],
+        ["0.190", true],
+      ],
+    );
+    const [imgBox, rowBox] = await page.$$eval([".iris img", ".iris .per-image"].join(","), (els) =>
+      els.map((e) => {
+        const r = e.getBoundingClientRect();
+        return { x: r.x, width: r.width };
+      }),
+    );
+    assert.ok(
+      Math.abs(imgBox.x - rowBox.x) < 1 && Math.abs(imgBox.width - rowBox.width) < 1,
+      `residuals aligned with the picture: ${JSON.stringify([imgBox, rowBox])}`,
+    );
 
     assert.deepEqual(errors, []);
     const outside = requests.filter((u) => !u.startsWith("file:") && !u.startsWith("data:"));
