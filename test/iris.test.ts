@@ -471,6 +471,19 @@ function stitchConfig(over: Partial<StitchConfig>): StitchConfig {
   };
 }
 
+test("A alone (the curves' front end) is scored as it is, before 'adapt' moves its statistics: the same at every point", {
+  skip,
+}, async () => {
+  const at = async (point: string) =>
+    (await runStitch(stitchConfig({ frontPoint: point, bnMode: "adapt", epochs: 2 }), join(tmp, `alone-${point}`)))
+      .frontAlone;
+  const [p1, p2] = [await at("layer1.0"), await at("layer3.1")];
+  assert.ok(p1 && p2);
+  assert.equal(p1.agreementProbability, p2.agreementProbability);
+  assert.equal(p1.accuracy, p2.accuracy);
+  assert.equal(p1.backAccuracy, p2.backAccuracy);
+});
+
 test("runStitch in both modes writes scores (bn mode recorded) and the layer; an IRI set must fit", {
   skip,
 }, async () => {
