@@ -368,11 +368,22 @@ export function settingsLines(exp: Experiment): string[] {
   const iris = exp.iris;
   const st = exp.stitch;
   const marked = exp.pairs.filter((p) => (p.shortcut !== undefined ? p.shortcut : st.shortcut));
+  // Only the modes the experiment runs are described.
+  const modes = exp.modes as string[];
+  const bn = [
+    ...(modes.includes("standard") ? [`${st.bnMode?.standard ?? defaultBnMode("standard")} (standard)`] : []),
+    ...(modes.includes("iris") ? [`${st.bnMode?.iris ?? defaultBnMode("iris")} (invariance-aware)`] : []),
+  ];
   return [
     `Settings: ${d.name}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
-    `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.optimizer ?? IRI_DEFAULTS.optimizer} optimiser, ${iris.steps ?? IRI_DEFAULTS.steps} steps from ${iris.start === "image" ? "another image" : `${iris.start ?? IRI_DEFAULTS.start} noise`}${iris.keepBest ? ", best iterate kept" : ""}. ` +
+    (modes.includes("iris")
+      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.optimizer ?? IRI_DEFAULTS.optimizer} optimiser, ${iris.steps ?? IRI_DEFAULTS.steps} steps from ${iris.start === "image" ? "another image" : `${iris.start ?? IRI_DEFAULTS.start} noise`}${iris.keepBest ? ", best iterate kept" : ""}. `
+      : "") +
       `Stitching: ${st.epochs ?? "30 (12 for image folders)"} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize ?? 128}; ` +
-      `batch norm ${st.bnMode?.standard ?? defaultBnMode("standard")} (standard) and ${st.bnMode?.iris ?? defaultBnMode("iris")} (invariance-aware). ` +
+      `batch norm ${bn.join(" and ")}. ` +
+      (st.adversarial
+        ? `Adversarial stitching (standard runs): T on PGD examples, eps ${st.adversarial.eps.toFixed(4)}, ${st.adversarial.steps} steps, fraction ${st.adversarial.fraction}. `
+        : "") +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
       (marked.length
         ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? st.shortcut})`).join(", ")}.`

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { planExperiment, REPLICATE_SEED_STRIDE, type TrainTask } from "../experiments/plan.js";
 import { parseExperiment } from "../experiments/spec.js";
-import { agreementTable, curveSummaries, reading, warnings } from "../experiments/summary.js";
+import { agreementTable, curveSummaries, reading, settingsLines, warnings } from "../experiments/summary.js";
 import { compareIntervals, interval, tQuantile975 } from "../metrics/interval.js";
 import { rowKey, type StitchRow, summarize, summaryCsv } from "../report/index.js";
 
@@ -290,5 +290,35 @@ test("stitching seeds within a replicate are averaged, never counted as replicat
   assert.throws(
     () => planExperiment(parseExperiment(`${EXP}seeds: [0, 1000]\n`, "reps.yaml"), join(tmp, "reps.yaml")),
     /seeds\[1\]: seed 1000 must be below 1000 with replicates/,
+  );
+});
+
+test("the settings line describes only the modes run, and adversarial stitching when asked for", () => {
+  const base = [
+    "name: s",
+    "dataset: { name: fashion-mnist }",
+    "models:",
+    "  a: { arch: resnet18, epochs: 1 }",
+    "pairs:",
+    "  - { front: a, back: a, relation: identical }",
+    "points: [layer1.0]",
+  ];
+  const both = settingsLines(parseExperiment(base.join("\n"), "s.yaml")).join(" ");
+  assert.match(both, /IRIs: /);
+  assert.match(both, /batch norm adapt \(standard\) and eval \(invariance-aware\)/);
+  const standard = settingsLines(
+    parseExperiment(
+      [
+        ...base,
+        "modes: [standard]",
+        "stitch: { adversarial: { eps: 0.0313725, step: 0.0078431, steps: 10, fraction: 1 } }",
+      ].join("\n"),
+      "s.yaml",
+    ),
+  ).join(" ");
+  assert.doesNotMatch(standard, /IRIs|invariance-aware/);
+  assert.match(
+    standard,
+    /batch norm adapt \(standard\)\. Adversarial stitching \(standard runs\): .*10 steps, fraction 1/,
   );
 });
