@@ -42,6 +42,9 @@ export interface AgreementResult {
   softErrorConsistency: number;
 }
 
+/** Logits with a NaN or an infinity were given to a meter: they are never scored. */
+export class NonFiniteLogitsError extends Error {}
+
 /** (c_obs - c_exp) / (1 - c_exp); 1 where c_exp is 1 (the reference's convention, evaluation/metrics.py). */
 export function kappa(cObs: number, cExp: number): number {
   const denom = 1 - cExp;
@@ -86,7 +89,7 @@ export class AgreementMeter {
     // otherwise turn into a plausible-looking score (argmax of NaNs is 0 for both models).
     if (batch.nonFiniteStitched > 0 || batch.nonFiniteBack > 0) {
       const which = batch.nonFiniteStitched > 0 ? "the stitched model's" : "the back model's";
-      throw new Error(
+      throw new NonFiniteLogitsError(
         `${which} logits are not finite on ${Math.max(batch.nonFiniteStitched, batch.nonFiniteBack)} of ${shape[0]} images of a batch: nothing non-finite is scored (check the models' weights and running statistics)`,
       );
     }

@@ -1,6 +1,6 @@
 // Similarity scores for model stitching (PROTOCOL.md, "Scores"); each module documents its
 // definitions and whether larger means more similar.
-export { AgreementMeter, type AgreementResult, kappa } from "./agreement.js";
+export { AgreementMeter, type AgreementResult, kappa, NonFiniteLogitsError } from "./agreement.js";
 export { type CkaOptions, featureMatrix, linearCka, StreamingCka } from "./cka.js";
 export { excessAgreement, maxExcessAgreement } from "./excess.js";
 export { rAuA } from "./raua.js";

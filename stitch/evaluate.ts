@@ -2,7 +2,7 @@
 // batch. The frozen networks run in eval mode here, whatever mode T was trained in: with
 // batch-norm mode "adapt" the stitched model uses its adapted statistics and B its own.
 import { batches, type Dataset, type Normalization } from "../data/index.js";
-import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
+import { AgreementMeter, type AgreementResult, NonFiniteLogitsError } from "../metrics/index.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import type { StitchedModel } from "./stitched.js";
@@ -25,11 +25,14 @@ export function evaluateStitch(
       normalization: opts.normalization,
       device: opts.device,
     })) {
-      torch.tidy(() => {
-        const x = opts.attack ? opts.attack(b.x, b.y).detach() : b.x;
-        torch.noGrad(() => meter.update(s.forward(x), s.backForward(x), b.y));
-      });
-      torch.dispose(b);
+      try {
+        torch.tidy(() => {
+          const x = opts.attack ? opts.attack(b.x, b.y).detach() : b.x;
+          torch.noGrad(() => meter.update(s.forward(x), s.backForward(x), b.y));
+        });
+      } finally {
+        torch.dispose(b);
+      }
     }
   });
   return meter.result();
@@ -49,17 +52,27 @@ export function evaluateFrontAlone(
   const [a, b] = [s.front.config.numClasses, s.back.config.numClasses];
   if (a === undefined || a !== b) return null;
   const meter = new AgreementMeter();
-  inEvalMode([s.front, s.back], () => {
-    for (const batch of batches(test, {
-      batchSize: opts.batchSize ?? 256,
-      normalization: opts.normalization,
-      device: opts.device,
-    })) {
-      torch.tidy(() =>
-        torch.noGrad(() => meter.update(s.front.forward(s.frontInput(batch.x)), s.backForward(batch.x), batch.y)),
-      );
-      torch.dispose(batch);
-    }
-  });
+  try {
+    inEvalMode([s.front, s.back], () => {
+      for (const batch of batches(test, {
+        batchSize: opts.batchSize ?? 256,
+        normalization: opts.normalization,
+        device: opts.device,
+      })) {
+        try {
+          torch.tidy(() =>
+            torch.noGrad(() => meter.update(s.front.forward(s.frontInput(batch.x)), s.backForward(batch.x), batch.y)),
+          );
+        } finally {
+          torch.dispose(batch);
+        }
+      }
+    });
+  } catch (e) {
+    // A model whose logits are not finite has no front end to draw (nothing non-finite is
+    // scored); the stitch itself goes on and says what is wrong where it fails.
+    if (e instanceof NonFiniteLogitsError) return null;
+    throw e;
+  }
   return meter.result();
 }
