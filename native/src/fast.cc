@@ -21,7 +21,7 @@ using AlphaSig = T(const T&, const T&, const S&);        // add.Tensor, sub.Tens
 using ScalarSig = T(const T&, const S&);                 // mul.Scalar, div.Scalar, eq.Scalar, ...
 using ScalarAlphaSig = T(const T&, const S&, const S&);  // add.Scalar, sub.Scalar (alpha)
 using InplaceAlphaSig = T&(T&, const T&, const S&);      // add_.Tensor, sub_.Tensor
-using InplaceSig = T&(T&, const T&);                     // mul_.Tensor, div_.Tensor, copy_? (no: it has non_blocking)
+using InplaceSig = T&(T&, const T&);                     // mul_.Tensor, div_.Tensor
 using InplaceScalarSig = T&(T&, const S&);               // mul_.Scalar, div_.Scalar
 using ReduceSig = T(const T&, c10::optional<at::ScalarType>);  // sum, mean (dtype=None)
 
