@@ -7,19 +7,22 @@ import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import type { StitchedModel } from "./stitched.js";
 
-export function evaluateStitch(
+type EvalOptions = { normalization: Normalization; batchSize?: number; device?: string };
+
+/**
+ * The agreement of `logits(x)` with B's on every test batch, the networks in eval mode, each
+ * batch freed whether or not its scores are accepted: what both the stitched model and A alone
+ * are scored with.
+ */
+function scoreAgainstBack(
   s: StitchedModel,
+  networks: StitchedModel["networks"],
   test: Dataset,
-  opts: {
-    normalization: Normalization;
-    batchSize?: number;
-    device?: string;
-    /** Scores on attack(x, y) instead of x: adversarial images (stitch/robust.ts); gradients allowed there. */
-    attack?: (x: torch.Tensor, y: torch.Tensor) => torch.Tensor;
-  },
+  opts: EvalOptions,
+  logits: (b: { x: torch.Tensor; y: torch.Tensor }) => { x: torch.Tensor; logits: torch.Tensor },
 ): AgreementResult {
   const meter = new AgreementMeter();
-  inEvalMode(s.networks, () => {
+  inEvalMode(networks, () => {
     for (const b of batches(test, {
       batchSize: opts.batchSize ?? 256,
       normalization: opts.normalization,
@@ -27,8 +30,8 @@ export function evaluateStitch(
     })) {
       try {
         torch.tidy(() => {
-          const x = opts.attack ? opts.attack(b.x, b.y).detach() : b.x;
-          torch.noGrad(() => meter.update(s.forward(x), s.backForward(x), b.y));
+          const out = logits(b);
+          torch.noGrad(() => meter.update(out.logits, s.backForward(out.x), b.y));
         });
       } finally {
         torch.dispose(b);
@@ -38,41 +41,38 @@ export function evaluateStitch(
   return meter.result();
 }
 
+export function evaluateStitch(
+  s: StitchedModel,
+  test: Dataset,
+  opts: EvalOptions & {
+    /** Scores on attack(x, y) instead of x: adversarial images (stitch/robust.ts); gradients allowed there. */
+    attack?: (x: torch.Tensor, y: torch.Tensor) => torch.Tensor;
+  },
+): AgreementResult {
+  return scoreAgainstBack(s, s.networks, test, opts, (b) => {
+    const x = opts.attack ? opts.attack(b.x, b.y).detach() : b.x;
+    return { x, logits: torch.noGrad(() => s.forward(x)) };
+  });
+}
+
 /**
  * The front end of the reference's curves: A alone, with its own head and no T, scored against
  * B on the same test set (train_stithching.py evaluates stitch index layers + 1 untrained, and
  * models/model_utils.py's 'front' mode is the front model's own output). Null when A and B do not
  * classify into the same number of classes, so that A's outputs are not B's classes.
  */
-export function evaluateFrontAlone(
-  s: StitchedModel,
-  test: Dataset,
-  opts: { normalization: Normalization; batchSize?: number; device?: string },
-): AgreementResult | null {
+export function evaluateFrontAlone(s: StitchedModel, test: Dataset, opts: EvalOptions): AgreementResult | null {
   const [a, b] = [s.front.config.numClasses, s.back.config.numClasses];
   if (a === undefined || a !== b) return null;
-  const meter = new AgreementMeter();
   try {
-    inEvalMode([s.front, s.back], () => {
-      for (const batch of batches(test, {
-        batchSize: opts.batchSize ?? 256,
-        normalization: opts.normalization,
-        device: opts.device,
-      })) {
-        try {
-          torch.tidy(() =>
-            torch.noGrad(() => meter.update(s.front.forward(s.frontInput(batch.x)), s.backForward(batch.x), batch.y)),
-          );
-        } finally {
-          torch.dispose(batch);
-        }
-      }
-    });
+    return scoreAgainstBack(s, [s.front, s.back], test, opts, (batch) => ({
+      x: batch.x,
+      logits: torch.noGrad(() => s.front.forward(s.frontInput(batch.x))),
+    }));
   } catch (e) {
     // A model whose logits are not finite has no front end to draw (nothing non-finite is
     // scored); the stitch itself goes on and says what is wrong where it fails.
     if (e instanceof NonFiniteLogitsError) return null;
     throw e;
   }
-  return meter.result();
 }

@@ -442,7 +442,8 @@ export async function runStitch(
     // CKA compares A and B as they are: before training, since "adapt" moves A's statistics.
     const cka = cfg.ckaImages > 0 ? ckaAt(s, test, cfg.ckaImages, cfg) : null;
     // A alone, as it is: before training too, for the same reason.
-    const frontAlone = evaluateFrontAlone(s, test, { normalization: norm, device: cfg.device });
+    const evalOpts = { normalization: norm, device: cfg.device };
+    const frontAlone = evaluateFrontAlone(s, test, evalOpts);
     const trained = trainStitch(
       s,
       train,
@@ -466,7 +467,6 @@ export async function runStitch(
       },
       onProgress,
     );
-    const evalOpts = { normalization: norm, device: cfg.device };
     const scores = evaluateStitch(s, test, evalOpts);
     let excess: StitchResult["excess"] = null;
     if (cfg.excess) {
