@@ -7,6 +7,7 @@ import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { runCli } from "./helpers/cli.js";
+import { commandLines, fenced } from "./helpers/markdown.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const docFiles = [
@@ -17,20 +18,6 @@ const docFiles = [
     .map((f) => `docs/${f}`),
 ];
 const read = (file: string) => readFileSync(join(root, file), "utf8");
-
-/** Each line of a markdown text with whether it lies inside a fenced code block (``` or ~~~); fence lines are left out. */
-function* fenced(text: string): Generator<{ line: string; code: boolean }> {
-  let fence: string | null = null;
-  for (const line of text.split("\n")) {
-    const m = /^\s{0,3}(`{3,}|~{3,})/.exec(line);
-    if (m) {
-      if (fence === null) fence = m[1];
-      else if (m[1][0] === fence[0] && m[1].length >= fence.length) fence = null;
-      continue;
-    }
-    yield { line, code: fence !== null };
-  }
-}
 
 /** The lines outside fenced code blocks (``` or ~~~), with inline code spans removed. */
 function prose(text: string): string[] {
@@ -121,26 +108,6 @@ test("README.md has the two commands for a newcomer, exactly", () => {
   ])
     assert.ok(readme.includes(command), `README.md lacks the line: ${command}`);
 });
-
-/** The stitchlab command lines in a file's code blocks: continuation lines joined, comments cut. */
-function commandLines(text: string): string[] {
-  const out: string[] = [];
-  let pending = "";
-  for (const { line, code } of fenced(text)) {
-    if (!code) continue;
-    const joined = pending + line.replace(/\s+#\s.*$/, "");
-    if (joined.trimEnd().endsWith("\\")) {
-      pending = `${joined.trimEnd().slice(0, -1)} `;
-      continue;
-    }
-    pending = "";
-    for (const part of joined.split(/&&|;/)) {
-      const m = /(?:^|\s)\.\/bin\/stitchlab\.js\s+(.*)$/.exec(part.trim());
-      if (m) out.push(m[1].trim());
-    }
-  }
-  return out;
-}
 
 test("every stitchlab command in README.md and docs/ names a command and options that exist, with the required ones", () => {
   const helpOf = new Map<string, { flags: Set<string>; required: string[] }>();

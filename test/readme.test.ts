@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { runCli } from "./helpers/cli.js";
+import { commandLines } from "./helpers/markdown.js";
 import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
@@ -32,20 +33,6 @@ function section(heading: string): string {
 /** The fenced blocks of a language in a text. */
 function blocks(text: string, lang: string): string[] {
   return [...text.matchAll(new RegExp(`\`\`\`${lang}\\n([\\s\\S]*?)\`\`\``, "g"))].map((m) => m[1]);
-}
-
-/** The stitchlab commands of shell blocks: continuation lines joined, comments cut, split into words. */
-function commands(text: string): string[][] {
-  const out: string[][] = [];
-  for (const b of blocks(text, "sh")) {
-    const joined = b.replace(/\\\n\s*/g, " ");
-    for (const line of joined.split("\n")) {
-      const code = line.replace(/\s+#\s.*$/, "").trim();
-      const m = /^\.\/bin\/stitchlab\.js\s+(.*)$/.exec(code);
-      if (m) out.push(m[1].split(/\s+/));
-    }
-  }
-  return out;
 }
 
 /** A CIFAR-10 batch file: 10,000 records of a label byte and 3,072 pixel bytes, in a pattern. */
@@ -139,7 +126,7 @@ test("README: 'Compare your own two models', every command as written (with size
 
   const text = section("Compare your own two models");
   const ran: string[] = [];
-  for (const words of commands(text)) {
+  for (const words of commandLines(text).map((l) => l.split(/\s+/))) {
     const command = words[0] as string;
     // The study's full run is left to users; its dry run checks the file, the data and the checkpoints.
     if (command === "run" && !words.includes("--dry-run")) continue;
