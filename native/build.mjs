@@ -7,7 +7,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { findLibtorch, linkLibraries } from "./find-libtorch.mjs";
+import { findCudaInclude, findLibtorch, linkLibraries } from "./find-libtorch.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 let lt;
@@ -22,6 +22,14 @@ console.log(
 );
 
 const libs = linkLibraries(lt);
+// CUDA graphs need the CUDA runtime's headers as well as a CUDA libtorch.
+const cudaInclude = lt.cuda ? findCudaInclude(lt) : undefined;
+if (lt.cuda)
+  console.log(
+    cudaInclude
+      ? `stitchlab build: CUDA graphs on (CUDA runtime headers in ${cudaInclude})`
+      : "stitchlab build: CUDA graphs off: no cuda_runtime_api.h found (set CUDA_HOME to the CUDA toolkit)",
+  );
 const gypi = {
   variables: {
     libtorch_include_dirs: lt.includeDirs,
@@ -29,6 +37,8 @@ const gypi = {
     libtorch_abi: lt.abi,
     libtorch_libs: libs,
     libtorch_cuda: lt.cuda ? 1 : 0,
+    cuda_include_dirs: cudaInclude ? [cudaInclude] : [],
+    cuda_graphs: cudaInclude ? 1 : 0,
   },
 };
 // Skip the (slow) compile when nothing that goes into it changed: the sources, the gyp files,

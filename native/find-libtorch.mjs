@@ -113,6 +113,23 @@ export function findLibtorch() {
   return found;
 }
 
+/**
+ * The folder holding the CUDA runtime's headers (cuda_runtime_api.h), which CUDA graphs
+ * (native/src/graphs.cc) need and libtorch's own headers do not carry: $CUDA_HOME, the usual
+ * toolkit folders, or the nvidia-* Python packages that a pip PyTorch depends on. Undefined
+ * when none is found: the addon is then built without CUDA graphs, and says so.
+ */
+export function findCudaInclude(lt) {
+  const candidates = [];
+  for (const v of [process.env.CUDA_HOME, process.env.CUDA_PATH]) if (v) candidates.push(join(v, "include"));
+  candidates.push("/usr/local/cuda/include", "/usr/include");
+  // A pip PyTorch: <site-packages>/torch/lib is libDir; the runtime headers sit in
+  // <site-packages>/nvidia/<package>/include.
+  const nvidia = join(lt.libDir, "..", "..", "nvidia");
+  if (existsSync(nvidia)) for (const d of readdirSync(nvidia)) candidates.push(join(nvidia, d, "include"));
+  return candidates.find((d) => existsSync(join(d, "cuda_runtime_api.h")));
+}
+
 /** The linker flags for a found libtorch: the CPU libraries, and the CUDA ones when it has them. */
 export function linkLibraries(lt) {
   const libs = ["-lc10", "-ltorch_cpu", "-ltorch"];

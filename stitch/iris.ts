@@ -173,35 +173,65 @@ export function generateIriBatch(
         best = torch.keep(next.b);
         bestResidual = torch.keep(next.r);
       };
+      // The default descent (signed steps, last iterate) as a step with no host read inside it,
+      // so that on a GPU it can be a CUDA graph (torch/graphs.ts; STITCHLAB_CUDA_GRAPHS=1). The
+      // residual is read after each step; it is the one before the step, as in the loop below.
+      const graphable = !adam && !opts.keepBest;
+      const residualOut = graphable ? torch.keep(torch.zeros([], { device: x.device })) : null;
+      const graphed =
+        graphable && residualOut
+          ? new torch.GraphedStep(
+              x.device,
+              () => {
+                const { loss } = amp(() => ({ loss: features(p).sub(target).norm().div(targetNorm) }));
+                torch.noGrad(() => residualOut.copy_(loss));
+                const [g] = torch.grad(loss, p);
+                torch.noGrad(() => {
+                  p.sub_((g as Tensor).sign().mul(opts.stepSize));
+                  p.clamp_(lo, hi);
+                });
+              },
+              { graphs: torch.graphsRequested() && !opts.autocast },
+            )
+          : null;
       try {
-        for (let t = 0; t < opts.steps; t++) {
-          torch.tidy(() => {
-            const { f, loss } = amp(() => {
-              const f = features(p);
-              return { f, loss: f.sub(target).norm().div(targetNorm) };
-            });
-            const value = loss.item();
+        if (graphed && residualOut)
+          for (let t = 0; t < opts.steps; t++) {
+            graphed.step();
+            const value = residualOut.item();
             if (!Number.isFinite(value)) throw new Error(`IRI generation diverged at step ${t + 1}: residual ${value}`);
             onStep(t, value);
-            if (opts.keepBest)
-              track(
-                p.detach(),
-                torch.noGrad(() => perImageResidual(f.detach(), target)),
-              );
-            loss.backward();
-            torch.noGrad(() => {
-              if (adam) {
-                adam.step();
-                schedule?.step();
-              } else {
-                const g = p.grad as Tensor;
-                p.sub_(g.sign().mul(opts.stepSize));
-              }
-              p.clamp_(lo, hi);
+          }
+        else
+          for (let t = 0; t < opts.steps; t++) {
+            torch.tidy(() => {
+              const { f, loss } = amp(() => {
+                const f = features(p);
+                return { f, loss: f.sub(target).norm().div(targetNorm) };
+              });
+              const value = loss.item();
+              if (!Number.isFinite(value))
+                throw new Error(`IRI generation diverged at step ${t + 1}: residual ${value}`);
+              onStep(t, value);
+              if (opts.keepBest)
+                track(
+                  p.detach(),
+                  torch.noGrad(() => perImageResidual(f.detach(), target)),
+                );
+              loss.backward();
+              torch.noGrad(() => {
+                if (adam) {
+                  adam.step();
+                  schedule?.step();
+                } else {
+                  const g = p.grad as Tensor;
+                  p.sub_(g.sign().mul(opts.stepSize));
+                }
+                p.clamp_(lo, hi);
+              });
+              p.grad = null;
             });
-            p.grad = null;
-          });
-        }
+          }
         const last = p.detach();
         if (opts.keepBest)
           track(
@@ -225,7 +255,8 @@ export function generateIriBatch(
         };
       } finally {
         adam?.dispose();
-        torch.dispose([p, best, bestResidual]);
+        graphed?.dispose();
+        torch.dispose([p, best, bestResidual, residualOut]);
       }
     }),
   );

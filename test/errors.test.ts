@@ -49,6 +49,33 @@ test("a JavaScript value of the wrong kind is a TypeError naming the argument", 
     (e: Error) => e instanceof TypeError && /integer/.test(e.message),
   );
   assert.throws(() => torch.call("no_such_operator"), /libtorch has no operator aten::no_such_operator/);
+  // Handles are numbers inside the addon (native/src/common.h): a number where a tensor belongs,
+  // a tensor where a number belongs, and a freed tensor's handle are each told apart.
+  const x = torch.ones([2]);
+  for (const n of [3, -1, -(2 ** 26), -(2 ** 40)])
+    assert.throws(
+      () => torch.call("relu", n),
+      (e: Error) => e instanceof TypeError && /relu argument 'self': expected a Tensor/.test(e.message),
+      `${n} passed as a tensor`,
+    );
+  assert.throws(
+    () => torch.call("add.Scalar", x, x),
+    (e: Error) =>
+      e instanceof TypeError && /add.Scalar argument 'other': expected a number, got a Tensor/.test(e.message),
+  );
+  assert.throws(
+    () => torch.call("reshape", x, [x]),
+    (e: Error) => e instanceof TypeError && /reshape argument 'shape': expected a number, got a Tensor/.test(e.message),
+  );
+  assert.throws(() => torch.ones([2]).add(1, x as never), /add.Scalar argument 'alpha': expected a number/);
+  const stale = x.handle;
+  x.dispose();
+  assert.throws(() => torch.call("relu", stale), /relu argument 'self': the tensor has been disposed/);
+  // A result that is a plain number stays a number; a tensor's handle becomes a Tensor.
+  const y = torch.ones([2, 3]);
+  assert.equal(torch.call("size.int", y, 1), 3);
+  assert.ok(torch.call("mul.Scalar", y, 2) instanceof torch.Tensor);
+  y.dispose();
   assert.throws(() => torch.ones([2]).to("float128" as never), /unknown dtype 'float128'/);
 });
 

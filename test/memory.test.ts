@@ -132,6 +132,49 @@ test("tidy keeps returned tensors, frees the rest, and nests", () => {
   assert.throws(() => a.add(1), /disposed/);
 });
 
+// A tensor in a scope carries no finaliser (issue 16): one that leaves its scopes alive must get
+// one, or a dropped tensor would never be freed. Each case drops a 4 MB tensor and checks that a
+// collection frees it.
+test("tensors made outside scopes, kept, or returned from the outermost tidy are freed by the collector", (t) => {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) {
+    t.skip("needs node --expose-gc (npm test passes it)");
+    return;
+  }
+  const MB4 = 4 * 1024 * 1024;
+  const cases: Record<string, () => void> = {
+    "made outside every scope": () => {
+      torch.zeros([MB4 / 4]);
+    },
+    "kept inside a scope": () => {
+      torch.tidy(() => {
+        torch.keep(torch.zeros([MB4 / 4]));
+      });
+    },
+    "returned from the outermost tidy": () => {
+      torch.tidy(() => torch.tidy(() => torch.zeros([MB4 / 4])));
+    },
+  };
+  for (const [what, drop] of Object.entries(cases)) {
+    const before = settledMemory();
+    drop();
+    const held = torch.memory();
+    assert.equal(held.liveHandles - before.liveHandles, 1, `${what}: one tensor live before the collection`);
+    const after = settledMemory();
+    assert.equal(after.liveHandles, before.liveHandles, `${what}: the collector freed it`);
+    assert.equal(after.collectedHandles - before.collectedHandles, 1, `${what}: freed by its finaliser`);
+    assert.ok(after.accountedBytes - before.accountedBytes < MB4 / 2, `${what}: its bytes are no longer counted`);
+  }
+  // And a tensor freed by its scope is not freed again by a finaliser.
+  const before = settledMemory();
+  torch.tidy(() => {
+    torch.zeros([MB4 / 4]);
+  });
+  const after = settledMemory();
+  assert.equal(after.liveHandles, before.liveHandles);
+  assert.equal(after.collectedHandles, before.collectedHandles, "freed by the scope, not the collector");
+});
+
 test("tidy frees what it made when fn throws", () => {
   const made: torch.Tensor[] = [];
   assert.throws(

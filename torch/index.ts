@@ -16,6 +16,7 @@ export { enableGrad, grad, isGradEnabled, noGrad } from "./autograd.js";
 export * from "./creation.js";
 export { type DType, isFloating } from "./dtype.js";
 export * from "./functional.js";
+export { GraphedStep, graphsRequested, graphsUnavailable } from "./graphs.js";
 export { loadSafetensors, type SafetensorsFile, saveSafetensors, torchLoad, torchSave, writeFileAtomic } from "./io.js";
 export { dispose, keep, memory, tidy } from "./memory.js";
 export {

@@ -124,7 +124,8 @@ export function torchLoad(path: string): unknown {
 }
 
 function toHandles(v: unknown): unknown {
-  if (v instanceof Tensor) return v.handle;
+  // Marked for the addon (runtime.cc): a handle is a number, and numbers stay numbers there.
+  if (v instanceof Tensor) return { __stitchlab_tensor__: v.handle };
   if (v === null || typeof v !== "object") return v;
   if (Array.isArray(v)) return v.map(toHandles);
   // fromEntries defines own properties: a key "__proto__" stays a key.

@@ -11,6 +11,13 @@ export interface Disposable {
   _scope: Scope | null;
   /** Tensors: give up the native handle, so that a scope frees its tensors in one native call. */
   _release?(): unknown;
+  /**
+   * Tensors: called when this is made outside every scope or leaves them all alive (keep(), or
+   * the result of the outermost tidy), from which point the garbage collector may free it. A
+   * tensor in a scope carries no finaliser: a weak reference per tensor cost more than the
+   * kernel of a small operator (issue 16).
+   */
+  _escape?(): void;
 }
 
 // A scope is the list of what was made in it; an entry whose `_scope` no longer points at the
@@ -20,18 +27,24 @@ export interface Disposable {
 type Scope = Disposable[];
 const scopes: Scope[] = [];
 
-/** Called by every newly created tensor: the innermost open scope takes ownership. */
+/**
+ * Called by every newly created tensor: the innermost open scope takes ownership, or, outside
+ * every scope, the garbage collector may free it.
+ */
 export function track(t: Disposable): void {
   const s = scopes[scopes.length - 1];
   if (s) {
     s.push(t);
     t._scope = s;
-  }
+  } else t._escape?.();
 }
 
 /** Removes a tensor from scope management: it lives until disposed or collected. */
 export function keep<T extends Disposable>(t: T): T {
-  t._scope = null;
+  if (t._scope !== null) {
+    t._scope = null;
+    t._escape?.();
+  }
   return t;
 }
 
@@ -84,7 +97,8 @@ export function tidy<T>(fn: () => T): T {
     if (t._scope !== scope) continue;
     if (kept.has(t)) {
       t._scope = parent;
-      parent?.push(t);
+      if (parent) parent.push(t);
+      else t._escape?.();
     } else {
       t._scope = null;
       if (!t._release) t.dispose();

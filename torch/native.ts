@@ -6,8 +6,11 @@ import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { repoRoot as ROOT } from "./files.js";
 
-/** An opaque handle to one libtorch tensor, owned by a Tensor. */
-export type Handle = { readonly __tensorHandle: unique symbol };
+/**
+ * An opaque handle to one libtorch tensor, owned by a Tensor: a number that names a slot in the
+ * addon's table and the slot's generation (native/src/common.h).
+ */
+export type Handle = number & { readonly __tensorHandle: unique symbol };
 
 export interface NativeAddon {
   fromBuffer(bytes: ArrayBufferView | ArrayBuffer, dtype: number, shape: number[]): Handle;
@@ -15,6 +18,7 @@ export interface NativeAddon {
   free(h: Handle): void;
   freeMany(handles: Handle[]): void;
   isLive(h: Handle): boolean;
+  finalizeWhenCollected(tensor: object, h: Handle): void;
   shape(h: Handle): number[];
   strides(h: Handle): number[];
   isContiguous(h: Handle): boolean;
@@ -79,6 +83,12 @@ export interface NativeAddon {
   cudaDeviceCount(): number;
   cudaSynchronize(): void;
   pickleSave(value: unknown): ArrayBuffer;
+  // CUDA graphs (native/src/graphs.cc; torch/graphs.ts).
+  graphsBuilt(): boolean;
+  graphCreate(deviceIndex: number): number;
+  graphRun(id: number, fn: () => void, capture: boolean): void;
+  graphReplay(id: number): void;
+  graphFree(id: number): void;
 }
 
 // The root is the ground floor's (torch/files.ts), kept importable from here as before.

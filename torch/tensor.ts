@@ -27,10 +27,12 @@ function toNative(a: unknown): unknown {
   return a;
 }
 
+/** An operator's result: a number is a tensor's handle, {number} a plain number (convert.cc). */
 function fromNative(r: unknown): unknown {
+  if (typeof r === "number") return new Tensor(r as Handle);
   if (r === null || typeof r !== "object") return r;
   if (Array.isArray(r)) return r.map(fromNative);
-  return new Tensor(r as Handle);
+  return (r as { number: number }).number;
 }
 
 /**
@@ -168,6 +170,11 @@ export class Tensor implements Disposable {
     const h = this.#h;
     this.#h = null;
     return h;
+  }
+
+  /** Lets the garbage collector free this from now on (it is in no scope). Internal to torch/. */
+  _escape(): void {
+    if (this.#h !== null) native.finalizeWhenCollected(this, this.#h);
   }
 
   /** Frees the native tensor now. Idempotent. */

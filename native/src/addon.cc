@@ -26,6 +26,7 @@ static Napi::Object InitStitchlab(Napi::Env env, Napi::Object exports) {
   stitchlab::initAutograd(env, exports);
   stitchlab::initRuntime(env, exports);
   stitchlab::initFast(env, exports);
+  stitchlab::initGraphs(env, exports);
   return exports;
 }
 

@@ -10,23 +10,23 @@
 
 namespace stitchlab {
 
-// A tensor handle is a napi External owning one at::Tensor. The TypeScript Tensor class
-// holds it; dispose() frees it early, the finaliser frees it otherwise.
-struct TensorBox {
-  // Marks a live box: a handle is checked by this word rather than by a napi type tag, which
-  // costs a private-property write per tensor made and a read per argument (about 0.1 us per
-  // small operator, issue 16). Handles reach the addon only from torch/'s Tensor class.
-  static constexpr uint64_t kMagic = 0x5a17c41ab0e34d21ULL;
-  uint64_t magic = kMagic;
-  at::Tensor t;
-  const void* storage = nullptr;  // the storage counted for this handle, if any
-};
-
+// A tensor handle is a JavaScript number that names a slot in the addon's table (tensor.cc) and
+// the slot's generation; the at::Tensor lives in the slot. dispose() and scopes free a slot at
+// once; a handle used after its slot was freed is caught by the generation. The garbage
+// collector frees a slot only through a finaliser on its JavaScript Tensor object, which torch/
+// attaches to the tensors that may be left to it (finalizeWhenCollected).
 Napi::Value wrapTensor(Napi::Env env, at::Tensor t);
-// Throws a JavaScript TypeError when v is not a live tensor handle.
+// Throws a JavaScript TypeError when v is not a tensor handle, an Error when it was freed.
 at::Tensor& unwrapTensor(Napi::Env env, const Napi::Value& v, const char* what);
-bool isTensorHandle(const Napi::Value& v);
-void releaseTensor(Napi::BasicEnv env, TensorBox* box);
+// The tensor of a live handle, or null (not a handle, or freed).
+at::Tensor* liveTensor(Napi::Env env, const Napi::Value& v);
+// What a number is as a handle. Every handle is a number below -2^26 whose fraction is 1/4.
+struct Decoded {
+  at::Tensor* tensor;  // null: not a handle
+  uint32_t index;      // its slot
+  bool live;           // the slot holds the handle's tensor (not freed since)
+};
+Decoded decodeHandle(double d);
 
 // Where a converted value is (an operator's argument), for error messages only: the text is
 // built when an error is thrown, never on the hot path of a call.
@@ -73,5 +73,6 @@ void initOps(Napi::Env env, Napi::Object exports);
 void initAutograd(Napi::Env env, Napi::Object exports);
 void initRuntime(Napi::Env env, Napi::Object exports);
 void initFast(Napi::Env env, Napi::Object exports);
+void initGraphs(Napi::Env env, Napi::Object exports);
 
 }  // namespace stitchlab

@@ -10,16 +10,20 @@ namespace stitchlab {
 
 // A tensor argument; the message (naming the operator and argument) is built only on error.
 static at::Tensor& tensorArg(Napi::Env env, const Napi::Value& v, const Where& where) {
-  if (isTensorHandle(v)) {
-    at::Tensor& t = v.As<Napi::External<TensorBox>>().Data()->t;
-    if (t.defined()) return t;
-  }
+  if (at::Tensor* t = liveTensor(env, v)) return *t;
   return unwrapTensor(env, v, where.str().c_str());
+}
+
+// A handle is a number too (common.h), so a Tensor passed where a number belongs is told apart
+// here: handles are below -2^26, so one comparison clears every usual number.
+static void rejectHandle(Napi::Env env, double d, const Where& where) {
+  if (d <= -67108864.0 && decodeHandle(d).live) typeError(env, where, "a number, got a Tensor");
 }
 
 static int64_t toInt(Napi::Env env, const Napi::Value& v, const Where& where) {
   if (v.IsNumber()) {
     double d = v.As<Napi::Number>().DoubleValue();
+    rejectHandle(env, d, where);
     if (d != static_cast<double>(static_cast<int64_t>(d))) typeError(env, where, "an integer, got " + std::to_string(d));
     return static_cast<int64_t>(d);
   }
@@ -32,7 +36,11 @@ static int64_t toInt(Napi::Env env, const Napi::Value& v, const Where& where) {
 }
 
 static double toDouble(Napi::Env env, const Napi::Value& v, const Where& where) {
-  if (v.IsNumber()) return v.As<Napi::Number>().DoubleValue();
+  if (v.IsNumber()) {
+    double d = v.As<Napi::Number>().DoubleValue();
+    rejectHandle(env, d, where);
+    return d;
+  }
   if (v.IsBigInt()) {
     bool lossless;
     return static_cast<double>(v.As<Napi::BigInt>().Int64Value(&lossless));
@@ -47,6 +55,7 @@ c10::Scalar toScalar(Napi::Env env, const Napi::Value& v, const Where& where) {
   // Numbers first, in one napi call (it fails on anything else): the common case on hot paths.
   double d;
   if (napi_get_value_double(env, v, &d) == napi_ok) {
+    rejectHandle(env, d, where);
     if (std::isfinite(d) && d == static_cast<double>(static_cast<int64_t>(d)) && std::abs(d) < 9.0e15)
       return c10::Scalar(static_cast<int64_t>(d));
     return c10::Scalar(d);
@@ -149,11 +158,18 @@ c10::IValue toIValue(Napi::Env env, const Napi::Value& v, const c10::TypePtr& ty
   }
 }
 
+// A plain number in a result is boxed as {number: x}, since a bare number is a tensor handle.
+static Napi::Value boxedNumber(Napi::Env env, double x) {
+  auto o = Napi::Object::New(env);
+  o.Set("number", Napi::Number::New(env, x));
+  return o;
+}
+
 Napi::Value fromIValue(Napi::Env env, const c10::IValue& v) {
   if (v.isTensor()) return wrapTensor(env, v.toTensor());
   if (v.isNone()) return env.Null();
-  if (v.isInt()) return Napi::Number::New(env, static_cast<double>(v.toInt()));
-  if (v.isDouble()) return Napi::Number::New(env, v.toDouble());
+  if (v.isInt()) return boxedNumber(env, static_cast<double>(v.toInt()));
+  if (v.isDouble()) return boxedNumber(env, v.toDouble());
   if (v.isBool()) return Napi::Boolean::New(env, v.toBool());
   if (v.isString()) return Napi::String::New(env, v.toStringRef());
   if (v.isDevice()) return Napi::String::New(env, v.toDevice().str());
@@ -175,16 +191,7 @@ Napi::Value fromIValue(Napi::Env env, const c10::IValue& v) {
     for (size_t i = 0; i < el.size(); ++i) a.Set(static_cast<uint32_t>(i), fromIValue(env, el[i]));
     return a;
   }
-  if (v.isGenericDict()) {
-    auto o = Napi::Object::New(env);
-    for (const auto& kv : v.toGenericDict()) {
-      const c10::IValue& k = kv.key();
-      std::string key = k.isString() ? k.toStringRef() : k.isInt() ? std::to_string(k.toInt()) : "?";
-      o.Set(key, fromIValue(env, kv.value()));
-    }
-    return o;
-  }
-  if (v.isScalar()) return Napi::Number::New(env, v.toScalar().toDouble());
+  if (v.isScalar()) return boxedNumber(env, v.toScalar().toDouble());
   throw Napi::TypeError::New(env, std::string("cannot convert a value of type ") + v.tagKind() + " to JavaScript");
 }
 

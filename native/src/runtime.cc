@@ -62,9 +62,14 @@ static Napi::Value CudaSynchronize(const Napi::CallbackInfo& info) {
 
 // JavaScript value -> IValue for pickleSave: tensors, numbers, strings, booleans, null, arrays
 // (as lists) and plain objects (as dicts with string keys).
+static const char* kTensorKey = "__stitchlab_tensor__";
 static c10::IValue anyToIValue(Napi::Env env, const Napi::Value& v, int depth) {
   if (depth > 64) throw Napi::RangeError::New(env, "torch.save: value nested too deeply");
-  if (isTensorHandle(v)) return unwrapTensor(env, v, "torch.save");
+  // torch/io.ts passes each tensor as {tensor: handle}: a bare number is a number here.
+  if (v.IsObject() && !v.IsArray()) {
+    auto o = v.As<Napi::Object>();
+    if (o.Has(kTensorKey)) return unwrapTensor(env, o.Get(kTensorKey), "torch.save");
+  }
   if (v.IsNull() || v.IsUndefined()) return c10::IValue();
   if (v.IsBoolean()) return v.As<Napi::Boolean>().Value();
   if (v.IsString()) return v.As<Napi::String>().Utf8Value();

@@ -2,6 +2,7 @@
 // accounting that tells V8 how many native bytes its handles keep alive (so the garbage
 // collector runs when native memory, not only JS heap, grows).
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 
 #include "common.h"
@@ -9,18 +10,60 @@
 namespace stitchlab {
 
 
+// The slot table. A slot holds one handle's tensor; its generation changes each time the slot
+// is freed, so a handle kept past its tensor's end no longer matches. Slots sit in fixed chunks
+// so that a reference to a slot's tensor stays valid while other handles are made.
+namespace {
+struct Slot {
+  at::Tensor t;
+  const void* storage = nullptr;  // the storage counted for this handle, if any
+  int64_t gen = 1;
+  bool finalizer = false;  // a JavaScript Tensor carries a finaliser for this slot
+};
+constexpr uint32_t kChunk = 4096;
+// Never destroyed: at exit, libtorch's own statics may be gone before ours would be.
+auto& chunks = *new std::vector<std::unique_ptr<Slot[]>>();
+auto& freeSlots = *new std::vector<uint32_t>();
+uint32_t slotCount = 0;
+
+Slot& slotAt(uint32_t i) { return chunks[i / kChunk][i % kChunk]; }
+
+// A handle is the number -(gen * 2^26 + slot + 1/4): never an integer and never above -2^26, so
+// no number a user passes where a tensor belongs is taken for one, and the check that keeps a
+// handle from passing for a number costs one comparison on the common path. Numbers, not napi
+// Externals: an External carries a weak reference that the garbage collector walks, which cost
+// more than libtorch's own work on a small operator (issue 16). 26 + 24 bits keep the quarter
+// exact in a double.
+constexpr int64_t kSlots = int64_t{1} << 26;
+constexpr int64_t kMaxGen = int64_t{1} << 24;
+double handleOf(uint32_t index, int64_t gen) { return -(static_cast<double>(gen * kSlots + index) + 0.25); }
+}  // namespace
+
+Decoded decodeHandle(double d) {
+  if (!(d <= -static_cast<double>(kSlots)) || d < -static_cast<double>(kSlots * kMaxGen)) return {nullptr, 0, false};
+  auto code = static_cast<int64_t>(-d);  // truncates the quarter
+  if (-d - static_cast<double>(code) != 0.25) return {nullptr, 0, false};
+  auto index = static_cast<uint32_t>(code % kSlots);
+  if (index >= slotCount) return {nullptr, 0, false};
+  Slot& s = slotAt(index);
+  return {&s.t, index, s.gen == code / kSlots && s.t.defined()};
+}
+
+namespace {
 // Several handles can share one storage (views); count the storage's bytes once, while at
 // least one handle refers to it.
 struct StorageUse {
   int64_t handles;
   int64_t bytes;
 };
-static std::unordered_map<const void*, StorageUse> storageUses;
-static int64_t liveHandles = 0;
-static int64_t accountedBytes = 0;
+auto& storageUses = *new std::unordered_map<const void*, StorageUse>();
+int64_t liveHandles = 0;
+int64_t accountedBytes = 0;
 // Handles freed by the garbage collector's finaliser rather than by dispose(): tests use the
 // count to find tensors that code left to the collector (a leak on some path).
-static int64_t collectedHandles = 0;
+int64_t collectedHandles = 0;
+}  // namespace
+
 // V8 is told of every storage's bytes as they come and go. (Telling it in 1 MiB steps was tried
 // for speed: V8 20's external-memory pressure path then hit a fatal check in CppHeap marking.)
 static void adjustExternal(Napi::BasicEnv env, int64_t delta) {
@@ -32,22 +75,22 @@ static const void* storageKey(const at::Tensor& t) {
   return t.storage().unsafeGetStorageImpl();
 }
 
-static void account(Napi::Env env, TensorBox* box) {
-  const void* key = storageKey(box->t);
+static void account(Napi::Env env, Slot& slot) {
+  const void* key = storageKey(slot.t);
   if (!key) return;
   auto& use = storageUses[key];
   if (use.handles++ == 0) {
-    use.bytes = static_cast<int64_t>(box->t.storage().nbytes());
+    use.bytes = static_cast<int64_t>(slot.t.storage().nbytes());
     accountedBytes += use.bytes;
     adjustExternal(env, use.bytes);
   }
-  box->storage = key;
+  slot.storage = key;
 }
 
-static void unaccount(Napi::BasicEnv env, TensorBox* box) {
-  if (!box->storage) return;
-  auto it = storageUses.find(box->storage);
-  box->storage = nullptr;
+static void unaccount(Napi::BasicEnv env, Slot& slot) {
+  if (!slot.storage) return;
+  auto it = storageUses.find(slot.storage);
+  slot.storage = nullptr;
   if (it == storageUses.end()) return;
   if (--it->second.handles == 0) {
     accountedBytes -= it->second.bytes;
@@ -56,49 +99,52 @@ static void unaccount(Napi::BasicEnv env, TensorBox* box) {
   }
 }
 
-void releaseTensor(Napi::BasicEnv env, TensorBox* box) {
-  if (!box->t.defined()) return;
-  unaccount(env, box);
-  box->t = at::Tensor();
+// Frees a live slot: its tensor, its bytes' account, and the slot itself for reuse.
+static void releaseSlot(Napi::BasicEnv env, uint32_t index) {
+  Slot& slot = slotAt(index);
+  unaccount(env, slot);
+  slot.t = at::Tensor();
+  slot.gen = slot.gen + 1 < kMaxGen ? slot.gen + 1 : 1;
+  slot.finalizer = false;
+  freeSlots.push_back(index);
   --liveHandles;
 }
 
 Napi::Value wrapTensor(Napi::Env env, at::Tensor t) {
   if (!t.defined()) return env.Null();
-  auto* box = new TensorBox();
-  box->t = std::move(t);
-  // A basic finaliser (it touches no JavaScript) runs during garbage collection itself; an
-  // ordinary one would be deferred to the event loop, so a synchronous training loop that
-  // leaves tensors to the collector would never free them.
-  auto ext = Napi::External<TensorBox>::New(env, box, [](Napi::BasicEnv env, TensorBox* b) {
-    if (b->t.defined()) ++collectedHandles;
-    releaseTensor(env, b);
-    b->magic = 0;
-    delete b;
-  });
+  uint32_t index;
+  if (!freeSlots.empty()) {
+    index = freeSlots.back();
+    freeSlots.pop_back();
+  } else {
+    if (slotCount == kSlots) throw Napi::RangeError::New(env, "more than 2^26 tensors are live");
+    if (slotCount % kChunk == 0) chunks.emplace_back(new Slot[kChunk]);
+    index = slotCount++;
+  }
+  Slot& slot = slotAt(index);
+  slot.t = std::move(t);
   ++liveHandles;
-  account(env, box);
-  return ext;
+  account(env, slot);
+  return Napi::Number::New(env, handleOf(index, slot.gen));
 }
 
-// The box of a tensor handle, or null. One napi call: napi_get_value_external fails on anything
-// that is not an External, so no separate type check is needed (each call costs ~15 ns, and a
-// binary operator unwraps two handles).
-static TensorBox* boxOf(Napi::Env env, const Napi::Value& v) {
-  void* data = nullptr;
-  if (napi_get_value_external(env, v, &data) != napi_ok || data == nullptr) return nullptr;
-  auto* box = static_cast<TensorBox*>(data);
-  return box->magic == TensorBox::kMagic ? box : nullptr;
+// What a value is as a handle (one napi call: it fails on anything but a number).
+static Decoded lookup(Napi::Env env, const Napi::Value& v) {
+  double d;
+  if (napi_get_value_double(env, v, &d) != napi_ok) return {nullptr, 0, false};
+  return decodeHandle(d);
 }
 
-bool isTensorHandle(const Napi::Value& v) { return boxOf(v.Env(), v) != nullptr; }
+at::Tensor* liveTensor(Napi::Env env, const Napi::Value& v) {
+  Decoded d = lookup(env, v);
+  return d.live ? d.tensor : nullptr;
+}
 
 at::Tensor& unwrapTensor(Napi::Env env, const Napi::Value& v, const char* what) {
-  TensorBox* box = boxOf(env, v);
-  if (!box) throw Napi::TypeError::New(env, std::string(what) + ": expected a Tensor");
-  if (!box->t.defined())
-    throw Napi::Error::New(env, std::string(what) + ": the tensor has been disposed");
-  return box->t;
+  Decoded d = lookup(env, v);
+  if (!d.tensor) throw Napi::TypeError::New(env, std::string(what) + ": expected a Tensor");
+  if (!d.live) throw Napi::Error::New(env, std::string(what) + ": the tensor has been disposed");
+  return *d.tensor;
 }
 
 std::string shapeString(const at::Tensor& t) {
@@ -167,12 +213,16 @@ static Napi::Value ToBuffer(const Napi::CallbackInfo& info) {
   });
 }
 
+// Frees the handle's tensor if it is live. Throws on a value that is no handle.
+static void freeHandle(Napi::Env env, const Napi::Value& v, const char* what) {
+  Decoded d = lookup(env, v);
+  if (!d.tensor) throw Napi::TypeError::New(env, std::string(what) + ": expected a Tensor");
+  if (d.live) releaseSlot(env, d.index);
+}
+
 static Napi::Value Free(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  TensorBox* box = boxOf(env, info[0]);
-  if (!box) throw Napi::TypeError::New(env, "free: expected a Tensor");
-  releaseTensor(env, box);
-  return env.Undefined();
+  freeHandle(info.Env(), info[0], "free");
+  return info.Env().Undefined();
 }
 
 // freeMany(handles[]): free() for a scope's tensors in one call (tidy, torch/memory.ts).
@@ -180,17 +230,42 @@ static Napi::Value FreeMany(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsArray()) throw Napi::TypeError::New(env, "freeMany: expected an array of Tensors");
   auto a = info[0].As<Napi::Array>();
-  for (uint32_t i = 0, n = a.Length(); i < n; ++i) {
-    TensorBox* box = boxOf(env, a.Get(i));
-    if (!box) throw Napi::TypeError::New(env, "freeMany: expected an array of Tensors");
-    releaseTensor(env, box);
-  }
+  for (uint32_t i = 0, n = a.Length(); i < n; ++i) freeHandle(env, a.Get(i), "freeMany");
   return env.Undefined();
 }
 
 static Napi::Value IsLive(const Napi::CallbackInfo& info) {
-  TensorBox* box = boxOf(info.Env(), info[0]);
-  return Napi::Boolean::New(info.Env(), box && box->t.defined());
+  return Napi::Boolean::New(info.Env(), lookup(info.Env(), info[0]).live);
+}
+
+// A basic finaliser (it touches no JavaScript) runs during garbage collection itself; an
+// ordinary one would be deferred to the event loop, so a synchronous training loop that
+// leaves tensors to the collector would never free them. A handle freed already is skipped.
+static void collect(node_api_basic_env env, void* data, void*) {
+  Decoded d = decodeHandle(-(static_cast<double>(reinterpret_cast<uintptr_t>(data)) + 0.25));
+  if (!d.live) return;
+  ++collectedHandles;
+  releaseSlot(Napi::BasicEnv(env), d.index);
+}
+
+// finalizeWhenCollected(tensor, handle): from now on the garbage collector frees the handle's
+// tensor when the JavaScript Tensor object is collected. torch/ calls it for a tensor made
+// outside every scope, and for one that leaves its scopes alive (keep(), the result of the
+// outermost tidy); a tensor in a scope is freed by the scope and needs no weak reference.
+static Napi::Value FinalizeWhenCollected(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsObject()) throw Napi::TypeError::New(env, "finalizeWhenCollected: expected a Tensor object");
+  Decoded d = lookup(env, info[1]);
+  if (!d.tensor) throw Napi::TypeError::New(env, "finalizeWhenCollected: expected a Tensor handle");
+  Slot& slot = slotAt(d.index);
+  if (!d.live || slot.finalizer) return env.Undefined();
+  // The finaliser's datum is the handle's code (gen * 2^26 + slot), which names the slot and
+  // generation.
+  auto code = static_cast<uintptr_t>(-info[1].As<Napi::Number>().DoubleValue());  // truncates the quarter
+  NAPI_THROW_IF_FAILED(env, napi_add_finalizer(env, info[0], reinterpret_cast<void*>(code), collect, nullptr, nullptr),
+                       Napi::Value());
+  slot.finalizer = true;
+  return env.Undefined();
 }
 
 static Napi::Value Shape(const Napi::CallbackInfo& info) {
@@ -252,6 +327,7 @@ void initTensor(Napi::Env env, Napi::Object exports) {
   exports.Set("free", Napi::Function::New(env, Free));
   exports.Set("freeMany", Napi::Function::New(env, FreeMany));
   exports.Set("isLive", Napi::Function::New(env, IsLive));
+  exports.Set("finalizeWhenCollected", Napi::Function::New(env, FinalizeWhenCollected));
   exports.Set("shape", Napi::Function::New(env, Shape));
   exports.Set("strides", Napi::Function::New(env, Strides));
   exports.Set("isContiguous", Napi::Function::New(env, IsContiguous));
