@@ -8,6 +8,7 @@ import { createModel } from "../models/registry.js";
 import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
 import { native } from "../torch/native.js";
+import { settledMemory } from "./helpers/memory.js";
 
 function withEnv<T>(value: string | undefined, fn: () => T): T {
   const before = process.env.STITCHLAB_CUDA_GRAPHS;
@@ -48,9 +49,12 @@ test("graphs say why they cannot run: on the CPU, and in a build without them", 
 /** A fixed-shape step: x <- clamp(x - 0.1 * sign(d/dx ||W x||), -1, 1), its loss written to `out`. */
 function stepOn(device: string) {
   torch.manualSeed(3);
-  const w = torch.keep(torch.randn([8, 8]).to(device));
-  const x = torch.keep(torch.randn([8, 4]).to(device).requiresGrad_(true));
-  const out = torch.keep(torch.zeros([], { device }));
+  // Made in a scope, so that no garbage is left for the collector to free during the steps.
+  const { w, x, out } = torch.tidy(() => ({
+    w: torch.randn([8, 8]).to(device),
+    x: torch.randn([8, 4]).to(device).requiresGrad_(true),
+    out: torch.zeros([], { device }),
+  }));
   const body = () => {
     const loss = w.matmul(x).norm();
     torch.noGrad(() => out.copy_(loss));
@@ -70,7 +74,7 @@ test("a graphed step equals the eager step, replay after replay; off a GPU it ru
   const plain = new torch.GraphedStep(device, eager.body, { graphs: false });
   const graphed = new torch.GraphedStep(device, graphedRun.body, { graphs: true, warmup: 2 });
   assert.equal(graphed.graphed, torch.graphsUnavailable(device) === null);
-  const live = torch.memory().liveHandles;
+  const live = settledMemory().liveHandles;
   try {
     for (let i = 0; i < 6; i++) {
       plain.step();
@@ -78,7 +82,7 @@ test("a graphed step equals the eager step, replay after replay; off a GPU it ru
       assert.equal(graphedRun.out.item(), eager.out.item(), `loss at step ${i}`);
       assert.deepEqual(graphedRun.x.toTypedArray(), eager.x.toTypedArray(), `iterate after step ${i}`);
     }
-    assert.equal(torch.memory().liveHandles, live, "each step frees what it made");
+    assert.equal(settledMemory().liveHandles, live, "each step frees what it made");
   } finally {
     plain.dispose();
     graphed.dispose();

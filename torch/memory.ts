@@ -89,13 +89,17 @@ export function tidy<T>(fn: () => T): T {
   if (result instanceof Promise) {
     throw new Error("tidy(fn): fn returned a Promise; scopes only work with synchronous code");
   }
-  const kept = new Set<Disposable>();
-  collect(result, kept);
+  // Most scopes return nothing or a number: no set to build then.
+  let kept: Set<Disposable> | null = null;
+  if (result !== null && typeof result === "object") {
+    kept = new Set<Disposable>();
+    collect(result, kept);
+  }
   const parent = scopes[scopes.length - 1] ?? null;
   const handles: unknown[] = [];
   for (const t of scope) {
     if (t._scope !== scope) continue;
-    if (kept.has(t)) {
+    if (kept?.has(t)) {
       t._scope = parent;
       if (parent) parent.push(t);
       else t._escape?.();
@@ -121,8 +125,9 @@ export function dispose(value: unknown): void {
 }
 
 /**
- * Live tensor handles, the native bytes they keep alive (CPU storages, each counted once), and
- * how many handles the garbage collector has freed since the start (tensors nobody disposed: a
+ * Live tensor handles; the native bytes kept alive by the tensors the garbage collector may free
+ * (those outside every scope: CPU storages, each counted once), which V8 is told of; and how
+ * many handles the garbage collector has freed since the start (tensors nobody disposed: a
  * path that leaks shows up here, even though the collector frees it in the end).
  */
 export function memory(): {

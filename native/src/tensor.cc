@@ -50,8 +50,11 @@ Decoded decodeHandle(double d) {
 }
 
 namespace {
+// The native bytes of the tensors the garbage collector may free (those with a finaliser) are
+// reported to V8, so that it collects when they grow. Tensors in a scope are not: the collector
+// cannot free them, and counting them cost a hash-table entry and a V8 call per small operator.
 // Several handles can share one storage (views); count the storage's bytes once, while at
-// least one handle refers to it.
+// least one such handle refers to it.
 struct StorageUse {
   int64_t handles;
   int64_t bytes;
@@ -124,7 +127,6 @@ Napi::Value wrapTensor(Napi::Env env, at::Tensor t) {
   Slot& slot = slotAt(index);
   slot.t = std::move(t);
   ++liveHandles;
-  account(env, slot);
   return Napi::Number::New(env, handleOf(index, slot.gen));
 }
 
@@ -265,6 +267,7 @@ static Napi::Value FinalizeWhenCollected(const Napi::CallbackInfo& info) {
   NAPI_THROW_IF_FAILED(env, napi_add_finalizer(env, info[0], reinterpret_cast<void*>(code), collect, nullptr, nullptr),
                        Napi::Value());
   slot.finalizer = true;
+  account(env, slot);
   return env.Undefined();
 }
 
