@@ -3,7 +3,9 @@
 # For a machine with an NVIDIA GPU and a Python whose PyTorch has CUDA (the pip wheel, which
 # bundles a CUDA libtorch): builds the addon against that libtorch, shows `stitchlab doctor`,
 # then runs both benchmarks with --device cuda. They write bench/results/engine-cuda.json and
-# iris-cuda.json (never the CPU figures); with OUT set, those are copied there too.
+# iris-cuda.json (never the CPU figures), then checks CUDA graphs and times 200-step IRI batches
+# with and without them (iris-cuda-200.json, iris-graphs-cuda.json); with OUT set, those are
+# copied there too.
 #
 #   bash bench/gpu.sh [bench options]      (e.g. --quick, or --batch 512; passed to both)
 #
@@ -27,6 +29,12 @@ npm run build:ts
 
 npm run bench -- engine --device cuda "$@"
 npm run bench -- iris --device cuda "$@"
+# CUDA graphs (docs/gpu.md): do graphed steps equal eager ones here, and how fast is a realistic
+# IRI batch (200 steps) with and without them.
+node --expose-gc --import tsx --test test/graphs.test.ts
+npm run bench -- iris --device cuda --steps 200 "$@"
+cp bench/results/iris-cuda.json bench/results/iris-cuda-200.json
+STITCHLAB_CUDA_GRAPHS=1 npm run bench -- iris --device cuda --steps 200 "$@"
 
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"

@@ -3,7 +3,7 @@
 // timed here and, with the same protocol and thread count, in Python PyTorch
 // (bench/stitch_torch.py --workload=iris): the same algorithm written with plain torch.
 //
-//   npm run bench -- iris [--quick] [--device cpu|cuda|cuda:N] [--batch N]
+//   npm run bench -- iris [--quick] [--device cpu|cuda|cuda:N] [--batch N] [--steps N]
 //
 // What is timed is the library itself: one generateIriBatch call per iteration, on a fixed
 // batch of synthetic CIFAR-sized uint8 images with CIFAR-10 normalisation and IRI_DEFAULTS
@@ -25,13 +25,19 @@
 // bench/results/iris-cuda.json (iris-cuda-quick.json), never the CPU figures, and records the
 // device and the GPU's name (as PyTorch reports it). Where this libtorch cannot use the GPU (a
 // CPU build, or no GPU visible) it stops at once, before the Python side starts.
+//
+// --steps N sets the steps per call (5; 2 with --quick). With STITCHLAB_CUDA_GRAPHS=1 on a GPU
+// whose build has CUDA graphs (docs/gpu.md), our side records each call's step as a graph after
+// two warm-up steps and replays it (PyTorch's side stays eager), and the figures go to
+// bench/results/iris-graphs-cuda.json; use a realistic --steps (the default IRI set takes 200)
+// so that the capture is paid for as it is in a real run. The result records cuda_graphs.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
 import { createModel } from "../models/registry.js";
 import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
-import { deviceLabel, parseDeviceOptions, requireBenchDevice } from "./options.js";
+import { deviceLabel, parseDeviceOptions, positiveInt, requireBenchDevice } from "./options.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
 import {
   alternate,
@@ -59,10 +65,18 @@ interface Options {
 }
 
 function parseOptions(args: string[]): Options {
-  const { quick, device, batch } = parseDeviceOptions("iris", args);
+  let steps: number | undefined;
+  const { quick, device, batch } = parseDeviceOptions("iris", args, {
+    steps: {
+      arg: "N",
+      set: (v) => {
+        steps = positiveInt("iris", "--steps", v);
+      },
+    },
+  });
   return quick
-    ? { quick, device, batch: batch ?? 16, steps: 2, protocol: { warmup: 1, iters: 2 } }
-    : { quick, device, batch: batch ?? 128, steps: 5, protocol: { warmup: 2, iters: 8 } };
+    ? { quick, device, batch: batch ?? 16, steps: steps ?? 2, protocol: { warmup: 1, iters: 2 } }
+    : { quick, device, batch: batch ?? 128, steps: steps ?? 5, protocol: { warmup: 2, iters: 8 } };
 }
 
 /** The front model and a fixed uint8 batch on `device`, and one generateIriBatch call of `steps` steps. */
@@ -105,6 +119,8 @@ export interface IrisResult {
   device: string;
   /** The GPU's name as PyTorch reports it (torch.cuda.get_device_name), on a GPU only. */
   gpu?: string;
+  /** Our side ran each call's steps as a CUDA graph (STITCHLAB_CUDA_GRAPHS=1 on a GPU build with them). */
+  cuda_graphs: boolean;
   threads: number;
   libtorch: string;
   torch: string;
@@ -114,11 +130,12 @@ export async function main(args: string[]): Promise<void> {
   const o = parseOptions(args);
   requireBenchDevice("iris", o.device);
   const sync = deviceSync(o.device);
+  const graphs = torch.graphsRequested() && torch.graphsUnavailable(o.device) === null;
   const { warmup, iters } = o.protocol;
   const threads = torch.getNumThreads();
   const libtorch = torch.buildInfo().torch;
   console.error(
-    `iris: ${o.device}, batch ${o.batch}, ${warmup} warm-up + ${iters} timed calls of ${o.steps} steps, ${threads} threads`,
+    `iris: ${o.device}, batch ${o.batch}, ${warmup} warm-up + ${iters} timed calls of ${o.steps} steps, ${threads} threads${graphs ? ", CUDA graphs" : ""}`,
   );
 
   const generator = buildGenerator(o.batch, o.steps, o.device);
@@ -156,6 +173,7 @@ export async function main(args: string[]): Promise<void> {
     point: POINT,
     device: o.device,
     ...(o.device === "cpu" ? {} : { gpu: gpu ?? "unknown" }),
+    cuda_graphs: graphs,
     threads,
     libtorch,
     torch: pytorch,
@@ -166,5 +184,5 @@ export async function main(args: string[]): Promise<void> {
     pytorch,
     { name: "ms/call", ours: result.ms_per_call, theirs: result.ms_per_call_pytorch },
   );
-  writeResult("iris", o.quick, result, o.device);
+  writeResult(graphs ? "iris-graphs" : "iris", o.quick, result, o.device);
 }

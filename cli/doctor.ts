@@ -6,7 +6,15 @@ import { repoRoot } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 
 export interface DoctorReport {
-  libtorch: { version: string; source: string; libDir: string; cxx11abi: boolean; cudaBuild: boolean };
+  libtorch: {
+    version: string;
+    source: string;
+    libDir: string;
+    cxx11abi: boolean;
+    cudaBuild: boolean;
+    /** CUDA graphs compiled in (a CUDA build that found the CUDA runtime headers; docs/gpu.md). */
+    cudaGraphs: boolean;
+  };
   build: { mkldnn: boolean; mkl: boolean; openmp: boolean; lapack: boolean; blas: string };
   device: { default: string; cudaAvailable: boolean; cudaDevices: number };
   threads: { used: number; source: string };
@@ -54,6 +62,7 @@ export function doctor(): DoctorReport {
       libDir: lt.libDir,
       cxx11abi: v.cxx11abi,
       cudaBuild: v.builtWithCuda,
+      cudaGraphs: torch.graphsUnavailable("cuda") === null,
     },
     build: { mkldnn: v.mkldnn, mkl: v.mkl, openmp: v.openmp, lapack: v.lapack, blas: loadedBlas() },
     device: { default: "cpu", cudaAvailable, cudaDevices: cudaAvailable ? torch.cuda.deviceCount() : 0 },
@@ -79,7 +88,7 @@ export function formatDoctor(r: DoctorReport): string {
   const yes = (b: boolean) => (b ? "yes" : "no");
   return [
     `libtorch   ${r.libtorch.version} from ${r.libtorch.source} (${r.libtorch.libDir})`,
-    `build      C++11 ABI ${yes(r.libtorch.cxx11abi)}, CUDA build ${yes(r.libtorch.cudaBuild)}, oneDNN ${yes(r.build.mkldnn)}, MKL ${yes(r.build.mkl)}, OpenMP ${yes(r.build.openmp)}, LAPACK ${yes(r.build.lapack)}`,
+    `build      C++11 ABI ${yes(r.libtorch.cxx11abi)}, CUDA build ${yes(r.libtorch.cudaBuild)}${r.libtorch.cudaBuild ? ` (CUDA graphs ${yes(r.libtorch.cudaGraphs)})` : ""}, oneDNN ${yes(r.build.mkldnn)}, MKL ${yes(r.build.mkl)}, OpenMP ${yes(r.build.openmp)}, LAPACK ${yes(r.build.lapack)}`,
     `blas       ${r.build.blas}`,
     `device     ${gpuLine(r)}`,
     `threads    ${r.threads.used} (${r.threads.source})`,

@@ -8,3 +8,4 @@ export interface FoundLibtorch {
 }
 export function findLibtorch(): FoundLibtorch;
 export function linkLibraries(lt: FoundLibtorch): string[];
+export function findCudaInclude(lt: FoundLibtorch): string | undefined;

@@ -115,18 +115,19 @@ export function findLibtorch() {
 
 /**
  * The folder holding the CUDA runtime's headers (cuda_runtime_api.h), which CUDA graphs
- * (native/src/graphs.cc) need and libtorch's own headers do not carry: $CUDA_HOME, the usual
- * toolkit folders, or the nvidia-* Python packages that a pip PyTorch depends on. Undefined
- * when none is found: the addon is then built without CUDA graphs, and says so.
+ * (native/src/graphs.cc) need and libtorch's own headers do not carry. In this order: $CUDA_HOME
+ * (or $CUDA_PATH), the nvidia-* Python packages next to a pip PyTorch's libtorch (the CUDA that
+ * libtorch was built with), then the usual toolkit folders. Undefined when none is found: the
+ * addon is then built without CUDA graphs, and says so.
  */
 export function findCudaInclude(lt) {
   const candidates = [];
   for (const v of [process.env.CUDA_HOME, process.env.CUDA_PATH]) if (v) candidates.push(join(v, "include"));
-  candidates.push("/usr/local/cuda/include", "/usr/include");
-  // A pip PyTorch: <site-packages>/torch/lib is libDir; the runtime headers sit in
+  // A pip PyTorch: libDir is <site-packages>/torch/lib; the runtime headers sit in
   // <site-packages>/nvidia/<package>/include.
   const nvidia = join(lt.libDir, "..", "..", "nvidia");
-  if (existsSync(nvidia)) for (const d of readdirSync(nvidia)) candidates.push(join(nvidia, d, "include"));
+  if (existsSync(nvidia)) for (const d of readdirSync(nvidia).sort()) candidates.push(join(nvidia, d, "include"));
+  candidates.push("/usr/local/cuda/include", "/usr/include");
   return candidates.find((d) => existsSync(join(d, "cuda_runtime_api.h")));
 }
 

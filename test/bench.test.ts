@@ -81,7 +81,7 @@ test("npm run bench -- train --quick trains ResNet-18 with the data pipeline aga
 test("npm run bench -- iris --quick --device=cpu generates IRIs at ResNet-18's middle point against PyTorch", {
   skip: skipUnlessPytorch(),
 }, () => {
-  const { r, out } = quickRun("iris", ["iris", "--quick", "--device=cpu"]);
+  const { r, out } = quickRun("iris", ["iris", "--quick", "--device=cpu", "--steps=3"]);
   ranPytorch(r.stdout);
   assert.equal(out.torch, PYTORCH, "the PyTorch version Python reported");
   assert.ok(out.ms > 0 && out.ms_pytorch > 0, "timed on both sides");
@@ -89,9 +89,10 @@ test("npm run bench -- iris --quick --device=cpu generates IRIs at ResNet-18's m
   assert.ok(Math.abs(out.ms - out.ms_per_call / out.steps_per_call) < 0.01, "ms is per step");
   assert.ok(Math.abs(out.ms_pytorch - out.ms_per_call_pytorch / out.steps_per_call) < 0.01);
   assert.equal(out.batch, 16);
-  assert.equal(out.steps_per_call, 2);
+  assert.equal(out.steps_per_call, 3, "--steps");
   assert.equal(out.calls, 2);
   assert.equal(out.point, "layer2.1");
+  assert.equal(out.cuda_graphs, false, "no CUDA graphs on the CPU");
   assert.equal(out.device, "cpu");
   assert.equal(out.gpu, undefined, "a GPU's name only for --device cuda");
   assert.ok(out.threads >= 1);
@@ -129,6 +130,7 @@ test("engine and iris reject a malformed --device, a missing value and an unknow
     [["engine", "--device", "tpu"], /^engine: --device must be cpu, cuda or cuda:N, not 'tpu'$/m],
     [["iris", "--batch"], /^iris: --batch needs a value \(N\)$/m],
     [["iris", "--batch=0"], /^iris: --batch 0: need a positive integer$/m],
+    [["iris", "--steps=0"], /^iris: --steps 0: need a positive integer$/m],
     [
       ["engine", "--bogus"],
       /^engine: unknown option '--bogus'; options: --quick, --device cpu\|cuda\|cuda:N, --batch N, --workloads a,b, --iters N$/m,

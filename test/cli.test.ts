@@ -5,7 +5,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync,
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { findLibtorch, linkLibraries } from "../native/find-libtorch.mjs";
+import { findCudaInclude, findLibtorch, linkLibraries } from "../native/find-libtorch.mjs";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
 import { PYTHON, pytorchUnavailable } from "./helpers/pytorch.js";
@@ -45,6 +45,7 @@ test("stitchlab doctor reports libtorch, threads (all cores by default) and a co
       assert.equal(rep.libtorch.version.match(/^\d+\.\d+\.\d+/)?.[0], py.version.match(/^\d+\.\d+\.\d+/)?.[0]);
       assert.equal(rep.libtorch.cxx11abi, py.abi, "C++11 ABI");
       assert.equal(rep.libtorch.cudaBuild, py.cuda, "CUDA build");
+      if (!py.cuda) assert.equal(rep.libtorch.cudaGraphs, false, "no CUDA graphs without CUDA");
     } else t.diagnostic(`libtorch ${rep.libtorch.libDir} is not Python's (${py.lib}): its version is not compared`);
   }
   // The BLAS this test's own process loaded with the same libtorch (or none, as with MKL built in).
@@ -134,6 +135,36 @@ test("the build recognises a CUDA libtorch (as a PyTorch wheel with CUDA lays it
     if (saved === undefined) delete process.env.LIBTORCH;
     else process.env.LIBTORCH = saved;
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("CUDA graphs' headers are found: $CUDA_HOME first, then the nvidia packages beside a pip PyTorch", () => {
+  // A pip layout: <site>/torch/lib holds libtorch, <site>/nvidia/cuda_runtime/include the headers.
+  const site = mkdtempSync(join(tmpdir(), "stitchlab-cuda-site-"));
+  const libDir = join(site, "torch", "lib");
+  mkdirSync(libDir, { recursive: true });
+  const lt = { source: "python", includeDirs: [], libDir, abi: 1, cuda: true, version: "2.11.0" };
+  const saved = { home: process.env.CUDA_HOME, path: process.env.CUDA_PATH };
+  delete process.env.CUDA_HOME;
+  delete process.env.CUDA_PATH;
+  try {
+    const pip = join(site, "nvidia", "cuda_runtime", "include");
+    mkdirSync(pip, { recursive: true });
+    writeFileSync(join(pip, "cuda_runtime_api.h"), "");
+    assert.equal(findCudaInclude(lt), pip, "the wheel's own CUDA before any toolkit on the machine");
+    const home = join(site, "toolkit");
+    mkdirSync(join(home, "include"), { recursive: true });
+    writeFileSync(join(home, "include", "cuda_runtime_api.h"), "");
+    process.env.CUDA_HOME = home;
+    assert.equal(findCudaInclude(lt), join(home, "include"), "CUDA_HOME wins");
+  } finally {
+    for (const [k, v] of [
+      ["CUDA_HOME", saved.home],
+      ["CUDA_PATH", saved.path],
+    ] as const)
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    rmSync(site, { recursive: true, force: true });
   }
 });
 

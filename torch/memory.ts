@@ -65,6 +65,20 @@ function collect(value: unknown, out: Set<Disposable>, depth = 0): void {
     for (const v of Object.values(value)) collect(v, out, depth + 1);
 }
 
+// A closing scope frees its tensors in one native call per FREE_BATCH: their handles (numbers)
+// are written into this buffer, which the addon reads directly, rather than passed as an array
+// that it would read one napi call per element.
+const FREE_BATCH = 1024;
+const freeBuffer = new Float64Array(new ArrayBuffer(FREE_BATCH * 8));
+let freeBufferGiven = false;
+function freeBuffered(n: number): void {
+  if (!freeBufferGiven) {
+    native.setFreeBuffer(freeBuffer);
+    freeBufferGiven = true;
+  }
+  native.freeBuffered(n);
+}
+
 /**
  * Runs fn in a scope: every tensor created inside is disposed when fn returns, except the
  * tensors found in its result (a tensor, or arrays, maps and plain objects holding tensors),
@@ -96,7 +110,7 @@ export function tidy<T>(fn: () => T): T {
     collect(result, kept);
   }
   const parent = scopes[scopes.length - 1] ?? null;
-  const handles: unknown[] = [];
+  let n = 0;
   for (const t of scope) {
     if (t._scope !== scope) continue;
     if (kept?.has(t)) {
@@ -105,15 +119,23 @@ export function tidy<T>(fn: () => T): T {
       else t._escape?.();
     } else {
       t._scope = null;
-      if (!t._release) t.dispose();
-      else {
+      if (!t._release) {
+        // Anything else frees itself (its dispose could open a scope, which would reuse the buffer).
+        if (n) freeBuffered(n);
+        n = 0;
+        t.dispose();
+      } else {
         const h = t._release();
-        if (h !== null) handles.push(h);
+        if (h === null) continue;
+        if (n === FREE_BATCH) {
+          freeBuffered(n);
+          n = 0;
+        }
+        freeBuffer[n++] = h as number;
       }
     }
   }
-  // One crossing into the addon for the scope, not one per tensor.
-  if (handles.length) native.freeMany(handles as never);
+  if (n) freeBuffered(n);
   return result;
 }
 

@@ -16,7 +16,8 @@ export interface NativeAddon {
   fromBuffer(bytes: ArrayBufferView | ArrayBuffer, dtype: number, shape: number[]): Handle;
   toBuffer(h: Handle): ArrayBuffer;
   free(h: Handle): void;
-  freeMany(handles: Handle[]): void;
+  setFreeBuffer(buffer: Float64Array): void;
+  freeBuffered(n: number): void;
   isLive(h: Handle): boolean;
   finalizeWhenCollected(tensor: object, h: Handle): void;
   shape(h: Handle): number[];

@@ -164,7 +164,7 @@ export class Tensor implements Disposable {
 
   /**
    * Gives up the native handle without freeing it (null when already disposed): tidy frees a
-   * scope's handles together (native.freeMany). Internal to torch/.
+   * scope's handles together (native.freeBuffered). Internal to torch/.
    */
   _release(): Handle | null {
     const h = this.#h;

@@ -1,6 +1,7 @@
-// Tensor handles: creation from and copies to JavaScript memory, disposal, metadata, and the
-// accounting that tells V8 how many native bytes its handles keep alive (so the garbage
-// collector runs when native memory, not only JS heap, grows).
+// Tensor handles: the slot table they name, creation from and copies to JavaScript memory,
+// disposal, finalisers, metadata, and the accounting that tells V8 how many native bytes the
+// collectable handles keep alive (so the garbage collector runs when native memory, not only
+// the JS heap, grows).
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -8,7 +9,6 @@
 #include "common.h"
 
 namespace stitchlab {
-
 
 // The slot table. A slot holds one handle's tensor; its generation changes each time the slot
 // is freed, so a handle kept past its tensor's end no longer matches. Slots sit in fixed chunks
@@ -18,7 +18,10 @@ struct Slot {
   at::Tensor t;
   const void* storage = nullptr;  // the storage counted for this handle, if any
   int64_t gen = 1;
-  bool finalizer = false;  // a JavaScript Tensor carries a finaliser for this slot
+  // The finaliser a JavaScript Tensor carries for this slot, if any. Ours to delete: a disposed
+  // tensor's finaliser is deleted at once, since a pending one per disposed tensor (until its
+  // object is collected) grew a loop that disposes by hand by ~20 MB.
+  napi_ref finalizer = nullptr;
 };
 constexpr uint32_t kChunk = 4096;
 // Never destroyed: at exit, libtorch's own statics may be gone before ours would be.
@@ -29,8 +32,8 @@ uint32_t slotCount = 0;
 Slot& slotAt(uint32_t i) { return chunks[i / kChunk][i % kChunk]; }
 
 // A handle is the number -(gen * 2^26 + slot + 1/4): never an integer and never above -2^26, so
-// no number a user passes where a tensor belongs is taken for one, and the check that keeps a
-// handle from passing for a number costs one comparison on the common path. Numbers, not napi
+// no integer (nor any number a caller would plausibly pass) is taken for a tensor, and the check
+// that keeps a handle from passing for a number costs one comparison on the common path. Numbers, not napi
 // Externals: an External carries a weak reference that the garbage collector walks, which cost
 // more than libtorch's own work on a small operator (issue 16). 26 + 24 bits keep the quarter
 // exact in a double.
@@ -102,13 +105,26 @@ static void unaccount(Napi::BasicEnv env, Slot& slot) {
   }
 }
 
-// Frees a live slot: its tensor, its bytes' account, and the slot itself for reuse.
-static void releaseSlot(Napi::BasicEnv env, uint32_t index) {
+// Finalisers of tensors the collector freed: deleted at the next call that may touch the heap
+// (a basic finaliser, which runs inside the collection, may not).
+static auto& collectedFinalizers = *new std::vector<napi_ref>();
+static void deleteCollectedFinalizers(napi_env env) {
+  for (napi_ref r : collectedFinalizers) napi_delete_reference(env, r);
+  collectedFinalizers.clear();
+}
+
+// Frees a live slot: its tensor, its bytes' account, its finaliser, and the slot itself for
+// reuse. `env` is null inside a collection: the finaliser is then deleted later.
+static void releaseSlot(Napi::BasicEnv basic, napi_env env, uint32_t index) {
   Slot& slot = slotAt(index);
-  unaccount(env, slot);
+  unaccount(basic, slot);
   slot.t = at::Tensor();
   slot.gen = slot.gen + 1 < kMaxGen ? slot.gen + 1 : 1;
-  slot.finalizer = false;
+  if (slot.finalizer) {
+    if (env) napi_delete_reference(env, slot.finalizer);
+    else collectedFinalizers.push_back(slot.finalizer);
+    slot.finalizer = nullptr;
+  }
   freeSlots.push_back(index);
   --liveHandles;
 }
@@ -219,7 +235,7 @@ static Napi::Value ToBuffer(const Napi::CallbackInfo& info) {
 static void freeHandle(Napi::Env env, const Napi::Value& v, const char* what) {
   Decoded d = lookup(env, v);
   if (!d.tensor) throw Napi::TypeError::New(env, std::string(what) + ": expected a Tensor");
-  if (d.live) releaseSlot(env, d.index);
+  if (d.live) releaseSlot(env, env, d.index);
 }
 
 static Napi::Value Free(const Napi::CallbackInfo& info) {
@@ -227,12 +243,34 @@ static Napi::Value Free(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// freeMany(handles[]): free() for a scope's tensors in one call (tidy, torch/memory.ts).
-static Napi::Value FreeMany(const Napi::CallbackInfo& info) {
+// The buffer torch/memory.ts writes a closing scope's handles into (setFreeBuffer), so that
+// freeBuffered(n) reads them as doubles rather than one napi call per array element.
+static napi_ref freeBufferRef = nullptr;
+static const double* freeBuffer = nullptr;
+static uint32_t freeBufferLength = 0;
+
+static Napi::Value SetFreeBuffer(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (!info[0].IsArray()) throw Napi::TypeError::New(env, "freeMany: expected an array of Tensors");
-  auto a = info[0].As<Napi::Array>();
-  for (uint32_t i = 0, n = a.Length(); i < n; ++i) freeHandle(env, a.Get(i), "freeMany");
+  if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    throw Napi::TypeError::New(env, "setFreeBuffer: expected a Float64Array");
+  auto a = info[0].As<Napi::Float64Array>();
+  if (freeBufferRef) napi_delete_reference(env, freeBufferRef);
+  NAPI_THROW_IF_FAILED(env, napi_create_reference(env, a, 1, &freeBufferRef), Napi::Value());
+  freeBuffer = a.Data();
+  freeBufferLength = static_cast<uint32_t>(a.ElementLength());
+  return env.Undefined();
+}
+
+// freeBuffered(n): free() for the first n handles in the free buffer.
+static Napi::Value FreeBuffered(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t n = info[0].As<Napi::Number>().Uint32Value();
+  if (n > freeBufferLength) throw Napi::RangeError::New(env, "freeBuffered: more handles than the buffer holds");
+  for (uint32_t i = 0; i < n; ++i) {
+    Decoded d = decodeHandle(freeBuffer[i]);
+    if (!d.tensor) throw Napi::TypeError::New(env, "freeBuffered: expected Tensor handles");
+    if (d.live) releaseSlot(env, env, d.index);
+  }
   return env.Undefined();
 }
 
@@ -247,7 +285,7 @@ static void collect(node_api_basic_env env, void* data, void*) {
   Decoded d = decodeHandle(-(static_cast<double>(reinterpret_cast<uintptr_t>(data)) + 0.25));
   if (!d.live) return;
   ++collectedHandles;
-  releaseSlot(Napi::BasicEnv(env), d.index);
+  releaseSlot(Napi::BasicEnv(env), nullptr, d.index);
 }
 
 // finalizeWhenCollected(tensor, handle): from now on the garbage collector frees the handle's
@@ -264,9 +302,10 @@ static Napi::Value FinalizeWhenCollected(const Napi::CallbackInfo& info) {
   // The finaliser's datum is the handle's code (gen * 2^26 + slot), which names the slot and
   // generation.
   auto code = static_cast<uintptr_t>(-info[1].As<Napi::Number>().DoubleValue());  // truncates the quarter
-  NAPI_THROW_IF_FAILED(env, napi_add_finalizer(env, info[0], reinterpret_cast<void*>(code), collect, nullptr, nullptr),
-                       Napi::Value());
-  slot.finalizer = true;
+  if (!collectedFinalizers.empty()) deleteCollectedFinalizers(env);
+  NAPI_THROW_IF_FAILED(
+      env, napi_add_finalizer(env, info[0], reinterpret_cast<void*>(code), collect, nullptr, &slot.finalizer),
+      Napi::Value());
   account(env, slot);
   return env.Undefined();
 }
@@ -328,8 +367,9 @@ void initTensor(Napi::Env env, Napi::Object exports) {
   exports.Set("fromBuffer", Napi::Function::New(env, FromBuffer));
   exports.Set("toBuffer", Napi::Function::New(env, ToBuffer));
   exports.Set("free", Napi::Function::New(env, Free));
-  exports.Set("freeMany", Napi::Function::New(env, FreeMany));
   exports.Set("isLive", Napi::Function::New(env, IsLive));
+  exports.Set("setFreeBuffer", Napi::Function::New(env, SetFreeBuffer));
+  exports.Set("freeBuffered", Napi::Function::New(env, FreeBuffered));
   exports.Set("finalizeWhenCollected", Napi::Function::New(env, FinalizeWhenCollected));
   exports.Set("shape", Napi::Function::New(env, Shape));
   exports.Set("strides", Napi::Function::New(env, Strides));
