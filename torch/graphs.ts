@@ -3,7 +3,7 @@
 // mattering on the GPU (issue 16).
 //
 // Off unless STITCHLAB_CUDA_GRAPHS=1: the path builds and falls back here, but has not yet run
-// on a GPU, so it is not the default until it has been measured there (README, "GPU").
+// on a GPU, so it is not the default until it has been measured there (docs/gpu.md).
 import { tidy } from "./memory.js";
 import { native } from "./native.js";
 
@@ -32,6 +32,7 @@ export function graphsUnavailable(device: string): string | null {
  */
 export class GraphedStep {
   readonly graphed: boolean;
+  private readonly warmup: number;
   #id: number | null = null;
   #calls = 0;
 
@@ -47,7 +48,6 @@ export class GraphedStep {
       this.#id = native.graphCreate(index);
     }
   }
-  private readonly warmup: number;
 
   step(): void {
     const calls = this.#calls++;
