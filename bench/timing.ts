@@ -26,7 +26,7 @@ export function median(xs: number[]): number {
  */
 export function deviceSync(device: string): () => void {
   if (device === "cpu") return () => {};
-  const index = Number(device.split(":")[1] ?? 0);
+  const index = torch.cudaIndex(device) ?? 0;
   if (index === 0) return () => torch.cuda.synchronize();
   // torch.cuda.synchronize() waits for the current device, GPU 0. Reading one element of a
   // tensor on cuda:N back waits for everything queued on that GPU's stream before it.

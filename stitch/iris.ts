@@ -178,22 +178,21 @@ export function generateIriBatch(
       // residual is read after each step; it is the one before the step, as in the loop below.
       const graphable = !adam && !opts.keepBest;
       const residualOut = graphable ? torch.keep(torch.zeros([], { device: x.device })) : null;
-      const graphed =
-        graphable && residualOut
-          ? new torch.GraphedStep(
-              x.device,
-              () => {
-                const { loss } = amp(() => ({ loss: features(p).sub(target).norm().div(targetNorm) }));
-                torch.noGrad(() => residualOut.copy_(loss));
-                const [g] = torch.grad(loss, p);
-                torch.noGrad(() => {
-                  p.sub_((g as Tensor).sign().mul(opts.stepSize));
-                  p.clamp_(lo, hi);
-                });
-              },
-              { graphs: torch.graphsRequested() && !opts.autocast },
-            )
-          : null;
+      const graphed = residualOut
+        ? new torch.GraphedStep(
+            x.device,
+            () => {
+              const { loss } = amp(() => ({ loss: features(p).sub(target).norm().div(targetNorm) }));
+              torch.noGrad(() => residualOut.copy_(loss));
+              const [g] = torch.grad(loss, p);
+              torch.noGrad(() => {
+                p.sub_((g as Tensor).sign().mul(opts.stepSize));
+                p.clamp_(lo, hi);
+              });
+            },
+            { graphs: torch.graphsRequested() && !opts.autocast },
+          )
+        : null;
       try {
         if (graphed && residualOut)
           for (let t = 0; t < opts.steps; t++) {

@@ -62,14 +62,35 @@ function randomImages(n: number, seed: number): Dataset {
   };
 }
 
-test("batch-norm 'adapt': A's statistics and B's after the point adapt in the stitched copy; B itself never changes", () => {
+/**
+ * A and B, B's own copy that the stitched model runs after the point (its tail), T at layer2.0,
+ * 64 random images, and `stats()`: every batch-norm statistic of the three, copied.
+ */
+function stitchedWithTail() {
   const front = tiny(0);
   const back = tiny(1);
-  const tail = tiny(1); // the stitched model's own copy of B
+  const tail = tiny(1);
   const point = "layer2.0";
   const s = new StitchedModel(front, back, point, point, { tail });
-  const before = { front: bnStats(front), back: bnStats(back), tail: bnStats(tail) };
   const data = randomImages(64, 3);
+  return {
+    front,
+    back,
+    tail,
+    point,
+    s,
+    data,
+    stats: () => ({ front: bnStats(front), back: bnStats(back), tail: bnStats(tail) }),
+    dispose: () => {
+      disposeDataset(data);
+      for (const m of [front, back, tail, s.layer]) m.dispose();
+    },
+  };
+}
+
+test("batch-norm 'adapt': A's statistics and B's after the point adapt in the stitched copy; B itself never changes", () => {
+  const { front, back, point, s, data, stats, dispose } = stitchedWithTail();
+  const before = stats();
   trainStitch(s, data, data, {
     objective: { slm: 1 },
     normalization: CIFAR10_NORMALIZATION,
@@ -78,7 +99,7 @@ test("batch-norm 'adapt': A's statistics and B's after the point adapt in the st
     bnMode: "adapt",
     initImages: 32,
   });
-  const after = { front: bnStats(front), back: bnStats(back), tail: bnStats(tail) };
+  const after = stats();
   // A: every BN up to the point adapted.
   for (const [k, v] of after.front)
     if (k.startsWith("bn1") || k.startsWith("layer1") || k.startsWith("layer2.0"))
@@ -101,20 +122,14 @@ test("batch-norm 'adapt': A's statistics and B's after the point adapt in the st
       }),
     /needs the stitched model's own copy of B/,
   );
-  disposeDataset(data);
-  for (const m of [front, back, tail, s.layer]) m.dispose();
+  dispose();
 });
 
 for (const bnMode of ["batch", "eval"] as const) {
   test(`batch-norm '${bnMode}': training T leaves every running statistic of A, B and B's stitched copy untouched`, () => {
-    const front = tiny(0);
-    const back = tiny(1);
-    const tail = tiny(1);
-    const point = "layer2.0";
-    const s = new StitchedModel(front, back, point, point, { tail });
-    const before = { front: bnStats(front), back: bnStats(back), tail: bnStats(tail) };
+    const { front, s, data, stats, dispose } = stitchedWithTail();
+    const before = stats();
     const weight = Float32Array.from(s.layer.weight.toTypedArray() as Float32Array);
-    const data = randomImages(64, 3);
     trainStitch(s, data, data, {
       objective: { slm: 1 },
       normalization: CIFAR10_NORMALIZATION,
@@ -124,7 +139,7 @@ for (const bnMode of ["batch", "eval"] as const) {
       init: "random",
     });
     assert.ok(changed(Float32Array.from(s.layer.weight.toTypedArray() as Float32Array), weight), "T trained");
-    const after = { front: bnStats(front), back: bnStats(back), tail: bnStats(tail) };
+    const after = stats();
     for (const net of ["front", "back", "tail"] as const) {
       assert.equal(after[net].size, 40, `${net}: 20 batch norms, mean and variance`);
       for (const [k, v] of after[net])
@@ -145,8 +160,7 @@ for (const bnMode of ["batch", "eval"] as const) {
         before.front.get("bn1.running_mean") as Float32Array,
       ),
     );
-    disposeDataset(data);
-    for (const m of [front, back, tail, s.layer]) m.dispose();
+    dispose();
   });
 }
 

@@ -6,6 +6,7 @@
 // on a GPU, so it is not the default until it has been measured there (docs/gpu.md).
 import { tidy } from "./memory.js";
 import { native } from "./native.js";
+import { cudaIndex } from "./runtime.js";
 
 /** Whether STITCHLAB_CUDA_GRAPHS asks for CUDA graphs (0, 1 or unset; anything else is refused). */
 export function graphsRequested(): boolean {
@@ -43,10 +44,8 @@ export class GraphedStep {
   ) {
     this.graphed = opts.graphs && graphsUnavailable(device) === null;
     this.warmup = opts.warmup ?? 2;
-    if (this.graphed) {
-      const index = device.includes(":") ? Number(device.slice(device.indexOf(":") + 1)) : -1;
-      this.#id = native.graphCreate(index);
-    }
+    // -1: libtorch's current GPU, for a device named plain "cuda".
+    if (this.graphed) this.#id = native.graphCreate(cudaIndex(device) ?? -1);
   }
 
   step(): void {

@@ -22,6 +22,7 @@ export { dispose, keep, memory, tidy } from "./memory.js";
 export {
   buildInfo,
   cuda,
+  cudaIndex,
   type DeviceName,
   defaultThreads,
   getNumThreads,

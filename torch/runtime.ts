@@ -43,9 +43,15 @@ export function requireDevice(device: string): void {
       ? "libtorch sees no GPU (driver? CUDA_VISIBLE_DEVICES?)"
       : null;
   if (why) throw new Error(`--device ${device}: ${why}; \`stitchlab doctor\` shows what this install has`);
-  const n = Number(device.split(":")[1] ?? 0);
+  const n = cudaIndex(device) ?? 0;
   if (n >= cuda.deviceCount())
     throw new Error(`--device ${device}: there are ${cuda.deviceCount()} GPU(s), numbered from 0`);
+}
+
+/** The N of a device named cuda:N; null for "cpu" and for "cuda" (the current GPU). */
+export function cudaIndex(device: string): number | null {
+  const i = device.indexOf(":");
+  return device.startsWith("cuda") && i >= 0 ? Number(device.slice(i + 1)) : null;
 }
 
 /** A device name as libtorch takes it: cpu, cuda (the current GPU) or cuda:N. */

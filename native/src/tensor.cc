@@ -231,15 +231,15 @@ static Napi::Value ToBuffer(const Napi::CallbackInfo& info) {
   });
 }
 
-// Frees the handle's tensor if it is live. Throws on a value that is no handle.
-static void freeHandle(Napi::Env env, const Napi::Value& v, const char* what) {
-  Decoded d = lookup(env, v);
+// Frees a handle's tensor if it is live (freeing twice is not an error). Throws on a value that
+// is no handle.
+static void freeDecoded(Napi::Env env, Decoded d, const char* what) {
   if (!d.tensor) throw Napi::TypeError::New(env, std::string(what) + ": expected a Tensor");
   if (d.live) releaseSlot(env, env, d.index);
 }
 
 static Napi::Value Free(const Napi::CallbackInfo& info) {
-  freeHandle(info.Env(), info[0], "free");
+  freeDecoded(info.Env(), lookup(info.Env(), info[0]), "free");
   return info.Env().Undefined();
 }
 
@@ -266,11 +266,7 @@ static Napi::Value FreeBuffered(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint32_t n = info[0].As<Napi::Number>().Uint32Value();
   if (n > freeBufferLength) throw Napi::RangeError::New(env, "freeBuffered: more handles than the buffer holds");
-  for (uint32_t i = 0; i < n; ++i) {
-    Decoded d = decodeHandle(freeBuffer[i]);
-    if (!d.tensor) throw Napi::TypeError::New(env, "freeBuffered: expected Tensor handles");
-    if (d.live) releaseSlot(env, env, d.index);
-  }
+  for (uint32_t i = 0; i < n; ++i) freeDecoded(env, decodeHandle(freeBuffer[i]), "freeBuffered");
   return env.Undefined();
 }
 
