@@ -13,6 +13,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { contrast } from "../experiments/summary.js";
+import { writeFileAtomic } from "../io/files.js";
 import { type StitchRow, summarize } from "../report/index.js";
 import { csvRows } from "../test/helpers/csv.js";
 import * as torch from "../torch/index.js";
@@ -119,7 +120,7 @@ export async function main(args: string[]): Promise<void> {
   console.log(JSON.stringify(result, null, 2));
   const path = join(here, "results", "demo.json");
   mkdirSync(dirname(path), { recursive: true });
-  torch.writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
+  writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);
   console.error(`demo: wrote ${path}`);
   if (first > LIMITS.first || second > LIMITS.second) {
     console.error(`demo: over the limits (${first.toFixed(0)} s first, ${second.toFixed(1)} s second)`);

@@ -38,7 +38,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 
 interface Options {
   quick: boolean;
-  device: string;
+  device: torch.Device;
   batch: number;
   protocol: Protocol;
   workloads: WorkloadName[];
@@ -78,8 +78,8 @@ function parseOptions(args: string[]): Options {
  * Moves every tensor of a model (plain objects and arrays of tensors) or an input to `device`,
  * in place, disposing the CPU originals; the weights are those a CPU run has, whatever the device.
  */
-function toDevice<T>(value: T, device: string): T {
-  if (device === "cpu" || value === null || typeof value !== "object") return value;
+function toDevice<T>(value: T, device: torch.Device): T {
+  if (!torch.isCuda(device) || value === null || typeof value !== "object") return value;
   if (value instanceof torch.Tensor) {
     const moved = value.to(device);
     value.dispose();
@@ -98,7 +98,10 @@ interface Workload {
 }
 
 /** The models, data and optimiser shared by the workloads, built once, on `device`. */
-function buildWorkloads(batch: number, device: string): { workloads: Record<WorkloadName, Workload>; dispose(): void } {
+function buildWorkloads(
+  batch: number,
+  device: torch.Device,
+): { workloads: Record<WorkloadName, Workload>; dispose(): void } {
   torch.manualSeed(0);
   // Built on the CPU in this order (the seeded draws of a CPU run), then moved.
   const net = toDevice(resnet.resnet18(), device);
@@ -218,7 +221,7 @@ export async function main(args: string[]): Promise<void> {
       ratio: round(r.ratio, 4),
     })),
     device: o.device,
-    ...(o.device === "cpu" ? {} : { gpu: gpu ?? "unknown" }),
+    ...(torch.isCuda(o.device) ? { gpu: gpu ?? "unknown" } : {}),
     batch: o.batch,
     threads,
     libtorch,

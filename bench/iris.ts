@@ -57,7 +57,7 @@ export const POINT = "layer2.1";
 
 interface Options {
   quick: boolean;
-  device: string;
+  device: torch.Device;
   batch: number;
   /** Signed steps per generateIriBatch call. */
   steps: number;
@@ -80,14 +80,14 @@ function parseOptions(args: string[]): Options {
 }
 
 /** The front model and a fixed uint8 batch on `device`, and one generateIriBatch call of `steps` steps. */
-function buildGenerator(batch: number, steps: number, device: string): { call(): void; dispose(): void } {
+function buildGenerator(batch: number, steps: number, device: torch.Device): { call(): void; dispose(): void } {
   torch.manualSeed(0);
   // Built on the CPU (the seeded draws of a CPU run), then moved.
   const cpu = torch.randint(0, 256, [batch, 3, 32, 32], { dtype: "uint8" });
-  const x = device === "cpu" ? cpu : cpu.to(device);
-  if (x !== cpu) cpu.dispose();
+  const x = cpu.to(device);
+  cpu.dispose();
   const model = createModel("resnet18", { numClasses: 10 });
-  if (device !== "cpu") model.to(device);
+  model.to(device);
   const opts = { ...IRI_DEFAULTS, steps, batchSize: batch };
   let seed = 0;
   const call = () => {
@@ -116,7 +116,7 @@ export interface IrisResult {
   batch: number;
   model: string;
   point: string;
-  device: string;
+  device: torch.Device;
   /** The GPU's name as PyTorch reports it (torch.cuda.get_device_name), on a GPU only. */
   gpu?: string;
   /** Our side ran each call's steps as a CUDA graph (STITCHLAB_CUDA_GRAPHS=1 on a GPU build with them). */
@@ -172,7 +172,7 @@ export async function main(args: string[]): Promise<void> {
     model: "resnet18",
     point: POINT,
     device: o.device,
-    ...(o.device === "cpu" ? {} : { gpu: gpu ?? "unknown" }),
+    ...(torch.isCuda(o.device) ? { gpu: gpu ?? "unknown" } : {}),
     cuda_graphs: graphs,
     threads,
     libtorch,

@@ -2,13 +2,13 @@
 // --batch N, plus a benchmark's own value options; each value option is accepted both as
 // `--name value` and as `--name=value`. Any other argument is an error naming the benchmark and
 // its options.
-import { parseDevice, requireDevice } from "../torch/index.js";
+import { type Device, isCuda, parseDevice, requireDevice } from "../torch/index.js";
 
 export interface DeviceOptions {
   /** --quick, or STITCHLAB_BENCH_QUICK=1. */
   quick: boolean;
   /** cpu (the default), cuda or cuda:N. */
-  device: string;
+  device: Device;
   /** --batch N, when given: it replaces the benchmark's own batch size (quick or not). */
   batch: number | undefined;
 }
@@ -72,7 +72,7 @@ export function parseDeviceOptions(name: string, args: string[], own: Record<str
  * cannot compute on `device`: cli/device.ts's message, which names the missing half (a CPU build
  * of libtorch, or no GPU visible) as `stitchlab doctor` does.
  */
-export function requireBenchDevice(name: string, device: string): void {
+export function requireBenchDevice(name: string, device: Device): void {
   try {
     requireDevice(device);
   } catch (e) {
@@ -81,6 +81,6 @@ export function requireBenchDevice(name: string, device: string): void {
 }
 
 /** How a table title names the device: "cpu", or "cuda (NVIDIA H200)" with the GPU's name. */
-export function deviceLabel(device: string, gpu: string | undefined): string {
-  return device === "cpu" ? "cpu" : `${device} (${gpu ?? "unknown GPU"})`;
+export function deviceLabel(device: Device, gpu: string | undefined): string {
+  return isCuda(device) ? `${device} (${gpu ?? "unknown GPU"})` : device;
 }

@@ -258,6 +258,12 @@ async function mainIris(o: Options): Promise<void> {
         seed: 0,
         bnMode: "eval",
         init: "random",
+        initImages: 0, // a random start draws no images
+        augment: null,
+        markers: null,
+        initMarkers: null,
+        device: "cpu",
+        adversarial: null,
         frozenOnce,
       });
       if (r.frozen !== (frozenOnce ? "memory" : null)) throw new Error(`stitch: frozen rows kept in ${r.frozen}`);

@@ -5,7 +5,7 @@ import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { writeFileAtomic } from "../torch/files.js";
+import { writeFileAtomic } from "../io/files.js";
 import * as torch from "../torch/index.js";
 
 export interface Protocol {
@@ -24,8 +24,8 @@ export function median(xs: number[]): number {
  * asynchronously, a wait until everything queued is done (torch.cuda.synchronize()), so that the
  * clock stops when the work is finished rather than when it is queued.
  */
-export function deviceSync(device: string): () => void {
-  if (device === "cpu") return () => {};
+export function deviceSync(device: torch.Device): () => void {
+  if (!torch.isCuda(device)) return () => {};
   const index = torch.cudaIndex(device) ?? 0;
   if (index === 0) return () => torch.cuda.synchronize();
   // torch.cuda.synchronize() waits for the current device, GPU 0. Reading one element of a
@@ -92,8 +92,8 @@ export const round = (v: number, digits: number): number => Number(v.toFixed(dig
  * figures); a run on a GPU writes NAME-cuda.json (NAME-cuda-quick.json), so that it never
  * overwrites the CPU figures either.
  */
-export function writeResult(name: string, quick: boolean, result: object, device = "cpu"): void {
-  const file = `${name}${device === "cpu" ? "" : "-cuda"}${quick ? "-quick" : ""}.json`;
+export function writeResult(name: string, quick: boolean, result: object, device: torch.Device = "cpu"): void {
+  const file = `${name}${torch.isCuda(device) ? "-cuda" : ""}${quick ? "-quick" : ""}.json`;
   const path = join(dirname(fileURLToPath(import.meta.url)), "results", file);
   mkdirSync(dirname(path), { recursive: true });
   writeFileAtomic(path, [`${JSON.stringify(result, null, 2)}\n`]);

@@ -5,7 +5,7 @@
 // load them all, so that the list (and "Did you mean ...?") is made from the commands' own
 // definitions, as before. None of this starts libtorch: torch/ loads it on first use.
 import { Command, Help, type Option } from "commander";
-import { stitchlabVersion } from "../torch/files.js";
+import { stitchlabVersion } from "../io/files.js";
 
 type Register = (program: Command) => void;
 

@@ -11,7 +11,7 @@ import {
   type ShortcutKind,
   type Split,
 } from "../data/index.js";
-import * as torch from "../torch/index.js";
+import { writeFileAtomic } from "../io/files.js";
 
 function positiveInt(name: string) {
   return (v: string) => {
@@ -74,7 +74,7 @@ export function registerDataCommands(program: Command): void {
         : ds;
       const png = await gridPng(shown.images, { scale: opts.scale });
       const out = resolve(opts.out);
-      torch.writeFileAtomic(out, [png]);
+      writeFileAtomic(out, [png]);
       console.log(`wrote ${out}: ${shown.labels.shape[0]} images of ${shown.name}`);
       if (shown !== ds) disposeDataset(shown);
       disposeDataset(ds);

@@ -5,7 +5,7 @@ import type { Command } from "commander";
 import * as torch from "../torch/index.js";
 
 /** --device's parser: the form is torch/'s check (parseDevice), the message names the flag. */
-export function deviceArg(v: string): string {
+export function deviceArg(v: string): torch.Device {
   try {
     return torch.parseDevice(v);
   } catch {
@@ -13,12 +13,12 @@ export function deviceArg(v: string): string {
   }
 }
 
-// Whether this process can compute on a device: torch/runtime.ts, so that worker processes
+// Whether this process can compute on a device: torch/device.ts, so that worker processes
 // (experiments/worker.ts) check it as the commands do.
 export { requireDevice } from "../torch/index.js";
 
 /** --device and --autocast, for the commands that train or generate IRIs. */
-export function computeOptions(cmd: Command, defaultDevice: string): Command {
+export function computeOptions(cmd: Command, defaultDevice: torch.Device): Command {
   return cmd
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, defaultDevice)
     .option(

@@ -2,7 +2,7 @@
 // BLAS it uses, how many threads, and a small matmul checked against float64.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { repoRoot } from "../torch/files.js";
+import { repoRoot } from "../io/files.js";
 import * as torch from "../torch/index.js";
 
 export interface DoctorReport {

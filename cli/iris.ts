@@ -2,13 +2,50 @@
 // point (stitch/iriset.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { defaultIriStepSize, IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS, iriOptionsSchema } from "../stitch/iris.js";
-import { IRIS_CONFIG_DEFAULTS, runIris } from "../stitch/jobs.js";
+import { checkpointDataset } from "../models/checkpoint.js";
+import { type IrisConfig, irisSettingsSchema, resolveIrisConfig } from "../stitch/config.js";
+import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { runIris } from "../stitch/jobs.js";
+import type { Device } from "../torch/index.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
 import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
+
+/**
+ * `iris`'s parsed flags to the resolved config: through the same schema and resolver as an
+ * experiment file's iris: section. The dataset defaults to the one the front was trained on.
+ */
+export function irisConfigFromFlags(o: Record<string, unknown>): IrisConfig {
+  const settings = checkedFlags(irisSettingsSchema, {
+    ...optional("steps", o.steps),
+    ...optional("stepSize", o.stepSize),
+    ...optional("optimizer", o.optimizer),
+    ...optional("lr", o.lr),
+    ...optional("start", o.start),
+    ...optional("ball", o.ball),
+    ...(o.keepBest ? { keepBest: true } : {}),
+    ...optional("batchSize", o.batchSize),
+    ...optional("seed", o.seed),
+    ...optional("autocast", o.autocast),
+    limit: o.limit ?? null,
+  });
+  const front = modelSourceFrom(o, "front", o.front as string);
+  const dataset = (o.dataset as string | undefined) ?? checkpointDataset(front);
+  if (!dataset) throw new Error("the front checkpoint does not say which dataset it was trained on; pass --dataset");
+  return resolveIrisConfig(
+    { front, point: o.point as string },
+    settings,
+    {
+      dataset,
+      root: (o.root as string | undefined) ?? null,
+      imageSize: (o.imageSize as number | undefined) ?? null,
+      shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
+    },
+    (o.device as Device | undefined) ?? "cpu",
+  );
+}
 
 export function registerIrisCommand(program: Command): void {
   const d = IRI_DEFAULTS;
@@ -29,23 +66,24 @@ export function registerIrisCommand(program: Command): void {
     .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
     .option("--limit <n>", "only the first n training images", int)
     .option("--shortcut <kind>", `mark the source images with a shortcut: ${SHORTCUT_KINDS.join(", ")}`)
-    .option("--steps <n>", "descent steps", int, d.steps)
+    .option("--steps <n>", `descent steps (default ${d.steps})`, int)
     .option(
       "--step-size <s>",
       "signed step in pixel units (default 1/255; about 5.4/255 from 224 px, as the reference)",
       fraction,
     )
-    .option("--optimizer <o>", `${IRI_OPTIMIZERS.join(" or ")} (adam: cosine-decayed lr)`, d.optimizer)
-    .option("--lr <lr>", "Adam's learning rate in pixel units", num, d.lr)
-    .option("--start <s>", `starting point: ${IRI_STARTS.join(", ")}`, d.start)
+    .option("--optimizer <o>", `${IRI_OPTIMIZERS.join(" or ")} (adam: cosine-decayed lr; default ${d.optimizer})`)
+    .option("--lr <lr>", `Adam's learning rate in pixel units (default ${d.lr})`, num)
+    .option("--start <s>", `starting point: ${IRI_STARTS.join(", ")} (default ${d.start})`)
     .option("--ball <eps>", "L-inf radius around the start, in pixel units (e.g. 16/255)", fraction)
     .option("--keep-best", "keep each image's best iterate instead of the last")
-    .option("--batch-size <n>", "images per batch", int, d.batchSize)
-    .option("--seed <n>", "seed of the starting noise", int, d.seed)
+    .option("--batch-size <n>", `images per batch (default ${d.batchSize})`, int)
+    .option("--seed <n>", `seed of the starting noise (default ${d.seed})`, int)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
   addModelSourceOptions(cmd, "front");
-  computeOptions(cmd, IRIS_CONFIG_DEFAULTS.device).action(async (o) => {
+  computeOptions(cmd, "cpu").action(async (o) => {
     requireDevice(o.device);
+    const cfg = irisConfigFromFlags(o);
     const sink = progressSink(
       "iris",
       (f) =>
@@ -67,47 +105,21 @@ export function registerIrisCommand(program: Command): void {
           `iris: ${images} images will take about ${Math.round(seconds / 60)} minutes${o.limit === undefined ? "; --limit N makes IRIs of the first N images only" : ""}`,
         );
     };
-    const info = await runIris(
-      {
-        front: modelSourceFrom(o, "front", o.front),
-        point: o.point,
-        dataset: o.dataset,
-        root: o.root,
-        imageSize: o.imageSize,
-        limit: o.limit ?? null,
-        shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-        device: o.device,
-        // Checked by the IRI layer's schema, as an experiment file's iris: section is.
-        options: checkedFlags(iriOptionsSchema, {
-          steps: o.steps,
-          stepSize: o.stepSize ?? defaultIriStepSize(o.imageSize ?? 32),
-          optimizer: o.optimizer,
-          lr: o.lr,
-          start: o.start,
-          ball: o.ball ?? null,
-          keepBest: Boolean(o.keepBest),
-          batchSize: o.batchSize,
-          seed: o.seed,
-          ...optional("autocast", o.autocast),
-        }),
-      },
-      o.out,
-      (p) => {
-        if (p.batch === 2 && p.step === 1 && !p.resumed) foretell(1, p.batches, p.images * p.batches);
-        sink.update((p.batch - 1) * p.steps + p.step, p.batches * p.steps, {
-          batch: p.batch,
-          batches: p.batches,
-          step: p.step,
-          steps: p.steps,
-          images: p.images,
-          resumed: p.resumed,
-          // Values not known (no mean before the first batch, no current iterate at the end) are
-          // left out rather than NaN (null in JSON).
-          ...(Number.isFinite(p.residual) ? { residual: Number(p.residual.toFixed(4)) } : {}),
-          ...(Number.isFinite(p.meanResidual) ? { meanResidual: Number(p.meanResidual.toFixed(4)) } : {}),
-        });
-      },
-    );
+    const info = await runIris(cfg, o.out, (p) => {
+      if (p.batch === 2 && p.step === 1 && !p.resumed) foretell(1, p.batches, p.images * p.batches);
+      sink.update((p.batch - 1) * p.steps + p.step, p.batches * p.steps, {
+        batch: p.batch,
+        batches: p.batches,
+        step: p.step,
+        steps: p.steps,
+        images: p.images,
+        resumed: p.resumed,
+        // Values not known (no mean before the first batch, no current iterate at the end) are
+        // left out rather than NaN (null in JSON).
+        ...(Number.isFinite(p.residual) ? { residual: Number(p.residual.toFixed(4)) } : {}),
+        ...(Number.isFinite(p.meanResidual) ? { meanResidual: Number(p.meanResidual.toFixed(4)) } : {}),
+      });
+    });
     sink.stop();
     const res = info.residuals;
     printDone(o, { out: o.out, count: info.count, residuals: res, seconds: info.seconds }, [

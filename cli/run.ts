@@ -1,57 +1,30 @@
-// `stitchlab run FILE`: an experiment file through the planner and the cache; `stitchlab task KEY`:
-// one task of a planned graph, by hand (as each worker process runs it: experiments/worker.ts);
-// `stitchlab schema`: the experiment file's JSON Schema for editors.
+// `stitchlab run FILE` and `stitchlab demo`: an experiment file through the planner and the cache
+// (experiments/run.ts runs it; this shows its progress and prints what it returns); `stitchlab
+// status` and `report DIR`: a run's folder (experiments/report.ts); `stitchlab task KEY`: one task
+// of a planned graph, by hand (as each worker process runs it: experiments/worker.ts); `stitchlab
+// schema`: the experiment file's JSON Schema for editors.
 import { existsSync } from "node:fs";
-import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import cliProgress from "cli-progress";
 import type { Command } from "commander";
-import { disposeDataset, loadDataset } from "../data/index.js";
-import { isDone, partials, readFailure } from "../experiments/cache.js";
-import { formatLocalStatus, localStatus, readLocalRun, recordLocalRun } from "../experiments/local.js";
-import { type Plan, planExperiment, type Task } from "../experiments/plan.js";
-import { writeResults } from "../experiments/results.js";
-import { type RunEvent, type RunSummary, runPlan } from "../experiments/runner.js";
+import { formatLocalStatus, localStatus, readLocalRun } from "../experiments/local.js";
+import type { Task } from "../experiments/plan.js";
+import { type RunReport, reportFolder, reportText, requireRun } from "../experiments/report.js";
 import {
-  formatStatus,
-  readSlurmRun,
-  SLURM_DEFAULTS,
-  type SlurmOptions,
-  type Submission,
-  slurmRunPath,
-  slurmStatus,
-  submitPlan,
-} from "../experiments/slurm.js";
-import { type Experiment, experimentJsonSchema, readExperiment } from "../experiments/spec.js";
-import { agreementTable, residualTable } from "../experiments/summary.js";
+  defaultCache,
+  type ExperimentOptions,
+  type ProgressDisplay,
+  RunInterrupted,
+  runExperiment,
+} from "../experiments/run.js";
+import type { RunEvent } from "../experiments/runner.js";
+import { formatStatus, SLURM_DEFAULTS, type Submission, slurmRunPath, slurmStatus } from "../experiments/slurm.js";
+import { experimentJsonSchema } from "../experiments/spec.js";
 import { runTaskOfCache } from "../experiments/tasks.js";
-import { repoRoot } from "../torch/files.js";
-import { deviceArg, requireDevice } from "./device.js";
+import { repoRoot } from "../io/files.js";
+import type { Device } from "../torch/index.js";
+import { deviceArg } from "./device.js";
 import { int, oneOf } from "./parse.js";
-
-/** The cache experiments share: --cache, else $STITCHLAB_CACHE, else $XDG_CACHE_HOME/stitchlab (~/.cache/stitchlab). */
-export function defaultCache(): string {
-  return process.env.STITCHLAB_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "stitchlab");
-}
-
-export function dryRun(plan: Plan, cache: string): string {
-  const lines: string[] = [];
-  const kinds = ["train", "iris", "stitch"] as const;
-  lines.push(`cache: ${cache}`);
-  for (const k of kinds) {
-    const all = plan.tasks.filter((t) => t.kind === k);
-    const cached = all.filter((t) => isDone(cache, t.key)).length;
-    lines.push(
-      `${k.padEnd(7)} ${String(all.length).padStart(4)} tasks: ${cached} cached, ${all.length - cached} to run`,
-    );
-  }
-  lines.push(`report  written from ${plan.stitches.length} stitch results`);
-  const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
-  if (todo.length) lines.push("to run:", ...todo.map((t) => `  ${t.key}  ${t.label}`));
-  const left = partials(cache);
-  if (left.length) lines.push(`unfinished work from interrupted runs (resumed or redone): ${left.join(", ")}`);
-  return lines.join("\n");
-}
 
 /** How much of a run's time a task kind takes, roughly (the demo: train 80 s, IRIs 40 s, a stitch 8 s). */
 const TASK_WEIGHT: Record<string, number> = { train: 10, iris: 5, stitch: 1 };
@@ -70,7 +43,7 @@ function taskFraction(fields: Record<string, number | string> | undefined): numb
  * On a terminal: one overall bar for the whole run, weighted by task kind, with the running
  * tasks' labels and an ETA; failures are printed above it. Elsewhere: eventPrinter's lines.
  */
-export function overallProgress(todo: Task[]): { onEvent: (e: RunEvent) => void; stop: () => void } {
+export function overallProgress(todo: Task[]): ProgressDisplay {
   if (!process.stderr.isTTY) return { onEvent: eventPrinter(), stop: () => {} };
   const weight = (t: Task) => TASK_WEIGHT[t.kind] ?? 1;
   const total = todo.reduce((s, t) => s + weight(t), 0);
@@ -112,113 +85,38 @@ export function overallProgress(todo: Task[]): { onEvent: (e: RunEvent) => void;
   };
 }
 
-/** Progress lines on stderr: one per task start/end, and at most one progress line a second. */
-export function eventPrinter(): (e: RunEvent) => void {
-  let last = 0;
+/**
+ * Progress lines on stderr (`write`): one per task start and end, and for each running task at
+ * most one progress line every 2 s, which names the task. The wait is per task: with several
+ * workers, one shared wait printed whichever task spoke first after it, so a task's lines came
+ * and went, and its progress read as if it continued the task printed before it (issue 23).
+ */
+export function eventPrinter(write: (line: string) => void = (line) => console.error(line)): (e: RunEvent) => void {
+  const last = new Map<string, number>();
   return (e) => {
     const tag = `[${e.index}/${e.total}]`;
-    if (e.kind === "start") console.error(`${tag} ${e.task.label} ...`);
-    else if (e.kind === "done") console.error(`${tag} ${e.task.label}: done in ${e.seconds?.toFixed(1)} s`);
-    else if (e.kind === "failed") console.error(`${tag} ${e.task.label}: FAILED: ${e.error}`);
-    else if (e.kind === "skipped") console.error(`${tag} ${e.task.label}: skipped (${e.error})`);
-    else if (Date.now() - last > 2000) {
-      last = Date.now();
-      console.error(
-        `${tag}   ${Object.entries(e.fields ?? {})
+    if (e.kind === "start") write(`${tag} ${e.task.label} ...`);
+    else if (e.kind === "done") write(`${tag} ${e.task.label}: done in ${e.seconds?.toFixed(1)} s`);
+    else if (e.kind === "failed") write(`${tag} ${e.task.label}: FAILED: ${e.error}`);
+    else if (e.kind === "skipped") write(`${tag} ${e.task.label}: skipped (${e.error})`);
+    else if (Date.now() - (last.get(e.task.key) ?? 0) > 2000) {
+      last.set(e.task.key, Date.now());
+      write(
+        `${tag} ${e.task.label}: ${Object.entries(e.fields ?? {})
           // A value not known yet (NaN, or null from a worker's JSON) is left out, never printed.
           .filter(([, v]) => v !== null && !(typeof v === "number" && !Number.isFinite(v)))
           .map(([k, v]) => `${k} ${v}`)
           .join(", ")}`,
       );
     }
+    if (e.kind !== "start" && e.kind !== "progress") last.delete(e.task.key);
   };
 }
 
-/**
- * A dry run reads one test image of every dataset the experiment uses, so that a wrong path or
- * a missing download is found now, with the loader's message (the path looked at, how to get it).
- */
-async function checkData(exp: Experiment): Promise<void> {
-  const sets = [
-    exp.dataset,
-    ...Object.values(exp.models).flatMap((m) => ("dataset" in m && m.dataset ? [m.dataset] : [])),
-  ];
-  const seen = new Set<string>();
-  for (const d of sets) {
-    const id = `${d.name}\t${d.root ?? ""}\t${d.imageSize ?? ""}`;
-    if (seen.has(id)) continue;
-    seen.add(id);
-    const ds = await loadDataset(d.name, {
-      root: d.root,
-      split: "test",
-      limit: 1,
-      imageSize: d.imageSize,
-      pad32: true,
-      rgb: true,
-    });
-    disposeDataset(ds);
-  }
-}
-
-/** Points the experiment's dataset (and models' own datasets of the same name) at dir. */
-function withDataDir(exp: Experiment, dir: string): void {
-  const name = exp.dataset.name;
-  exp.dataset.root = resolve(dir);
-  for (const m of Object.values(exp.models))
-    if ("dataset" in m && m.dataset?.name === name) m.dataset.root = resolve(dir);
-}
-
-/** Writes the experiment folder from the cache and prints the table, the residuals and a reading. */
-async function report(
-  plan: Plan,
-  summary: RunSummary,
-  cache: string,
-  out: string,
-  scale: string,
-  read: boolean,
-  device: string,
-): Promise<void> {
-  // The device the tasks ran on (not where this report is written: a Slurm report job has no GPU).
-  const { rows, iris, reading, kept } = await writeResults(plan, summary, cache, out, { scale, device });
-  if (kept) {
-    console.error(
-      `no stitch finished: ${out} keeps the report of an earlier run (report.html, results.csv); fix what failed above and run again`,
-    );
-    return;
-  }
-  console.log(
-    `agreement probability (larger = more similar; mean ± 95% half-width over replicates):\n${agreementTable(rows)}`,
-  );
-  if (iris.length) console.log(`\nIRI residuals (relative; 0.1 or less is a good IRI):\n${residualTable(iris)}`);
-  if (read) console.log(`\nReading:\n${reading.map((l) => `- ${l}`).join("\n")}`);
-  const failed = Object.keys(summary.errors).length;
-  console.log(
-    `\n${out}: report.html, results.csv (${rows.length} runs); ${summary.seconds.toFixed(0)} s` +
-      (failed ? `; ${failed} task(s) failed or not run, see run.json` : ""),
-  );
-}
-
-/** A summary read from the cache alone (for a run made by Slurm jobs): done, failed, or not run. */
-function summaryFromCache(plan: Plan, cache: string): RunSummary {
-  const states: RunSummary["states"] = {};
-  const errors: RunSummary["errors"] = {};
-  for (const t of plan.tasks) {
-    if (isDone(cache, t.key)) states[t.key] = "ran";
-    else {
-      const f = readFailure(cache, t.key);
-      states[t.key] = f ? "failed" : "skipped";
-      errors[t.key] = f ? f.error : "not run";
-    }
-  }
-  return { states, errors, seconds: 0 };
-}
-
-/** A folder that holds neither a local run's record nor a Slurm run's: one clear error. */
-function requireRun(out: string): void {
-  if (!readLocalRun(out) && !existsSync(slurmRunPath(out)))
-    throw new Error(
-      `${out} holds no stitchlab run (neither local/run.json nor slurm/run.json): start one with stitchlab run FILE --out ${out}`,
-    );
+function printReport(r: RunReport): void {
+  const { text, stream } = reportText(r);
+  if (stream === "stderr") console.error(text);
+  else console.log(text);
 }
 
 function printSubmission(sub: Submission, out: string): void {
@@ -236,88 +134,56 @@ function printSubmission(sub: Submission, out: string): void {
   console.log(`follow it with: stitchlab status ${out}`);
 }
 
-export interface RunCommandOptions {
-  out: string;
-  cache?: string;
-  scale?: string;
-  workers?: number;
-  dryRun?: boolean;
-  dataDir?: string;
-  read?: boolean;
-  device?: string;
-  executor?: "local" | "slurm";
-  slurm?: Partial<SlurmOptions>;
-  /** slurm: cancel this experiment's queued or running jobs and submit them again. */
-  resubmit?: boolean;
-}
-
 /**
- * Plans, runs and reports an experiment; returns the number of failed or skipped tasks. With the
- * Slurm executor it submits the unfinished tasks and returns at once (0), or reports straight
- * away when the cache already holds everything.
+ * `run` and `demo`: runs the experiment (experiments/run.ts) with the progress shown here, prints
+ * what came of it, and returns the number of tasks that failed or were not run. Ctrl-C (SIGINT)
+ * or SIGTERM while the tasks run: the runner ends its worker processes and waits for them, so
+ * that none is left holding a task's lock for the next run to wait on; finished tasks are in the
+ * cache, and a task under way resumes (IRI sets) or restarts. A second signal while the workers
+ * end is not caught: it ends this process at once (the workers then end themselves).
  */
-export async function runExperiment(file: string, o: RunCommandOptions): Promise<number> {
-  const cache = resolve(o.cache ?? defaultCache());
-  const exp = readExperiment(file, o.scale);
-  if (o.dataDir) withDataDir(exp, o.dataDir);
-  const plan = planExperiment(exp, file);
-  // The scale applied (the file's small one when none is named), as env.json and status record it.
-  const scale = exp.appliedScale ?? "default";
-  const device = o.device ?? "cpu";
-  if (o.dryRun) {
-    await checkData(exp);
-    console.log(dryRun(plan, cache));
-    return 0;
-  }
-  if (o.executor === "slurm") {
-    const out = resolve(o.out);
-    const options: SlurmOptions = { ...SLURM_DEFAULTS, ...o.slurm, device };
-    const sub = submitPlan(plan, { file: resolve(file), scale, cache, out, options, resubmit: o.resubmit });
-    if (sub.jobs.length || sub.reused.length) {
-      printSubmission(sub, out);
-      return 0;
-    }
-    console.log("every task is in the cache; nothing to submit");
-    const summary = summaryFromCache(plan, cache);
-    await report(plan, summary, cache, out, scale, Boolean(o.read), device);
-    return Object.keys(summary.errors).length;
-  }
-  requireDevice(device);
-  // Before any task: `stitchlab status` and `report` read the run from here (experiments/local.ts).
-  recordLocalRun(resolve(o.out), { plan, cache, scale, device });
-  const progress = overallProgress(plan.tasks.filter((t) => !isDone(cache, t.key)));
-  // Ctrl-C (SIGINT) or SIGTERM: the runner ends its worker processes and waits for them, so that
-  // none is left holding a task's lock for the next run to wait on; finished tasks are in the
-  // cache, and a task under way resumes (IRI sets) or restarts. A second signal while the workers
-  // end is not caught: it ends this process at once (the workers then end themselves).
+async function runCommand(file: string, o: Omit<ExperimentOptions, "progress" | "signal">): Promise<number> {
   const stop = new AbortController();
   const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
-  let summary: RunSummary;
-  try {
-    summary = await runPlan(plan, {
-      cache,
-      workers: o.workers,
-      device,
-      onEvent: progress.onEvent,
-      signal: stop.signal,
-    });
-  } catch (e) {
-    if (!stop.signal.aborted) throw e;
-    progress.stop();
-    console.error(
-      `\ninterrupted: finished tasks are kept in the cache (${cache}); run the same command again to go on (stitchlab status ${o.out} shows where it stands)`,
-    );
-    // The shell's convention, 128 + the signal's number, as if the signal had ended the process.
-    process.exit(stop.signal.reason === "SIGTERM" ? 143 : 130);
-  } finally {
+  const caught = () => {
     process.removeListener("SIGINT", onSignal);
     process.removeListener("SIGTERM", onSignal);
+  };
+  // The signals are caught while the tasks run, no longer (a dry run, a Slurm submission and the
+  // report end at Ctrl-C as any command does).
+  const progress = (todo: Task[]): ProgressDisplay => {
+    const shown = overallProgress(todo);
+    process.once("SIGINT", onSignal);
+    process.once("SIGTERM", onSignal);
+    return {
+      onEvent: shown.onEvent,
+      stop: () => {
+        caught();
+        shown.stop();
+      },
+    };
+  };
+  try {
+    const r = await runExperiment(file, { ...o, progress, signal: stop.signal });
+    if (r.kind === "dry-run") {
+      console.log(r.text);
+      return 0;
+    }
+    if (r.kind === "submitted") {
+      printSubmission(r.submission, r.out);
+      return 0;
+    }
+    if (r.nothingToSubmit) console.log("every task is in the cache; nothing to submit");
+    printReport(r.report);
+    return r.report.failed;
+  } catch (e) {
+    if (!(e instanceof RunInterrupted)) throw e;
+    console.error(`\n${e.message}`);
+    // The shell's convention, 128 + the signal's number, as if the signal had ended the process.
+    process.exit(e.reason === "SIGTERM" ? 143 : 130);
+  } finally {
+    caught();
   }
-  progress.stop();
-  await report(plan, summary, cache, o.out, scale, Boolean(o.read), device);
-  return Object.keys(summary.errors).length;
 }
 
 const collect = (v: string, prev: string[]) => [...prev, v];
@@ -350,10 +216,9 @@ export function registerRunCommands(program: Command): void {
       const executor = oneOf("--executor", ["local", "slurm"] as const, o.executor);
       if (executor === "slurm" && o.workers !== 1)
         throw new Error("--workers is for the local executor; with slurm every task is its own job");
-      const failed = await runExperiment(file, {
+      const failed = await runCommand(file, {
         ...o,
         executor,
-        read: true,
         slurm: {
           partition: o.partition,
           gres: o.gres,
@@ -405,28 +270,9 @@ export function registerRunCommands(program: Command): void {
   program
     .command("report <dir>")
     .description("write a run's results (report.html, results.csv, ...) from what the cache holds now; local or Slurm")
-    .action(async (dir: string) => {
-      const out = resolve(dir);
-      const local = readLocalRun(out);
-      if (local && !existsSync(slurmRunPath(out))) {
-        await report(
-          local.plan,
-          summaryFromCache(local.plan, local.cache),
-          local.cache,
-          out,
-          local.scale,
-          true,
-          local.device,
-        );
-        return;
-      }
-      requireRun(out);
-      const run = readSlurmRun(out);
-      const summary = summaryFromCache(run.plan, run.cache);
-      // Exits 0 when the report is written, failed tasks or not (the report job's own state
-      // should say whether the report was made); `stitchlab status` shows the failures.
-      await report(run.plan, summary, run.cache, out, run.scale, true, run.options.device);
-    });
+    // Exits 0 when the report is written, failed tasks or not (the report job's own state
+    // should say whether the report was made); `stitchlab status` shows the failures.
+    .action(async (dir: string) => printReport(await reportFolder(dir)));
 
   program
     .command("demo")
@@ -444,7 +290,7 @@ export function registerRunCommands(program: Command): void {
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .option("--dry-run", "print the task graph and stop")
     .action(async (o) => {
-      const failed = await runExperiment(join(repoRoot, "presets", "demo.yaml"), { ...o, read: true });
+      const failed = await runCommand(join(repoRoot, "presets", "demo.yaml"), o);
       if (failed) process.exitCode = 1;
     });
 
@@ -454,7 +300,7 @@ export function registerRunCommands(program: Command): void {
     .option("--cache <dir>", "the cache the task was planned in", defaultCache())
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     // The worker's own function (experiments/worker.ts), for running or debugging a task by hand.
-    .action((key: string, o: { cache: string; device: string }) => runTaskOfCache(resolve(o.cache), key, o.device));
+    .action((key: string, o: { cache: string; device: Device }) => runTaskOfCache(resolve(o.cache), key, o.device));
 
   program
     .command("schema")

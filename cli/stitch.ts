@@ -1,26 +1,125 @@
 // `stitchlab stitch`: train a stitching layer between two checkpoints and score it (stitch/jobs.ts).
+// The flags are the stitching layer's settings (stitch/config.ts) under their CLI names: they parse
+// through its schema and resolve through resolveStitchConfig, as an experiment file's stitch: does.
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
+import { ensureWritableDir } from "../io/files.js";
+import { checkpointDataset } from "../models/checkpoint.js";
 import {
-  runStitch,
-  STITCH_CONFIG_DEFAULTS,
+  resolveStitchConfig,
+  STITCH_ADVERSARIAL_DEFAULTS,
   STITCH_MODES,
   type StitchConfig,
+  type StitchMode,
   stitchModeOf,
-  stitchRobustEvalSchema,
   stitchSettingsSchema,
-} from "../stitch/jobs.js";
+} from "../stitch/config.js";
+import { runStitch } from "../stitch/jobs.js";
 import { BN_MODES } from "../stitch/train.js";
-import { ensureWritableDir } from "../torch/files.js";
-import { adversarialSchema } from "../train/trainer.js";
+import type { Device } from "../torch/index.js";
+import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../train/config.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, int, num, oneOf, optional, pixelOption } from "./parse.js";
+import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
+/** Flags that mean something only with --adversarial, and only with --robust-eval. */
+const PGD_FLAGS = { pgdStep: "--pgd-step", pgdSteps: "--pgd-steps", advFraction: "--adv-fraction" } as const;
+const ROBUST_FLAGS = { robustEvalAttack: "--robust-eval-attack", robustEvalSteps: "--robust-eval-steps" } as const;
+
+/** Throws when flags of a feature are given without the flag that turns it on. */
+function needs(o: Record<string, unknown>, on: string, flags: Record<string, string>, what: string): void {
+  const stray = Object.entries(flags).filter(([k]) => o[k] !== undefined);
+  if (!o[on] && stray.length) throw new Error(`${stray.map(([, f]) => f).join(", ")}: ${what}`);
+}
+
+/**
+ * `stitch`'s parsed flags to the resolved config: through the same schema and resolver as an
+ * experiment file's stitch: section (tested: the same settings give the same task key). The
+ * dataset defaults to the one the back checkpoint was trained on.
+ */
+export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig {
+  needs(o, "adversarial", PGD_FLAGS, "these are for adversarial stitching: add --adversarial");
+  needs(o, "robustEval", ROBUST_FLAGS, "these are for the robust evaluation: add --robust-eval");
+  if (o.eps !== undefined && !o.adversarial && !o.robustEval)
+    throw new Error("--eps is the radius of --adversarial stitching and of --robust-eval: add one of them");
+  const mode = oneOf("--mode", STITCH_MODES, stitchModeOf(o.mode as string)) as StitchMode;
+  const bnMode = oneOf("--bn-mode", BN_MODES, o.bnMode as string | undefined);
+  const settings = checkedFlags(
+    stitchSettingsSchema,
+    {
+      ...optional("epochs", o.epochs),
+      ...optional("batchSize", o.batchSize),
+      ...optional("lr", o.lr),
+      ...optional("weightDecay", o.weightDecay),
+      ...optional("init", o.init),
+      ...optional("initImages", o.initImages),
+      ...optional("ckaImages", o.ckaImages),
+      ...optional("seed", o.seed),
+      limit: o.limit ?? null,
+      ...(bnMode ? { bnMode: { [mode]: bnMode } } : {}),
+      ...(o.adversarial
+        ? {
+            adversarial: {
+              ...optional("eps", o.eps),
+              ...optional("step", o.pgdStep),
+              ...optional("steps", o.pgdSteps),
+              ...optional("fraction", o.advFraction),
+            },
+          }
+        : {}),
+      ...(o.robustEval
+        ? {
+            robustEval: {
+              ...optional("attack", o.robustEvalAttack),
+              ...optional("eps", o.eps),
+              ...optional("steps", o.robustEvalSteps),
+            },
+          }
+        : {}),
+    },
+    {
+      "adversarial.step": "--pgd-step",
+      "adversarial.steps": "--pgd-steps",
+      "adversarial.fraction": "--adv-fraction",
+      "robustEval.attack": "--robust-eval-attack",
+      "robustEval.steps": "--robust-eval-steps",
+    },
+  );
+  const front = modelSourceFrom(o, "front", o.front as string);
+  const back = modelSourceFrom(o, "back", o.back as string);
+  const dataset = (o.dataset as string | undefined) ?? checkpointDataset(back);
+  if (!dataset) throw new Error("the back checkpoint does not say which dataset it was trained on; pass --dataset");
+  return resolveStitchConfig(
+    {
+      front,
+      back,
+      frontPoint: o.point as string,
+      ...optional("backPoint", o.backPoint as string | undefined),
+      objective: o.objective as string,
+      mode,
+      iris: (o.iris as string | undefined) ?? null,
+    },
+    settings,
+    {
+      dataset,
+      root: (o.root as string | undefined) ?? null,
+      imageSize: (o.imageSize as number | undefined) ?? null,
+      shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
+      testLimit: (o.testLimit as number | undefined) ?? null,
+      excess: oneOf("--excess", SHORTCUT_KINDS, o.excess as string | undefined) ?? null,
+    },
+    (o.device as Device | undefined) ?? "cpu",
+  );
+}
+
+/** A pixel-unit value as k/255 for --help. */
+const over255 = (v: number): string => `${Math.round(v * 255)}/255`;
+
 export function registerStitchCommand(program: Command): void {
-  const d = STITCH_CONFIG_DEFAULTS;
+  // The defaults --help shows are the schema's own.
+  const d = stitchSettingsSchema.parse({});
   const cmd = program
     .command("stitch")
     .description(
@@ -64,83 +163,48 @@ export function registerStitchCommand(program: Command): void {
     )
     .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
     .option("--epochs <n>", "epochs (default 30; 12 for image folders)", int)
-    .option("--batch-size <n>", "batch size", int, d.batchSize)
-    .option("--lr <lr>", "Adam learning rate", num, d.lr)
-    .option("--weight-decay <wd>", "Adam weight decay", num, d.weightDecay)
-    .option("--init <how>", "lstsq, random or identity", d.init)
-    .option("--init-images <k>", "real images for the least-squares start", int, d.initImages)
+    .option("--batch-size <n>", `batch size (default ${d.batchSize})`, int)
+    .option("--lr <lr>", `Adam learning rate (default ${d.lr})`, num)
+    .option("--weight-decay <wd>", `Adam weight decay (default ${d.weightDecay})`, num)
+    .option("--init <how>", `lstsq, random or identity (default ${d.init})`)
+    .option("--init-images <k>", `real images for the least-squares start (default ${d.initImages})`, int)
     .option(
       "--bn-mode <m>",
       `frozen networks' batch norm while T trains: ${BN_MODES.join(", ")} (default: adapt standard, eval iris)`,
     )
-    .option("--cka-images <n>", "test images for linear CKA at the point (0: skip)", int, d.ckaImages)
-    .option("--seed <n>", "seed of the batch order", int, d.seed)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, d.device)
+    .option("--cka-images <n>", `test images for linear CKA at the point (0: skip; default ${d.ckaImages})`, int)
+    .option("--seed <n>", `seed of the batch order (default ${d.seed})`, int)
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .option("--adversarial", "adversarial stitching (standard mode): T trained on PGD examples of the stitched model")
-    .addOption(
-      pixelOption("--eps <e>", "L-inf radius in pixel units, of training attacks and the robust evaluation", 8),
+    .option(
+      "--eps <e>",
+      `L-inf radius in pixel units, of training attacks and the robust evaluation (default ${over255(PGD_DEFAULTS.eps)})`,
+      fraction,
     )
-    .addOption(pixelOption("--pgd-step <s>", "PGD step in pixel units (training)", 2))
-    .option("--pgd-steps <n>", "PGD iterations (training)", int, 10)
-    .option("--adv-fraction <f>", "share of each batch made adversarial (the reference's attack_ratio)", num, 1)
+    .option("--pgd-step <s>", `PGD step in pixel units (training; default ${over255(PGD_DEFAULTS.step)})`, fraction)
+    .option("--pgd-steps <n>", `PGD iterations (training; default ${PGD_DEFAULTS.steps})`, int)
+    .option(
+      "--adv-fraction <f>",
+      `share of each batch made adversarial (the reference's attack_ratio; default ${STITCH_ADVERSARIAL_DEFAULTS.fraction})`,
+      num,
+    )
     .option("--robust-eval", "also score on adversarial test images made against the stitched model")
-    .option("--robust-eval-attack <name>", "apgd (APGD-CE and APGD-DLR, averaged) or pgd", "apgd")
-    .option("--robust-eval-steps <n>", "iterations of each robust-evaluation attack", int, 100)
+    .option(
+      "--robust-eval-attack <name>",
+      `${ROBUST_EVAL_ATTACKS.join(" or ")} (default ${ROBUST_EVAL_DEFAULTS.attack}: APGD-CE and APGD-DLR)`,
+    )
+    .option(
+      "--robust-eval-steps <n>",
+      `iterations of each robust-evaluation attack (default ${ROBUST_EVAL_DEFAULTS.steps})`,
+      int,
+    )
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
   addModelSourceOptions(cmd, "front");
   addModelSourceOptions(cmd, "back");
   cmd.action(async (o) => {
     requireDevice(o.device);
+    const cfg = stitchConfigFromFlags(o);
     const sink = progressSink("stitch", (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss}`);
-    const cfg: StitchConfig = {
-      ...d,
-      front: modelSourceFrom(o, "front", o.front),
-      back: modelSourceFrom(o, "back", o.back),
-      frontPoint: o.point,
-      backPoint: o.backPoint,
-      objective: o.objective,
-      mode: oneOf("--mode", STITCH_MODES, stitchModeOf(o.mode as string)) as (typeof STITCH_MODES)[number],
-      iris: o.iris,
-      dataset: o.dataset,
-      root: o.root,
-      imageSize: o.imageSize,
-      limit: o.limit ?? null,
-      testLimit: o.testLimit ?? null,
-      shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-      excess: oneOf("--excess", SHORTCUT_KINDS, o.excess) ?? null,
-      // Checked by the stitching layer's schema, as an experiment file's stitch: section is.
-      ...checkedFlags(stitchSettingsSchema, {
-        ...optional("epochs", o.epochs),
-        batchSize: o.batchSize,
-        lr: o.lr,
-        weightDecay: o.weightDecay,
-        init: o.init,
-        initImages: o.initImages,
-        ckaImages: o.ckaImages,
-        seed: o.seed,
-      }),
-      bnMode: oneOf("--bn-mode", BN_MODES, o.bnMode),
-      // Checked by the schemas an experiment file's stitch: section uses.
-      ...(o.adversarial
-        ? {
-            adversarial: checkedFlags(
-              adversarialSchema,
-              { eps: o.eps, step: o.pgdStep, steps: o.pgdSteps, fraction: o.advFraction },
-              { step: "--pgd-step", steps: "--pgd-steps", fraction: "--adv-fraction" },
-            ),
-          }
-        : {}),
-      ...(o.robustEval
-        ? {
-            robustEval: checkedFlags(
-              stitchRobustEvalSchema,
-              { attack: o.robustEvalAttack, eps: o.eps, steps: o.robustEvalSteps },
-              { attack: "--robust-eval-attack", steps: "--robust-eval-steps" },
-            ),
-          }
-        : {}),
-      device: o.device,
-    };
     // Before any training: a trained T that cannot be written is lost work.
     ensureWritableDir(o.out, "--out");
     const r = await runStitch(cfg, o.out, (p) =>

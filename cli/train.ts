@@ -1,26 +1,106 @@
 // `stitchlab train`: trains a base model (clean, with a pixel shortcut, or adversarially).
+// The flags are the training layer's settings (train/config.ts) under their CLI names: they parse
+// through its schema and resolve through resolveTrainConfig, as an experiment file's model entry does.
 import { existsSync, readdirSync } from "node:fs";
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { AUTOCAST_MODES } from "../torch/index.js";
-import { ROBUST_EVAL_ATTACKS } from "../train/evaluate.js";
+import type { Device } from "../torch/index.js";
 import {
-  adversarialSchema,
-  defaultLr,
+  PGD_DEFAULTS,
+  ROBUST_EVAL_ATTACKS,
+  ROBUST_EVAL_DEFAULTS,
+  resolveTrainConfig,
   simclrSchema,
-  TRAIN_DEFAULTS,
   TRAIN_METHODS,
   type TrainConfig,
-  trainModel,
   trainSettingsSchema,
-} from "../train/trainer.js";
+} from "../train/config.js";
+import { trainModel } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, int, num, oneOf, optional, pixelOption } from "./parse.js";
+import { checkedFlags, fraction, int, num, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
+/** The PGD flags, which mean something only with --adversarial. */
+const PGD_FLAGS = {
+  eps: "--eps",
+  pgdStep: "--pgd-step",
+  pgdSteps: "--pgd-steps",
+  advFraction: "--adv-fraction",
+} as const;
+
+/**
+ * `train`'s parsed flags to the resolved config: through the same schema and resolver as an
+ * experiment file's model entry (tested: the same settings give the same task key).
+ */
+export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
+  const given = (k: string) => o[k] !== undefined;
+  if (!o.adversarial) {
+    const stray = Object.entries(PGD_FLAGS).filter(([k]) => given(k));
+    if (stray.length || o.randomStart)
+      throw new Error(
+        `${[...stray.map(([, f]) => f), ...(o.randomStart ? ["--random-start"] : [])].join(", ")} ${stray.length + (o.randomStart ? 1 : 0) > 1 ? "are" : "is"} for adversarial training: add --adversarial`,
+      );
+  }
+  if (o.method !== "simclr" && (given("simclrEpochs") || given("temperature")))
+    throw new Error("--simclr-epochs and --temperature are for --method simclr");
+  const settings = checkedFlags(
+    trainSettingsSchema,
+    {
+      arch: o.model,
+      seed: o.seed,
+      epochs: o.epochs,
+      batchSize: o.batchSize,
+      ...optional("lr", o.lr),
+      ...optional("width", o.width),
+      ...optional("autocast", o.autocast),
+      shortcut: o.shortcut ?? null,
+      adversarial: o.adversarial
+        ? {
+            ...optional("eps", o.eps),
+            ...optional("step", o.pgdStep),
+            ...optional("steps", o.pgdSteps),
+            ...optional("fraction", o.advFraction),
+            randomStart: Boolean(o.randomStart),
+          }
+        : null,
+      ...(given("robustEvalAttack") || given("robustEvalSteps")
+        ? { robustEval: { ...optional("attack", o.robustEvalAttack), ...optional("steps", o.robustEvalSteps) } }
+        : {}),
+      ...optional("method", o.method),
+      ...(o.method === "simclr"
+        ? { simclr: { ...optional("epochs", o.simclrEpochs), ...optional("temperature", o.temperature) } }
+        : {}),
+    },
+    {
+      arch: "--model",
+      "adversarial.step": "--pgd-step",
+      "adversarial.steps": "--pgd-steps",
+      "adversarial.fraction": "--adv-fraction",
+      "robustEval.attack": "--robust-eval-attack",
+      "robustEval.steps": "--robust-eval-steps",
+      "simclr.epochs": "--simclr-epochs",
+    },
+  );
+  return resolveTrainConfig(
+    settings,
+    {
+      dataset: o.dataset as string,
+      root: (o.root as string | undefined) ?? null,
+      imageSize: (o.imageSize as number | undefined) ?? null,
+      limit: (o.limit as number | undefined) ?? null,
+      testLimit: (o.testLimit as number | undefined) ?? null,
+    },
+    (o.device as Device | undefined) ?? "cpu",
+  );
+}
+
+/** A pixel-unit value as k/255 for --help. */
+const over255 = (v: number): string => `${Math.round(v * 255)}/255`;
+
 export function registerTrainCommand(program: Command): void {
-  const d = TRAIN_DEFAULTS;
+  // The defaults --help shows are the schema's own.
+  const defaults = trainSettingsSchema.parse({ arch: "resnet18" });
   const cmd = program
     .command("train")
     .description(
@@ -37,89 +117,37 @@ export function registerTrainCommand(program: Command): void {
     .option("--test-limit <n>", "evaluate on the first n test images only", int)
     .option("--shortcut <kind>", `pixel shortcut in the training images: ${SHORTCUT_KINDS.join(", ")}`)
     .option("--adversarial", "Madry adversarial training (PGD, L-inf)")
-    .addOption(pixelOption("--eps <e>", "PGD radius in pixel units", 8))
-    .addOption(pixelOption("--pgd-step <s>", "PGD step in pixel units", 2))
-    .option("--pgd-steps <n>", "PGD iterations in training", int, 10)
-    .option("--adv-fraction <f>", "share of each batch made adversarial", num, 0.5)
+    .option("--eps <e>", `PGD radius in pixel units (default ${over255(PGD_DEFAULTS.eps)})`, fraction)
+    .option("--pgd-step <s>", `PGD step in pixel units (default ${over255(PGD_DEFAULTS.step)})`, fraction)
+    .option("--pgd-steps <n>", `PGD iterations in training (default ${PGD_DEFAULTS.steps})`, int)
+    .option("--adv-fraction <f>", `share of each batch made adversarial (default ${PGD_DEFAULTS.fraction})`, num)
     .option(
       "--random-start",
       "start each training attack from a random point in the ball (default: from the image, as the reference)",
     )
     .option(
       "--robust-eval-attack <name>",
-      `robust evaluation: ${ROBUST_EVAL_ATTACKS.join(" or ")} (apgd: APGD-CE and APGD-DLR, worst case per image)`,
-      d.robustEvalAttack,
+      `robust evaluation: ${ROBUST_EVAL_ATTACKS.join(" or ")} (default ${ROBUST_EVAL_DEFAULTS.attack}: APGD-CE and APGD-DLR, worst case per image)`,
     )
     .option(
       "--robust-eval-steps <n>",
-      `iterations of each robust-evaluation attack (default ${d.robustEvalSteps} for adversarial models; clean models: 0, none)`,
+      `iterations of each robust-evaluation attack (default ${ROBUST_EVAL_DEFAULTS.steps} for adversarial models; clean models: 0, none)`,
       int,
     )
-    .option("--seed <n>", "seed of initialisation, order and augmentation", int, d.seed)
-    .option("--epochs <n>", "epochs", int, d.epochs)
-    .option("--batch-size <n>", "batch size", int, d.batchSize)
-    .option("--lr <lr>", "learning rate (default: 0.1; 0.01 for VGG and ViTs)", num)
+    .option("--seed <n>", `seed of initialisation, order and augmentation (default ${defaults.seed})`, int)
+    .option("--epochs <n>", `epochs (default ${defaults.epochs})`, int)
+    .option("--batch-size <n>", `batch size (default ${defaults.batchSize})`, int)
+    .option("--lr <lr>", "learning rate (default: the architecture's, 0.1 for ResNets, 0.01 for VGG and ViTs)", num)
     .option("--width <w>", "width multiplier (CNNs)", num)
     .option(
       "--method <m>",
-      "supervised, or simclr: SimCLR pre-training (two augmented views, NT-Xent), then the classifier alone on the frozen backbone for --epochs",
-      "supervised",
+      `${TRAIN_METHODS.join(" or ")} (default ${defaults.method}); simclr: SimCLR pre-training (two augmented views, NT-Xent), then the classifier alone on the frozen backbone for --epochs`,
     )
     .option("--simclr-epochs <n>", "SimCLR pre-training epochs (default: --epochs, as the reference)", int)
-    .option("--temperature <t>", "SimCLR's NT-Xent temperature", num, 0.5);
-  computeOptions(cmd, d.device).action(async (o) => {
+    .option("--temperature <t>", `SimCLR's NT-Xent temperature (default ${simclrSchema.parse({}).temperature})`, num);
+  computeOptions(cmd, "cpu").action(async (o) => {
     requireDevice(o.device);
-    // Checked by the training layer's schemas, as an experiment file's model entry is.
-    const settings = checkedFlags(trainSettingsSchema, {
-      epochs: o.epochs,
-      lr: o.lr ?? defaultLr(o.model),
-      batchSize: o.batchSize,
-      seed: o.seed,
-      ...optional("width", o.width),
-    });
-    const adversarial = o.adversarial
-      ? checkedFlags(
-          adversarialSchema,
-          {
-            eps: o.eps,
-            step: o.pgdStep,
-            steps: o.pgdSteps,
-            fraction: o.advFraction,
-            randomStart: Boolean(o.randomStart),
-          },
-          { step: "--pgd-step", steps: "--pgd-steps", fraction: "--adv-fraction" },
-        )
-      : null;
-    const method = oneOf("--method", TRAIN_METHODS, o.method);
-    const simclr =
-      method === "simclr"
-        ? checkedFlags(
-            simclrSchema,
-            { epochs: o.simclrEpochs ?? settings.epochs, temperature: o.temperature },
-            { epochs: "--simclr-epochs" },
-          )
-        : null;
-    const cfg: TrainConfig = {
-      ...d,
-      model: o.model,
-      dataset: o.dataset,
-      root: o.root,
-      ...(o.imageSize !== undefined ? { imageSize: o.imageSize } : {}),
-      limit: o.limit,
-      testLimit: o.testLimit,
-      modelOptions: settings.width !== undefined ? { width: settings.width } : {},
-      shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut) ?? null,
-      adversarial,
-      robustEvalSteps: o.robustEvalSteps ?? (o.adversarial ? d.robustEvalSteps : 0),
-      robustEvalAttack: oneOf("--robust-eval-attack", ROBUST_EVAL_ATTACKS, o.robustEvalAttack) ?? d.robustEvalAttack,
-      seed: settings.seed,
-      epochs: settings.epochs,
-      batchSize: settings.batchSize,
-      lr: settings.lr,
-      device: o.device,
-      ...optional("autocast", oneOf("--autocast", AUTOCAST_MODES, o.autocast)),
-      ...(simclr ? { simclr: { epochs: simclr.epochs ?? settings.epochs, temperature: simclr.temperature } } : {}),
-    };
+    const cfg = trainConfigFromFlags(o);
     // A finished model is never overwritten by accident.
     if (!o.force && existsSync(o.out) && readdirSync(o.out).length > 0)
       throw new Error(

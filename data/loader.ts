@@ -46,8 +46,8 @@ export interface LoaderOptions {
   markers?: MarkerPlan | null;
   /** Normalise to float32 with these statistics; null keeps uint8 (default null). */
   normalization?: Normalization | null;
-  /** Device of the batches ("cpu", "cuda"); the uint8 batch is moved before conversion. */
-  device?: string;
+  /** Device of the batches (cpu, cuda, cuda:N); the uint8 batch is moved before conversion. */
+  device?: torch.Device;
 }
 
 /** The order in which images are visited in an epoch: identity, or a seeded permutation. */

@@ -64,7 +64,10 @@ export function denormalize(x: torch.Tensor, norm: Normalization): torch.Tensor 
  * The valid input range per channel in normalised space, [(0 - mean)/std, (1 - mean)/std]:
  * what IRI generation clamps to (PROTOCOL.md). Tensors [1, C, 1, 1] on the given device.
  */
-export function validRange(norm: Normalization, device = "cpu"): { min: torch.Tensor; max: torch.Tensor } {
+export function validRange(
+  norm: Normalization,
+  device: torch.Device = "cpu",
+): { min: torch.Tensor; max: torch.Tensor } {
   const c = norm.mean.length;
   const lo = norm.mean.map((m, i) => -m / norm.std[i]);
   const hi = norm.mean.map((m, i) => (1 - m) / norm.std[i]);

@@ -25,7 +25,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { cpus, hostname } from "node:os";
 import { join, relative } from "node:path";
-import { readJsonFile } from "../torch/files.js";
+import { readJsonFile, writeFileAtomic } from "../io/files.js";
 import * as torch from "../torch/index.js";
 import type { Task } from "./plan.js";
 
@@ -82,7 +82,15 @@ const MANIFEST = "manifest.json";
 export interface Manifest {
   key: string;
   files: { path: string; bytes: number; sha256: string }[];
-  made: { at: string; host: string; device: string; threads: number; libtorch: string; cpu: string; node: string };
+  made: {
+    at: string;
+    host: string;
+    device: torch.Device;
+    threads: number;
+    libtorch: string;
+    cpu: string;
+    node: string;
+  };
 }
 
 function listFiles(dir: string): string[] {
@@ -96,7 +104,7 @@ function listFiles(dir: string): string[] {
 }
 
 /** Writes the manifest into a complete partial folder and renames it into place. */
-export function finishEntry(cache: string, key: string, partial: string, device: string): void {
+export function finishEntry(cache: string, key: string, partial: string, device: torch.Device): void {
   const files = listFiles(partial)
     .filter((p) => relative(partial, p) !== MANIFEST)
     .map((p) => ({
@@ -117,7 +125,7 @@ export function finishEntry(cache: string, key: string, partial: string, device:
       node: process.version,
     },
   };
-  torch.writeFileAtomic(join(partial, MANIFEST), [`${JSON.stringify(manifest, null, 2)}\n`]);
+  writeFileAtomic(join(partial, MANIFEST), [`${JSON.stringify(manifest, null, 2)}\n`]);
   renameSync(partial, entryDir(cache, key));
 }
 
@@ -170,7 +178,7 @@ export function saveTasks(cache: string, tasks: Task[]): void {
   mkdirSync(join(cache, "tasks"), { recursive: true });
   for (const t of tasks) {
     const path = join(cache, "tasks", `${t.key}.json`);
-    if (!existsSync(path)) torch.writeFileAtomic(path, [`${JSON.stringify(t, null, 2)}\n`]);
+    if (!existsSync(path)) writeFileAtomic(path, [`${JSON.stringify(t, null, 2)}\n`]);
   }
 }
 
@@ -212,7 +220,7 @@ export function recordFailure(cache: string, key: string, error: string): void {
     attempt: Number(process.env.STITCHLAB_ATTEMPT ?? 1),
     at: new Date().toISOString(),
   };
-  torch.writeFileAtomic(failurePath(cache, key), [`${JSON.stringify(f, null, 2)}\n`]);
+  writeFileAtomic(failurePath(cache, key), [`${JSON.stringify(f, null, 2)}\n`]);
 }
 
 export function clearFailure(cache: string, key: string): void {

@@ -5,7 +5,8 @@
 // missing (not run: the run was stopped, or a task it needs failed).
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { readJsonFile, writeFileAtomic } from "../torch/files.js";
+import { readJsonFile, writeFileAtomic } from "../io/files.js";
+import type { Device } from "../torch/index.js";
 import { isDone, lockPath, readFailure } from "./cache.js";
 import { describeHolder, holderAlive, readHolder } from "./lock.js";
 import type { Plan } from "./plan.js";
@@ -14,7 +15,7 @@ export interface LocalRun {
   plan: Plan;
   cache: string;
   scale: string;
-  device: string;
+  device: Device;
   started: string;
 }
 

@@ -7,15 +7,13 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
-import type { ShortcutKind } from "../data/index.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
-import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
-import { STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
-import { formatObjective, parseObjective } from "../stitch/objectives.js";
-import { defaultLr, TRAIN_DEFAULTS, type TrainConfig } from "../train/trainer.js";
+import { type IrisConfig, resolveIrisConfig, resolveStitchConfig, type StitchConfig } from "../stitch/config.js";
+import { parseObjective } from "../stitch/objectives.js";
+import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { type TaskKind, taskKey } from "./cache.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
@@ -32,17 +30,8 @@ export interface TrainTask {
   kind: "train";
   config: TrainConfig;
 }
-export interface IrisTask {
-  kind: "iris";
-  front: ModelRef;
-  point: string;
-  dataset: string;
-  root?: string;
-  imageSize?: number;
-  shortcut: ShortcutKind | null;
-  limit: number | null;
-  options: IriOptions;
-}
+/** A task's spec holds its job's resolved config (less where it runs), so the key hashes every setting. */
+export type IrisTask = { kind: "iris"; front: ModelRef } & Omit<IrisConfig, "front" | "device">;
 export interface StitchTask {
   kind: "stitch";
   front: ModelRef;
@@ -161,33 +150,16 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           );
         models[name] = { ...spec, checkpoint: path, sha256: fileSha256(path) };
       } else {
-        if (spec.simclr && spec.method !== "simclr") throw new Error("simclr: settings are for method: simclr");
-        const config: TrainConfig = {
-          ...TRAIN_DEFAULTS,
-          model: spec.arch,
-          modelOptions: {
-            ...(spec.options as ModelOptions),
-            ...(spec.width !== undefined ? { width: spec.width } : {}),
-          },
-          dataset: (spec.dataset ?? data).name,
-          root: (spec.dataset ?? data).root,
-          ...((spec.dataset ?? data).imageSize !== undefined ? { imageSize: (spec.dataset ?? data).imageSize } : {}),
-          limit: (spec.dataset ?? data).limit,
-          testLimit: (spec.dataset ?? data).testLimit,
-          shortcut: spec.shortcut,
-          adversarial: spec.adversarial,
-          robustEvalSteps: spec.adversarial ? (spec.robustEval?.steps ?? TRAIN_DEFAULTS.robustEvalSteps) : 0,
-          robustEvalAttack: spec.robustEval?.attack ?? TRAIN_DEFAULTS.robustEvalAttack,
-          seed: spec.seed,
-          epochs: spec.epochs,
-          batchSize: spec.batchSize ?? TRAIN_DEFAULTS.batchSize,
-          lr: spec.lr ?? defaultLr(spec.arch),
-          // Only when set: an absent autocast must leave the task key as it was.
-          ...(spec.autocast !== undefined ? { autocast: spec.autocast } : {}),
-          ...(spec.method === "simclr"
-            ? { simclr: { epochs: spec.simclr?.epochs ?? spec.epochs, temperature: spec.simclr?.temperature ?? 0.5 } }
-            : {}),
-        };
+        const { dataset: own, ...settings } = spec;
+        const d = own ?? data;
+        const config = resolveTrainConfig(settings, {
+          dataset: d.name,
+          root: d.root ?? null,
+          imageSize: d.imageSize ?? null,
+          limit: d.limit ?? null,
+          testLimit: d.testLimit ?? null,
+        });
+        // (Its device is the runner's choice at run time: experiments/tasks.ts; never in a key.)
         models[name] = {
           task: add({ kind: "train", deps: [], label: `train ${name}`, spec: { kind: "train", config } }),
         };
@@ -213,20 +185,23 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     high("iris.seed", exp.iris.seed);
   }
 
-  for (const [i, o] of exp.objectives.entries()) {
+  // Objectives that do not parse are reported here, and planned nowhere.
+  const objectives = exp.objectives.filter((o, i) => {
     try {
       parseObjective(o);
+      return true;
     } catch (e) {
       problems.push(`objectives[${i}]: ${(e as Error).message}`);
+      return false;
     }
-  }
+  });
 
   const stitches: StitchRole[] = [];
-  const irisOptions: IriOptions = {
-    ...IRI_DEFAULTS,
-    // At 224 px the reference steps larger (stitch/iris.ts IRI_STEP_SIZE_224).
-    ...(data.imageSize !== undefined ? { stepSize: defaultIriStepSize(data.imageSize) } : {}),
-    ...stripUndefined({ ...exp.iris, limit: undefined }),
+  const dataOf = {
+    dataset: data.name,
+    root: data.root ?? null,
+    imageSize: data.imageSize ?? null,
+    testLimit: data.testLimit ?? null,
   };
   for (const [i, pair] of exp.pairs.entries()) {
     const where = `pairs[${i}]`;
@@ -264,55 +239,41 @@ export function planExperiment(exp: Experiment, file: string): Plan {
       for (const point of list) {
         let irisKey: string | null = null;
         if (exp.modes.includes("iris")) {
-          const spec: IrisTask = {
-            kind: "iris",
-            front: frontRef,
-            point,
-            dataset: data.name,
-            root: data.root,
-            // Only when set: an absent image size leaves the keys of 32 px IRI sets as they were.
-            ...(data.imageSize !== undefined ? { imageSize: data.imageSize } : {}),
-            shortcut,
-            limit: exp.iris.limit,
-            options: r === 0 ? irisOptions : { ...irisOptions, seed: irisOptions.seed + REPLICATE_SEED_STRIDE * r },
-          };
+          // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is its own.
+          const {
+            front: _f,
+            device: _d,
+            ...cfg
+          } = resolveIrisConfig(
+            { front: "", point },
+            { ...exp.iris, ...(r > 0 ? { seed: (exp.iris.seed ?? 0) + REPLICATE_SEED_STRIDE * r } : {}) },
+            { ...dataOf, shortcut },
+          );
+          const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg };
           const deps = "task" in frontRef ? [frontRef.task] : [];
           irisKey = add({ kind: "iris", deps, label: `iris ${pair.front} @ ${point}${rep(r)}`, spec });
         }
-        for (const objective of exp.objectives)
+        for (const objective of objectives)
           for (const mode of exp.modes)
             for (const seed of exp.seeds) {
-              const st = exp.stitch;
-              const config: StitchTask["config"] = {
-                ...STITCH_CONFIG_DEFAULTS,
-                ...stripUndefined({
-                  batchSize: st.batchSize,
-                  lr: st.lr,
-                  weightDecay: st.weightDecay,
-                  init: st.init,
-                  initImages: st.initImages,
-                  ckaImages: st.ckaImages,
-                }),
-                frontPoint: point,
-                backPoint: point,
-                // One spelling per set of weights, so "slm", "SLM" and "slm:1" share a key.
-                objective: formatObjective(parseObjective(objective)),
-                mode,
-                dataset: data.name,
-                root: data.root,
-                ...(data.imageSize !== undefined ? { imageSize: data.imageSize } : {}),
-                limit: st.limit,
-                shortcut,
-                testLimit: data.testLimit ?? null,
-                epochs: st.epochs,
-                bnMode: st.bnMode?.[mode],
-                excess,
-                seed: seed + REPLICATE_SEED_STRIDE * r,
-                // Only when set, so that the keys of runs without them stay as they were.
-                // Adversarial stitching trains on real images: standard runs only.
-                ...(st.adversarial && mode === "standard" ? { adversarial: st.adversarial } : {}),
-                ...(st.robustEval ? { robustEval: st.robustEval } : {}),
-              };
+              // Resolved as the stitch command resolves its flags (stitch/config.ts). Adversarial
+              // stitching trains on real images: standard runs only.
+              const { shortcut: _s, adversarial, ...st } = exp.stitch;
+              const {
+                front: _f,
+                back: _b,
+                iris: _i,
+                device: _d,
+                ...config
+              } = resolveStitchConfig(
+                { front: "", back: "", frontPoint: point, objective, mode, iris: mode === "iris" ? irisKey : null },
+                {
+                  ...st,
+                  ...(adversarial && mode === "standard" ? { adversarial } : {}),
+                  seed: seed + REPLICATE_SEED_STRIDE * r,
+                },
+                { ...dataOf, shortcut, excess },
+              );
               const deps = [...new Set(modelDeps)];
               const spec: StitchTask = {
                 kind: "stitch",
@@ -352,8 +313,4 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     stitches,
     models,
   };
-}
-
-function stripUndefined<T extends Record<string, unknown>>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

@@ -4,12 +4,12 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
+import { readJsonFile, repoRoot, stitchlabVersion, writeFileAtomic } from "../io/files.js";
 import { asModelSource, isStitchlabCheckpoint, sidecarPath } from "../models/checkpoint.js";
-import type { IriPreview, ModelRow, StitchRow } from "../report/index.js";
-import { writeReport } from "../report/index.js";
+import type { IriPreview, ModelRow, StitchRow, SummaryRow } from "../report/index.js";
+import { summarize, writeReport } from "../report/index.js";
 import type { IriSetInfo } from "../stitch/iriset.js";
 import type { StitchResult } from "../stitch/jobs.js";
-import { readJsonFile, repoRoot } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 import { taskDir } from "./cache.js";
 import type { Plan } from "./plan.js";
@@ -152,7 +152,7 @@ export function environment(
 ): Record<string, string | number | boolean> {
   const b = torch.buildInfo();
   return {
-    stitchlab: readJson<{ version: string }>(join(repoRoot, "package.json")).version,
+    stitchlab: stitchlabVersion,
     commit: gitCommit(),
     libtorch: b.torch,
     node: process.version,
@@ -172,6 +172,8 @@ export async function writeResults(
   extra: Record<string, string | number | boolean> = {},
 ): Promise<{
   rows: StitchRow[];
+  /** summarize(rows), made once here for the reading, the report's tables and figures, and the terminal. */
+  summary: SummaryRow[];
   iris: (IriPreview & { key: string })[];
   reading: string[];
   warnings: Warning[];
@@ -183,24 +185,26 @@ export async function writeResults(
   // A run in which no stitch finished has nothing to report: an earlier run's report in the same
   // folder is worth more than an empty one (the errors are in the terminal and in the cache).
   if (rows.length === 0 && existsSync(join(out, "results.csv")))
-    return { rows, iris: [], reading: [], warnings: [], kept: true };
+    return { rows, summary: [], iris: [], reading: [], warnings: [], kept: true };
   const iris = irisSummaries(plan, cache);
   // One reading for the terminal and the report (experiments/summary.ts).
+  const summarized = summarize(rows);
   const warned = warnings(rows, numClassesOf(plan, cache));
-  const read = reading(rows, { settings: settingsLines(plan.experiment), warnings: warned });
+  const read = reading(rows, { settings: settingsLines(plan), warnings: warned, summary: summarized });
   const env = environment({ cache, ...extra });
   const failed = Object.entries(summary.errors).map(([k, e]) => `${k}: ${e}`);
-  torch.writeFileAtomic(join(out, "plan.json"), [
+  writeFileAtomic(join(out, "plan.json"), [
     `${JSON.stringify({ experiment: plan.experiment, tasks: plan.tasks.map((t) => ({ key: t.key, label: t.label, deps: t.deps })) }, null, 2)}\n`,
   ]);
-  torch.writeFileAtomic(join(out, "run.json"), [
+  writeFileAtomic(join(out, "run.json"), [
     `${JSON.stringify({ seconds: summary.seconds, states: summary.states, errors: summary.errors }, null, 2)}\n`,
   ]);
-  torch.writeFileAtomic(join(out, "env.json"), [`${JSON.stringify(env, null, 2)}\n`]);
+  writeFileAtomic(join(out, "env.json"), [`${JSON.stringify(env, null, 2)}\n`]);
   await writeReport(
     {
       title: plan.experiment.name,
       rows,
+      summary: summarized,
       models: modelRows(plan, cache),
       iris,
       environment: env,
@@ -213,5 +217,5 @@ export async function writeResults(
     },
     out,
   );
-  return { rows, iris, reading: read, warnings: warned, kept: false };
+  return { rows, summary: summarized, iris, reading: read, warnings: warned, kept: false };
 }

@@ -5,6 +5,7 @@
 // left holding a task's lock for the next run to wait on.
 import { type ChildProcess, spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
+import type { Device } from "../torch/index.js";
 import { isDone, saveTasks } from "./cache.js";
 import type { Plan, Task } from "./plan.js";
 import { runTask, taskCommand } from "./tasks.js";
@@ -31,7 +32,7 @@ export interface RunOptions {
   cache: string;
   workers?: number;
   /** cpu or cuda (cuda:1, ...); every task runs there. */
-  device?: string;
+  device?: Device;
   onEvent?: (e: RunEvent) => void;
   /**
    * Stops the run: no task starts any more, the worker processes are ended (SIGTERM, then
@@ -75,11 +76,55 @@ async function stopWorkers(workers: Workers): Promise<void> {
   await ended;
 }
 
+/**
+ * Whole lines from a stream that arrives in chunks: push() each chunk as it comes, end() when the
+ * stream ends. A chunk may end inside a line (a pipe delivers what was written so far): that
+ * part is kept until the rest comes; end() gives a last line that had no newline. Lines are
+ * given without their "\n" (or "\r\n"), blank ones left out.
+ */
+export function lineSplitter(onLine: (line: string) => void): { push: (chunk: string) => void; end: () => void } {
+  let partial = "";
+  const give = (line: string) => {
+    const l = line.endsWith("\r") ? line.slice(0, -1) : line;
+    if (l.trim()) onLine(l);
+  };
+  return {
+    push(chunk) {
+      const lines = (partial + chunk).split("\n");
+      partial = lines.pop() ?? "";
+      for (const l of lines) give(l);
+    },
+    end() {
+      const last = partial;
+      partial = "";
+      give(last);
+    },
+  };
+}
+
+/**
+ * A line of a worker's stdout (its protocol: experiments/tasks.ts runTaskOfCache) as progress
+ * fields, or null for the others: an event, such as the line that ends the task
+ * ({"event":"done","key":...,"state":...}: the runner learns the end from the exit status, and a
+ * person has no use for it), and anything that is not a JSON object.
+ */
+export function progressFields(line: string): Record<string, number | string> | null {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch {
+    return null;
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) return null;
+  if ("event" in parsed) return null;
+  return parsed as Record<string, number | string>;
+}
+
 function runChild(
   cache: string,
   task: Task,
   threads: number,
-  device: string,
+  device: Device,
   workers: Workers,
   onLine: (line: string) => void,
 ): Promise<void> {
@@ -103,9 +148,11 @@ function runChild(
       ),
     );
     let err = "";
-    child.stdout.setEncoding("utf8").on("data", (d: string) => {
-      for (const l of d.split("\n")) if (l.trim()) onLine(l);
-    });
+    // Line by line: a JSON line split across two chunks is read whole, not lost.
+    const lines = lineSplitter(onLine);
+    child.stdout.setEncoding("utf8").on("data", (d: string) => lines.push(d));
+    // 'end' comes before the child's 'close', so the last line is read before the task ends.
+    child.stdout.on("end", () => lines.end());
     child.stderr.setEncoding("utf8").on("data", (d: string) => {
       err += d;
     });
@@ -168,11 +215,8 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
             await runTask(cache, t, (fields) => emit({ kind: "progress", task: t, index: n, total, fields }), device);
           else
             await runChild(cache, t, threads, device, children, (line) => {
-              try {
-                emit({ kind: "progress", task: t, index: n, total, fields: JSON.parse(line) });
-              } catch {
-                // not a progress line
-              }
+              const fields = progressFields(line);
+              if (fields) emit({ kind: "progress", task: t, index: n, total, fields });
             });
           states[t.key] = "ran";
           emit({ kind: "done", task: t, index: n, total, seconds: (performance.now() - t0) / 1000 });

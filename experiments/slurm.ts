@@ -1,8 +1,9 @@
 // The Slurm executor: a plan's unfinished tasks become sbatch jobs whose --dependency=afterok
 // lists mirror the task graph, plus one report job that runs after all of them. stitchlab does
 // no scheduling of its own: Slurm starts, orders and cancels jobs; the cache (on the shared
-// filesystem) says what is finished. Each job runs `stitchlab task KEY`, which is idempotent,
-// so a job can be run again by hand to debug it.
+// filesystem) says what is finished. Each job runs one task in the worker script
+// (experiments/worker.ts, as `stitchlab task KEY` does), which is idempotent, so a job can be run
+// again by hand to debug it; the report job runs the worker's report mode (`stitchlab report OUT`).
 //
 // Where things are written:
 //   <cache>/jobs/<key>.json   the Slurm jobs ever submitted for a task (last one current); shared
@@ -14,12 +15,12 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { readJsonFile } from "../torch/files.js";
-import * as torch from "../torch/index.js";
+import { readJsonFile, writeFileAtomic } from "../io/files.js";
+import type { Device } from "../torch/index.js";
 import { isDone, readFailure, saveTasks } from "./cache.js";
 import type { Plan, Task } from "./plan.js";
 import { type JobState, jobStates, LIVE } from "./squeue.js";
-import { cliCommand, taskCommand } from "./tasks.js";
+import { reportCommand, taskCommand } from "./tasks.js";
 
 export interface SlurmOptions {
   partition?: string;
@@ -34,8 +35,8 @@ export interface SlurmOptions {
   sbatchArgs: string[];
   /** How many times a failed task is run again inside its job before the job fails. */
   retries: number;
-  /** The device the tasks run on (cpu, cuda); not part of any task's key. */
-  device: string;
+  /** The device the tasks run on (cpu, cuda, cuda:N); not part of any task's key. */
+  device: Device;
   /** Shell lines each job runs first (module load ..., source venv/bin/activate). */
   setup?: string;
 }
@@ -92,7 +93,7 @@ export function taskJobs(cache: string, key: string): string[] {
 function recordJob(cache: string, key: string, jobId: string): void {
   mkdirSync(join(cache, "jobs"), { recursive: true });
   const jobs = [...taskJobs(cache, key), jobId];
-  torch.writeFileAtomic(jobsPath(cache, key), [`${JSON.stringify({ key, jobs }, null, 2)}\n`]);
+  writeFileAtomic(jobsPath(cache, key), [`${JSON.stringify({ key, jobs }, null, 2)}\n`]);
 }
 
 /** sbatch's arguments for one job (everything but the script, which goes to stdin). */
@@ -137,7 +138,7 @@ export function taskScript(o: SlurmOptions, cache: string, key: string): string 
 }
 
 function reportScript(o: SlurmOptions, out: string): string {
-  const cmd = [process.execPath, ...cliCommand("report", out)].map(sh).join(" ");
+  const cmd = [process.execPath, ...reportCommand(out)].map(sh).join(" ");
   return ["#!/bin/bash", ...(o.setup ? [o.setup] : []), "set -u", cmd, ""].join("\n");
 }
 
@@ -178,7 +179,7 @@ export function submitPlan(
   };
   const record = () => {
     const r: SlurmRun = { ...run, plan, reportJob: result.reportJob, submitted: new Date().toISOString() };
-    torch.writeFileAtomic(slurmRunPath(out), [`${JSON.stringify(r, null, 2)}\n`]);
+    writeFileAtomic(slurmRunPath(out), [`${JSON.stringify(r, null, 2)}\n`]);
   };
   try {
     for (const t of todo) {

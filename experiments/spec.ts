@@ -6,17 +6,19 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { DATASET_NAMES, SHORTCUT_KINDS } from "../data/index.js";
+import { DATASET_NAMES } from "../data/index.js";
 import { modelSourceSchema } from "../models/checkpoint.js";
-import { iriOptionsSchema } from "../stitch/iris.js";
-import { STITCH_MODE_NAMES, stitchModeOf, stitchRobustEvalSchema, stitchSettingsSchema } from "../stitch/jobs.js";
-import { BN_MODES } from "../stitch/train.js";
-import { AUTOCAST_MODES } from "../torch/index.js";
-import { adversarialSchema, simclrSchema, TRAIN_METHODS, trainSettingsSchema } from "../train/trainer.js";
+import {
+  irisSettingsSchema,
+  STITCH_MODE_NAMES,
+  shortcutSchema,
+  stitchModeOf,
+  stitchSettingsSchema,
+} from "../stitch/config.js";
+import { seedSchema, trainSettingsSchema } from "../train/config.js";
 
 const int = (min = 0) => z.number().int().min(min);
-const shortcut = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
-const autocast = z.enum(AUTOCAST_MODES);
+const shortcut = shortcutSchema;
 
 const datasetSchema = z
   .object({
@@ -30,36 +32,13 @@ const datasetSchema = z
   })
   .strict();
 
-const trainedModelSchema = z
-  .object({
-    arch: z.string().describe("zoo model: resnet18, vgg16_bn, vit_tiny_patch4_32, vit_base_patch16_224"),
-    // The training settings' own schema (train/trainer.ts), bounds included.
-    width: trainSettingsSchema.shape.width,
-    options: z.record(z.string(), z.unknown()).optional().describe("other createModel options"),
-    seed: trainSettingsSchema.shape.seed.default(0),
-    epochs: trainSettingsSchema.shape.epochs,
-    lr: trainSettingsSchema.shape.lr.optional(),
-    batchSize: trainSettingsSchema.shape.batchSize.optional(),
-    autocast: autocast
-      .optional()
-      .describe("mixed precision: bf16 runs forward and loss under bfloat16 autocast (default: float32)"),
-    shortcut: shortcut.nullable().default(null).describe("train with this pixel shortcut in the images"),
+// A model trained here: the training layer's settings (train/config.ts, defaults and bounds
+// included), plus the dataset when it is not the experiment's.
+const trainedModelSchema = trainSettingsSchema
+  .extend({
     dataset: datasetSchema
       .optional()
       .describe("train on another dataset than the experiment's (e.g. a front from LS-ImageNet-10)"),
-    robustEval: z
-      .object({ attack: z.enum(["apgd", "pgd"]).optional(), steps: int().optional() })
-      .strict()
-      .optional()
-      .describe(
-        "robust evaluation of an adversarially trained model: APGD-CE and APGD-DLR (default) or PGD, 100 iterations each by default",
-      ),
-    adversarial: adversarialSchema.nullable().default(null).describe("Madry adversarial training (pixel units)"),
-    method: z
-      .enum(TRAIN_METHODS)
-      .default("supervised")
-      .describe("supervised, or simclr: SimCLR pre-training, then the classifier alone on the frozen backbone"),
-    simclr: simclrSchema.optional().describe("SimCLR's epochs and temperature (method simclr)"),
   })
   .strict();
 
@@ -84,43 +63,19 @@ const pairSchema = z
   })
   .strict();
 
-// The IRI settings are the IRI layer's schema (stitch/iris.ts), each optional, plus how many.
-const irisSchema = iriOptionsSchema
-  .partial()
-  .extend({
-    limit: int(1).nullable().default(null).describe("IRIs per (front, point): the first n training images"),
-  })
-  .strict();
+// The IRI settings are the IRI layer's (stitch/config.ts), each with its default.
+const irisSchema = irisSettingsSchema;
 
-// How T is trained is the stitching layer's schema (stitch/jobs.ts), each optional (the seeds
-// are the experiment's own), plus which data and batch-norm modes.
+// How T is trained is the stitching layer's schema (stitch/config.ts; the seeds are the
+// experiment's own), plus which data carry markers.
 const stitchSchema = stitchSettingsSchema
   .omit({ seed: true })
-  .partial()
   .extend({
-    limit: int(1).nullable().default(null).describe("real training images for standard mode and the init pool"),
     shortcut: shortcut
       .nullable()
       .default(null)
       .describe(
         "mark every pair's stitching data (real training images, the IRIs' sources and the test set) with this shortcut; a pair's own shortcut overrides it",
-      ),
-    adversarial: adversarialSchema
-      .optional()
-      .describe(
-        "adversarial stitching: T trained on PGD examples of the stitched model (standard runs; the reference's robust: mandry with attack_ratio as fraction)",
-      ),
-    robustEval: stitchRobustEvalSchema
-      .optional()
-      .describe(
-        "score each stitched model on adversarial test images made against it: APGD-CE and APGD-DLR (default) or PGD; robust_accuracy and robust_agreement_prob in results.csv",
-      ),
-    bnMode: z
-      .object({ standard: z.enum(BN_MODES).optional(), iris: z.enum(BN_MODES).optional() })
-      .strict()
-      .optional()
-      .describe(
-        "frozen networks' batch norm per mode: adapt, batch or eval (default: adapt for standard, eval for iris)",
       ),
   })
   .strict();
@@ -139,11 +94,7 @@ export const experimentSchema = z
       .min(1)
       .default(["standard", "iris"])
       .describe("standard and/or invariance-aware (also written iris)"),
-    seeds: z
-      .array(int().max(2 ** 31 - 1, "at most 2^31 - 1"))
-      .min(1)
-      .default([0])
-      .describe("stitching seeds (batch order)"),
+    seeds: z.array(seedSchema).min(1).default([0]).describe("stitching seeds (batch order)"),
     replicates: int(1)
       .max(1000, "at most 1000")
       .default(1)
@@ -163,8 +114,8 @@ export const experimentSchema = z
       .describe(
         "also score on test sets with class-consistent markers and with rolled ones (excess agreement): a marker kind, or true for each pair's own shortcut",
       ),
-    iris: irisSchema.default({ limit: null }),
-    stitch: stitchSchema.default({ limit: null, shortcut: null }),
+    iris: irisSchema.prefault({}),
+    stitch: stitchSchema.prefault({}),
     scales: z
       .record(z.string(), z.record(z.string(), z.unknown()))
       .optional()

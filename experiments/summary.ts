@@ -15,11 +15,10 @@ import {
   pointsOf,
   rowKey,
   type StitchRow,
+  type SummaryRow,
   summarize,
 } from "../report/index.js";
-import { IRI_DEFAULTS } from "../stitch/iris.js";
-import { defaultBnMode } from "../stitch/train.js";
-import { type Experiment, isLoaded } from "./spec.js";
+import type { IrisTask, Plan, StitchTask } from "./plan.js";
 
 function columns(lines: string[][]): string {
   const widths = lines[0].map((_, i) => Math.max(...lines.map((l) => (l[i] ?? "").length)));
@@ -33,9 +32,11 @@ function columns(lines: string[][]): string {
     .join("\n");
 }
 
-/** Agreement probability, one line per (pair, objective, mode), one column per point: mean ± 95% half-width. */
-export function agreementTable(rows: StitchRow[]): string {
-  const summary = summarize(rows);
+/**
+ * Agreement probability, one line per (pair, objective, mode), one column per point: mean ± 95%
+ * half-width. `summary`: summarize(rows), passed in where the report already made it.
+ */
+export function agreementTable(rows: StitchRow[], summary: SummaryRow[] = summarize(rows)): string {
   const points = pointsOf(rows);
   const lines = [["pair", "front->back", "objective", "mode", "n", ...points]];
   for (const ss of groupBy(summary, groupKey).values()) {
@@ -270,10 +271,14 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
  * compared point by point on invariance-aware agreement, and a difference is stated only where
  * the intervals separate.
  */
-export function reading(rows: StitchRow[], opts: { settings?: string[]; warnings?: Warning[] } = {}): string[] {
+export function reading(
+  rows: StitchRow[],
+  opts: { settings?: string[]; warnings?: Warning[]; summary?: SummaryRow[] } = {},
+): string[] {
   const out: string[] = [...(opts.settings ?? [])];
   if (rows.length === 0) return [...out, "No stitch has finished: nothing to read."];
-  const summary = summarize(rows);
+  // summarize(rows), passed in where the report already made it (experiments/results.ts).
+  const summary = opts.summary ?? summarize(rows);
   const points = pointsOf(rows);
   const pairs = [...new Set(rows.map((r) => r.pair))];
   const n = Math.max(...summary.map((s) => s.n));
@@ -356,37 +361,44 @@ export function reading(rows: StitchRow[], opts: { settings?: string[]; warnings
 
 /**
  * The settings a reader needs next to the numbers: models (widths, epochs, shortcuts), images,
- * the IRI optimiser and steps, stitching epochs and images, batch-norm modes, replicates.
+ * the IRI optimiser and steps, stitching epochs and images, batch-norm modes, replicates. Read
+ * from the plan's resolved configs (what the tasks ran and their keys hash), never re-derived.
  */
-export function settingsLines(exp: Experiment): string[] {
-  const models = Object.entries(exp.models).map(([name, m]) =>
-    isLoaded(m)
-      ? `${name} (checkpoint ${m.checkpoint})`
-      : `${name} (${m.arch}${m.width !== undefined ? ` width ${m.width}` : ""}, ${m.epochs} epochs, seed ${m.seed}${m.shortcut ? `, ${m.shortcut} shortcut` : ""}${m.adversarial ? ", adversarial" : ""})`,
-  );
+export function settingsLines(plan: Plan): string[] {
+  const exp = plan.experiment;
+  const configOf = (key: string) => plan.tasks.find((t) => t.key === key)?.spec;
+  const models = Object.entries(plan.models).map(([name, ref]) => {
+    const spec = "task" in ref ? configOf(ref.task) : undefined;
+    if (spec?.kind !== "train") return `${name} (checkpoint ${"checkpoint" in ref ? ref.checkpoint : "?"})`;
+    const m = spec.config;
+    const width = m.modelOptions.width;
+    return `${name} (${m.model}${width !== undefined ? ` width ${width}` : ""}, ${m.epochs} epochs, seed ${m.seed}${m.shortcut ? `, ${m.shortcut} shortcut` : ""}${m.adversarial ? ", adversarial" : ""})`;
+  });
   const d = exp.dataset;
-  const iris = exp.iris;
-  const st = exp.stitch;
-  const marked = exp.pairs.filter((p) => (p.shortcut !== undefined ? p.shortcut : st.shortcut));
+  const iris = plan.tasks.map((t) => t.spec).find((t): t is IrisTask => t.kind === "iris");
+  const stitch = (mode: string) =>
+    plan.tasks.map((t) => t.spec).find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === mode)?.config;
+  const st = stitch("standard") ?? stitch("iris");
+  const marked = exp.pairs.filter((p) => (p.shortcut !== undefined ? p.shortcut : exp.stitch.shortcut));
   // Only the modes the experiment runs are described.
-  const modes = exp.modes as string[];
   const bn = [
-    ...(modes.includes("standard") ? [`${st.bnMode?.standard ?? defaultBnMode("standard")} (standard)`] : []),
-    ...(modes.includes("iris") ? [`${st.bnMode?.iris ?? defaultBnMode("iris")} (invariance-aware)`] : []),
+    ...(stitch("standard") ? [`${stitch("standard")?.bnMode} (standard)`] : []),
+    ...(stitch("iris") ? [`${stitch("iris")?.bnMode} (invariance-aware)`] : []),
   ];
+  const adv = stitch("standard")?.adversarial;
   return [
     `Settings: ${d.name}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
-    (modes.includes("iris")
-      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.optimizer ?? IRI_DEFAULTS.optimizer} optimiser, ${iris.steps ?? IRI_DEFAULTS.steps} steps from ${iris.start === "image" ? "another image" : `${iris.start ?? IRI_DEFAULTS.start} noise`}${iris.keepBest ? ", best iterate kept" : ""}. `
+    (iris
+      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}. `
       : "") +
-      `Stitching: ${st.epochs ?? "30 (12 for image folders)"} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize ?? 128}; ` +
+      (st ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}; ` : "") +
       `batch norm ${bn.join(" and ")}. ` +
-      (st.adversarial
-        ? `Adversarial stitching (standard runs): T on PGD examples, eps ${st.adversarial.eps.toFixed(4)}, ${st.adversarial.steps} steps, fraction ${st.adversarial.fraction}. `
+      (adv
+        ? `Adversarial stitching (standard runs): T on PGD examples, eps ${adv.eps.toFixed(4)}, ${adv.steps} steps, fraction ${adv.fraction}. `
         : "") +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
       (marked.length
-        ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? st.shortcut})`).join(", ")}.`
+        ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? exp.stitch.shortcut})`).join(", ")}.`
         : ""),
   ];
 }

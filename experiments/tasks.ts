@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ModelSourceLike } from "../models/checkpoint.js";
 import { runIris, runStitch } from "../stitch/jobs.js";
-import { requireDevice } from "../torch/index.js";
+import { type Device, requireDevice } from "../torch/index.js";
 import { trainModel } from "../train/trainer.js";
 import {
   clearFailure,
@@ -40,7 +40,7 @@ function nodeCommand(entry: string, args: string[]): string[] {
   return [...(fromSource ? ["--import", import.meta.resolve("tsx")] : []), script, ...args];
 }
 
-/** Node's arguments that run the stitchlab CLI with `args` (a Slurm report job, the tests). */
+/** Node's arguments that run the stitchlab CLI with `args` (the tests, the benchmarks). */
 export const cliCommand = (...args: string[]): string[] => nodeCommand("cli/main", args);
 
 /**
@@ -50,6 +50,12 @@ export const cliCommand = (...args: string[]): string[] => nodeCommand("cli/main
  */
 export const taskCommand = (cache: string, key: string): string[] =>
   nodeCommand("experiments/worker", [key, "--cache", cache]);
+
+/**
+ * Node's arguments that report the run in folder `out` from the cache (a Slurm run's report job):
+ * the worker script in its report mode, as `stitchlab report OUT` does it.
+ */
+export const reportCommand = (out: string): string[] => nodeCommand("experiments/worker", ["--report", out]);
 
 export type TaskEvent = { key: string; progress: Record<string, number | string> };
 
@@ -65,7 +71,7 @@ export type TaskEvent = { key: string; progress: Record<string, number | string>
 export async function runTaskOfCache(
   cache: string,
   key: string,
-  device: string,
+  device: Device,
   write: (line: string) => void = (line) => console.log(line),
 ): Promise<void> {
   let last = 0;
@@ -99,7 +105,7 @@ export async function runTask(
   cache: string,
   task: Task,
   onProgress: (fields: Record<string, number | string>) => void = () => {},
-  device = "cpu",
+  device: Device = "cpu",
 ): Promise<"cached" | "ran"> {
   const final = taskDir(cache, task.kind, task.key);
   if (isDone(cache, task.key)) return "cached";
@@ -133,7 +139,7 @@ async function makeTask(
   task: Task,
   final: string,
   onProgress: (fields: Record<string, number | string>) => void,
-  device: string,
+  device: Device,
 ): Promise<void> {
   const partial = `${final}.partial`;
   const spec = task.spec;
@@ -172,7 +178,7 @@ async function makeTask(
         ...spec.config,
         front: modelSource(cache, spec.front),
         back: modelSource(cache, spec.back),
-        iris: spec.iris ? taskDir(cache, "iris", spec.iris) : undefined,
+        iris: spec.iris ? taskDir(cache, "iris", spec.iris) : null,
         device,
       },
       partial,

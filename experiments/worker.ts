@@ -4,9 +4,14 @@
 // (experiments/slurm.ts); it lives here, not in cli/, so that experiments/ never starts the CLI.
 // Its protocol: progress and the end as JSON lines on stdout (runTaskOfCache), and on failure
 // exit status 1 with the error as the last stderr line, prefixed "stitchlab: ".
+//
+// `worker --report OUT` is its report mode, a Slurm run's report job (reportCommand in
+// experiments/tasks.ts): it writes the run's folder from the cache and prints what `stitchlab
+// report OUT` prints (experiments/report.ts).
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { Worker } from "node:worker_threads";
+import { parseDevice } from "../torch/index.js";
 import { runTaskOfCache } from "./tasks.js";
 
 /**
@@ -40,18 +45,28 @@ try {
   const { positionals, values } = parseArgs({
     options: {
       cache: { type: "string" },
-      // Its form was checked where the run was asked for (the CLI's --device); whether this
-      // process can use it is checked by runTaskOfCache.
+      // A string on the command line: parsed to a Device below (parseDevice), as the CLI's
+      // --device is; whether this process can use it is checked by runTaskOfCache.
       device: { type: "string", default: "cpu" },
       "exit-with-parent": { type: "boolean", default: false },
+      report: { type: "string" },
     },
     allowPositionals: true,
   });
   const [key, ...extra] = positionals;
-  if (!key || extra.length || !values.cache)
-    throw new Error("usage: worker KEY --cache DIR [--device D] [--exit-with-parent]");
-  if (values["exit-with-parent"]) exitWithParent();
-  await runTaskOfCache(resolve(values.cache), key, values.device);
+  if (values.report !== undefined) {
+    if (positionals.length || values.cache) throw new Error("usage: worker --report OUT");
+    // Loaded only here: a task's worker has no use for report/ (vega-lite, the renderer).
+    const { reportFolder, reportText } = await import("./report.js");
+    const { text, stream } = reportText(await reportFolder(values.report));
+    if (stream === "stderr") console.error(text);
+    else console.log(text);
+  } else {
+    if (!key || extra.length || !values.cache)
+      throw new Error("usage: worker KEY --cache DIR [--device D] [--exit-with-parent], or worker --report OUT");
+    if (values["exit-with-parent"]) exitWithParent();
+    await runTaskOfCache(resolve(values.cache), key, parseDevice(values.device));
+  }
 } catch (e) {
   console.error(`stitchlab: ${(e as Error).message}`);
   process.exit(1);

@@ -5,9 +5,12 @@ import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { z } from "zod";
 import { type Normalization, normalizationFor } from "../data/transforms.js";
-import { readJsonFile, stitchlabVersion } from "../torch/files.js";
+import { readJsonFile, stitchlabVersion, writeFileAtomic } from "../io/files.js";
+import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
+import { torchLoad } from "../io/torchsave.js";
 import * as torch from "../torch/index.js";
 import { describeMismatch, inferOptions, recogniseStateDict, type StateDict, unwrapStateDict } from "./foreign.js";
+import { type ModelRecord, modelRecord } from "./record.js";
 import { createModel, type ModelOptions, modelNames } from "./registry.js";
 import type { StitchableModel } from "./stitchable.js";
 
@@ -26,6 +29,16 @@ export interface CheckpointMeta {
 
 export const sidecarPath = (path: string): string => `${path.replace(/\.safetensors$/, "")}.json`;
 
+/**
+ * The dataset a source's model was trained on, from a stitchlab checkpoint's sidecar alone (no
+ * weights read): what a command defaults --dataset to. Null for weights made elsewhere.
+ */
+export function checkpointDataset(source: ModelSourceLike): string | null {
+  const path = asModelSource(source).checkpoint;
+  if (!isStitchlabCheckpoint(path)) return null;
+  return readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar").dataset ?? null;
+}
+
 /** Writes model weights to `path` (.safetensors) and `meta` beside it (.json). */
 export function saveCheckpoint(
   path: string,
@@ -39,8 +52,8 @@ export function saveCheckpoint(
     stitchlabVersion,
     ...meta,
   };
-  torch.saveSafetensors(path, model.stateDict(), { arch: full.arch, options: JSON.stringify(full.options) });
-  torch.writeFileAtomic(sidecarPath(path), [`${JSON.stringify(full, null, 2)}\n`]);
+  saveSafetensors(path, model.stateDict(), { arch: full.arch, options: JSON.stringify(full.options) });
+  writeFileAtomic(sidecarPath(path), [`${JSON.stringify(full, null, 2)}\n`]);
 }
 
 /**
@@ -118,6 +131,8 @@ export function loadCheckpoint(source: ModelSourceLike): {
   model: StitchableModel;
   meta: CheckpointMeta;
   notes: LoadNotes;
+  /** The model's facts in one record (models/record.ts). */
+  record: ModelRecord;
 } {
   const src = asModelSource(source);
   const path = src.checkpoint;
@@ -128,7 +143,7 @@ export function loadCheckpoint(source: ModelSourceLike): {
   let owned: unknown;
   const zoo = `the zoo has ${modelNames().join(", ")}`;
   if (isStitchlabCheckpoint(path)) {
-    sd = torch.loadSafetensors(path).tensors;
+    sd = loadSafetensors(path).tensors;
     owned = sd;
     const recorded = readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar");
     meta = recorded;
@@ -138,7 +153,7 @@ export function loadCheckpoint(source: ModelSourceLike): {
     }
   } else {
     if (path.endsWith(".safetensors")) {
-      const file = torch.loadSafetensors(path);
+      const file = loadSafetensors(path);
       ({ stateDict: sd, unwrapped: notes.unwrapped } = unwrapStateDict(file.tensors, path));
       owned = file.tensors;
       // A sidecar-less stitchlab file still names its architecture in the safetensors metadata.
@@ -146,7 +161,7 @@ export function loadCheckpoint(source: ModelSourceLike): {
         meta = { arch: file.metadata.arch, options: JSON.parse(file.metadata.options ?? "{}") };
       }
     } else {
-      const obj = torch.torchLoad(path);
+      const obj = torchLoad(path);
       owned = obj;
       ({ stateDict: sd, unwrapped: notes.unwrapped } = unwrapStateDict(obj, path));
     }
@@ -204,7 +219,7 @@ export function loadCheckpoint(source: ModelSourceLike): {
   } finally {
     torch.dispose(owned);
   }
-  return { model, meta, notes };
+  return { model, meta, notes, record: modelRecord(model, meta) };
 }
 
 /** The first floating-point parameter or buffer of a model with a NaN or an infinity, or undefined. */

@@ -8,8 +8,8 @@
 // - read for the options that only change shapes (classes, width, stem, ViT sizes), so that a
 //   checkpoint needs its architecture's name and little else.
 
+import type { PyObject } from "../io/pickle.js";
 import * as torch from "../torch/index.js";
-import type { PyObject } from "../torch/pickle.js";
 import type { ModelOptions } from "./registry.js";
 import type { StitchableModel } from "./stitchable.js";
 

@@ -7,35 +7,62 @@ import { VisionTransformer, type VitOptions } from "./vit.js";
 
 export type ModelOptions = ResNetOptions & VggOptions & VitOptions;
 
-const REGISTRY: Record<string, { describe: string; create: (o: ModelOptions) => StitchableModel }> = {
+/**
+ * An architecture's facts, as timm's pretrained config keeps them: what it is, the side it takes
+ * by default, and the base learning rate of PROTOCOL's recipe (0.1 for ResNets; 0.01 for VGG and
+ * the ViTs, the reference's configs/baselines/{low,high}_resolution). The one place they live.
+ */
+export interface ArchRecord {
+  arch: string;
+  describe: string;
+  /** The input side a model of this architecture is built for unless told otherwise. */
+  imageSize: number;
+  defaultLr: number;
+}
+
+const REGISTRY: Record<string, Omit<ArchRecord, "arch"> & { create: (o: ModelOptions) => StitchableModel }> = {
   resnet18: {
+    imageSize: 32,
+    defaultLr: 0.1,
     describe: "ResNet-18, CIFAR stem by default (stem: 'imagenet' for 224 px); 9 points: stem + 8 blocks",
     create: (o) => new ResNet(RESNET18, o),
   },
   resnet50: {
+    imageSize: 32,
+    defaultLr: 0.1,
     describe:
       "ResNet-50 (Bottleneck blocks 3-4-6-3, torchvision's layout), CIFAR stem by default; 9 points: stem + the first and last block of each stage",
     create: (o) => new ResNet(RESNET50, o),
   },
   vgg16_bn: {
+    imageSize: 32,
+    defaultLr: 0.01,
     describe: "VGG-16 with batch norm, torchvision's layout; 6 points: features.2, .5, .12, .22, .32, .42 (post-ReLU)",
     create: (o) => new Vgg16Bn(o),
   },
   vit_tiny_patch4_32: {
+    imageSize: 32,
+    defaultLr: 0.01,
     describe: "ViT-Tiny, patch 4, 32 px, dim 192, depth 12, 3 heads; 13 points: 12 blocks + the head input",
     create: (o) =>
       new VisionTransformer("vit_tiny_patch4_32", { imageSize: 32, patchSize: 4, embedDim: 192, numHeads: 3, ...o }),
   },
   vit_base_patch16_224: {
+    imageSize: 224,
+    defaultLr: 0.01,
     describe: "ViT-Base, patch 16, 224 px, dim 768, depth 12, 12 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
     create: (o) => vit224("vit_base_patch16_224", 768, 12, o),
   },
   vit_small_patch16_224: {
+    imageSize: 224,
+    defaultLr: 0.01,
     describe:
       "timm's ViT-Small, patch 16, 224 px, dim 384, depth 12, 6 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
     create: (o) => vit224("vit_small_patch16_224", 384, 6, o),
   },
   vit_tiny_patch16_224: {
+    imageSize: 224,
+    defaultLr: 0.01,
     describe:
       "timm's ViT-Tiny, patch 16, 224 px, dim 192, depth 12, 3 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
     create: (o) => vit224("vit_tiny_patch16_224", 192, 3, o),
@@ -58,10 +85,17 @@ function vit224(name: string, embedDim: number, numHeads: number, o: ModelOption
 export const modelNames = (): string[] => Object.keys(REGISTRY);
 export const describeModel = (name: string): string => REGISTRY[name]?.describe ?? "";
 
-/** Builds a zoo model; an unknown name is a clear error listing the known ones. */
-export function createModel(name: string, options: ModelOptions = {}): StitchableModel {
+/** An architecture's record; an unknown name is a clear error listing the known ones. */
+export function modelRecordOf(name: string): ArchRecord {
   const entry = REGISTRY[name];
   if (!entry) throw new Error(`unknown model '${name}'; known models: ${modelNames().join(", ")}`);
+  return { arch: name, describe: entry.describe, imageSize: entry.imageSize, defaultLr: entry.defaultLr };
+}
+
+/** Builds a zoo model; an unknown name is a clear error listing the known ones. */
+export function createModel(name: string, options: ModelOptions = {}): StitchableModel {
+  modelRecordOf(name);
+  const entry = REGISTRY[name];
   // Options left undefined must not override an entry's own defaults when spread.
   const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as ModelOptions;
   return entry.create(given);

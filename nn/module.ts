@@ -133,7 +133,7 @@ export abstract class Module {
   }
 
   /** Moves parameters and buffers to a device in place of the old ones (module.to(device)). */
-  to(device: string): this {
+  to(device: torch.Device): this {
     const move = (m: Map<string, Tensor>, isParam: boolean) => {
       for (const [n, t] of m) {
         if (t.device === device) continue;

@@ -91,3 +91,24 @@ export class CosineAnnealingLR extends BaseScheduler {
     return this.etaMin + ((this.baseLr - this.etaMin) * (1 + Math.cos((Math.PI * epoch) / this.tMax))) / 2;
   }
 }
+
+/** The step schedule's drops, as fractions of training: lr x0.1 at 1/3 and 2/3 (PROTOCOL.md). */
+export const STEP_SCHEDULE_FRACTIONS: readonly number[] = [1 / 3, 2 / 3];
+
+/**
+ * The epochs at which the step schedule multiplies the lr by 0.1: floor(f * epochs) for each
+ * fraction f, as the reference's int(1/3 * epochs) (train_base.py, training/schedulers.py); 200
+ * epochs give 66 and 133, 4 give 1 and 2. The one rule for base training and stitching alike.
+ * A milestone at epoch 0 (fewer than 3 epochs) never fires: the first epoch runs at the base lr.
+ */
+export function stepScheduleMilestones(fractions: readonly number[], epochs: number): number[] {
+  for (const f of fractions)
+    if (!(f >= 0 && f <= 1)) throw new Error(`milestones are fractions of training in [0, 1], got ${f}`);
+  // The tolerance keeps 0.57 * 100 (56.99999999999999 in floating point) at 57.
+  return fractions.map((f) => Math.floor(f * epochs + 1e-9));
+}
+
+/** The step schedule over `epochs`: MultiStepLR at stepScheduleMilestones(fractions, epochs), gamma 0.1. */
+export function stepSchedule(opt: Optimizer, fractions: readonly number[], epochs: number): MultiStepLR {
+  return new MultiStepLR(opt, stepScheduleMilestones(fractions, epochs), 0.1);
+}

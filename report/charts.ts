@@ -3,7 +3,7 @@
 // dashed = invariance-aware (trained on IRIs). Each spec carries its data, so a figure's
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
-import { groupKey, summarize } from "./summary.js";
+import { groupKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
 export interface Figure {
@@ -104,7 +104,7 @@ function endValues(rows: StitchRow[], labels: Map<string, string>, f: ScoreFigur
   return out;
 }
 
-function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
+function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): Figure | null {
   const used = rows.filter((r) => r[f.field] !== null && Number.isFinite(r[f.field]));
   if (used.length === 0) return null;
   const labels = panelLabels(used);
@@ -118,8 +118,10 @@ function scoreFigure(rows: StitchRow[], f: ScoreFigure): Figure | null {
     ...panels.map((p) => distinct(used.filter((r) => labels.get(r.pair) === p).map((r) => r.point)).length),
   );
   const width = Math.min(420, Math.max(180, 32 * maxPoints));
-  // The 95% interval over replicates of each point's mean, drawn as a band around the line.
-  const bands = new Map(summarize(used).map((s) => [`${groupKey(s)}\t${s.point}`, s.scores[f.field]] as const));
+  // The 95% interval over replicates of each point's mean, drawn as a band around the line. The
+  // summary of all rows serves: an interval is made of the finite values alone, so the rows left
+  // out of `used` (this score not finite) change no band.
+  const bands = new Map(summary.map((s) => [`${groupKey(s)}\t${s.point}`, s.scores[f.field]] as const));
   const band = (r: StitchRow) => bands.get(`${groupKey(r)}\t${r.point}`);
   const values = used.map((r) => ({
     panel: labels.get(r.pair)!,
@@ -228,10 +230,13 @@ const ENDS =
 const SEVERAL =
   "Where several replicates share a panel, objective, mode and point, the line is their mean and the band its 95% Student-t interval.";
 
-/** The report's figures for these rows, those without data left out. */
-export function reportFigures(rows: StitchRow[]): Figure[] {
+/**
+ * The report's figures for these rows, those without data left out. `summary`: summarize(rows),
+ * passed in where the report already made it (report/write.ts).
+ */
+export function reportFigures(rows: StitchRow[], summary: SummaryRow[] = summarize(rows)): Figure[] {
   const figures = [
-    scoreFigure(rows, {
+    scoreFigure(rows, summary, {
       name: "agreement",
       title: "Agreement probability vs stitch point",
       subtitle: "larger = more similar; solid: standard stitching, dashed: invariance-aware (IRIs)",
@@ -245,7 +250,7 @@ export function reportFigures(rows: StitchRow[]): Figure[] {
       // B agrees with itself; A alone is scored against B on the same test set.
       ends: { end: () => 1, front: (r) => r.front_alone_agreement_prob },
     }),
-    scoreFigure(rows, {
+    scoreFigure(rows, summary, {
       name: "accuracy",
       title: "Stitched accuracy vs stitch point",
       subtitle: "grey line: the back model's own accuracy; solid: standard, dashed: invariance-aware",
@@ -259,7 +264,7 @@ export function reportFigures(rows: StitchRow[]): Figure[] {
       reference: { field: "back_accuracy" },
       ends: { end: (r) => r.back_accuracy, front: (r) => r.front_alone_accuracy },
     }),
-    scoreFigure(rows, {
+    scoreFigure(rows, summary, {
       name: "excess_agreement",
       title: "Excess agreement vs stitch point",
       subtitle: "agreement with class-consistent markers minus with rolled markers; near 0 = shortcut not shared",

@@ -2,7 +2,7 @@
 // CSS, the figures as inline SVG, the IRI grids as data: URLs, and plain tables. Every piece
 // of text that comes from the input is escaped.
 import type { Figure } from "./charts.js";
-import { formatInterval, rowKey, summarize } from "./summary.js";
+import { formatInterval, rowKey, type SummaryRow } from "./summary.js";
 import type { IriPreview, ModelRow, ReportInput, StitchRow } from "./types.js";
 
 /** A figure ready for the page: its spec's description and the rendered SVG text. */
@@ -188,9 +188,12 @@ function resultsSection(rows: StitchRow[]): string {
 }
 
 /** Mean ± 95% half-width over replicates, one row per (pair, point, objective, mode, test data). */
-function summarySection(rows: StitchRow[], warned: NonNullable<ReportInput["warnings"]>): string {
+function summarySection(
+  rows: StitchRow[],
+  summary: SummaryRow[],
+  warned: NonNullable<ReportInput["warnings"]>,
+): string {
   if (rows.length === 0) return '<p class="muted">No stitched runs.</p>';
-  const summary = summarize(rows);
   const tagsOf = (key: string) => [...new Set(warned.filter((w) => w.rows.includes(key)).map((w) => w.tag))].join(", ");
   const headers = [
     "pair",
@@ -300,13 +303,16 @@ function environmentSection(env: ReportInput["environment"]): string {
   );
 }
 
-/** The whole page. `figures` are in the order they appear; their SVGs are inlined. */
-export function reportHtml(input: ReportInput, figures: PageFigure[]): string {
+/**
+ * The whole page. `figures` are in the order they appear; their SVGs are inlined. `summaryRows`:
+ * summarize(input.rows), made once for the whole report (report/write.ts).
+ */
+export function reportHtml(input: ReportInput, figures: PageFigure[], summaryRows: SummaryRow[]): string {
   const read = readingSection(input);
   const sections: [string, string, string][] = [
     ...(read ? ([["reading", "Reading", read]] as [string, string, string][]) : []),
     ["figures", "Figures", chartsSection(figures)],
-    ["summary", "Summary over replicates", summarySection(input.rows, input.warnings ?? [])],
+    ["summary", "Summary over replicates", summarySection(input.rows, summaryRows, input.warnings ?? [])],
     ["results", "Every run", resultsSection(input.rows)],
     ["models", "Base models", modelsSection(input.models)],
     ["iris", "IRIs", irisSection(input.iris)],

@@ -1,5 +1,6 @@
 // What a report is made of: one row per stitched run, the base models, IRI previews and the
 // run's environment. The experiment layer fills these; report/ only formats and draws them.
+import type { SummaryRow } from "./summary.js";
 
 /** The two ways of training a stitching layer: on real images, or on the front model's IRIs. */
 export type StitchMode = "standard" | "iris";
@@ -76,6 +77,12 @@ export interface IriPreview {
 export interface ReportInput {
   title: string;
   rows: StitchRow[];
+  /**
+   * The replicate summary of `rows` (report/summary.ts summarize), made once by whoever assembles
+   * the report (experiments/results.ts) and used for summary.csv, the summary table and the
+   * figures' bands; writeReport makes it when absent.
+   */
+  summary?: SummaryRow[];
   models: ModelRow[];
   iris: IriPreview[];
   environment: Record<string, string | number | boolean>;

@@ -4,7 +4,7 @@
 // sibling, then rename), so an interrupted run never leaves a half-written report.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { writeFileAtomic } from "../torch/files.js";
+import { writeFileAtomic } from "../io/files.js";
 import { reportFigures } from "./charts.js";
 import { resultsCsv } from "./csv.js";
 import { type PageFigure, reportHtml } from "./html.js";
@@ -37,11 +37,13 @@ function checkRows(rows: StitchRow[]): void {
 /** Writes the report of `input` into outDir (created if missing) and returns what it wrote. */
 export async function writeReport(input: ReportInput, outDir: string): Promise<WrittenReport> {
   checkRows(input.rows);
+  // One summary for the whole report: summary.csv, the table and the figures' bands.
+  const summary = input.summary ?? summarize(input.rows);
   const figuresDir = join(outDir, "figures");
   mkdirSync(figuresDir, { recursive: true });
 
   const page: PageFigure[] = [];
-  for (const figure of reportFigures(input.rows)) {
+  for (const figure of reportFigures(input.rows, summary)) {
     const { svg, png } = await renderFigure(figure.spec);
     writeFileAtomic(join(figuresDir, `${figure.name}.vl.json`), [`${JSON.stringify(figure.spec, null, 2)}\n`]);
     writeFileAtomic(join(figuresDir, `${figure.name}.svg`), [svg]);
@@ -51,8 +53,8 @@ export async function writeReport(input: ReportInput, outDir: string): Promise<W
 
   const csv = join(outDir, "results.csv");
   writeFileAtomic(csv, [resultsCsv(input.rows)]);
-  writeFileAtomic(join(outDir, "summary.csv"), [summaryCsv(summarize(input.rows))]);
+  writeFileAtomic(join(outDir, "summary.csv"), [summaryCsv(summary)]);
   const html = join(outDir, "report.html");
-  writeFileAtomic(html, [reportHtml(input, page)]);
+  writeFileAtomic(html, [reportHtml(input, page, summary)]);
   return { html, csv, figures: page.map((f) => f.name) };
 }

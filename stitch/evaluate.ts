@@ -1,18 +1,16 @@
 // Scores of a stitched model against B on a test set (PROTOCOL.md, "Scores"), streamed batch by
 // batch. The frozen networks run in eval mode here, whatever mode T was trained in: with
 // batch-norm mode "adapt" the stitched model uses its adapted statistics and B its own.
-import { batches, type Dataset, type Normalization } from "../data/index.js";
+import type { Dataset } from "../data/index.js";
 import { AgreementMeter, type AgreementResult, NonFiniteLogitsError } from "../metrics/index.js";
-import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
+import { type EvalOptions, forEachEvalBatch } from "../train/batches.js";
 import type { StitchedModel } from "./stitched.js";
 
-type EvalOptions = { normalization: Normalization; batchSize?: number; device?: string };
-
 /**
- * The agreement of `logits(x)` with B's on every test batch, the networks in eval mode, each
- * batch freed whether or not its scores are accepted: what both the stitched model and A alone
- * are scored with.
+ * The agreement of `logits(x)` with B's on every test batch, through the evaluation loop of base
+ * models (train/batches.ts: the networks in eval mode, each batch freed whether or not its scores
+ * are accepted): what both the stitched model and A alone are scored with.
  */
 function scoreAgainstBack(
   s: StitchedModel,
@@ -22,21 +20,9 @@ function scoreAgainstBack(
   logits: (b: { x: torch.Tensor; y: torch.Tensor }) => { x: torch.Tensor; logits: torch.Tensor },
 ): AgreementResult {
   const meter = new AgreementMeter();
-  inEvalMode(networks, () => {
-    for (const b of batches(test, {
-      batchSize: opts.batchSize ?? 256,
-      normalization: opts.normalization,
-      device: opts.device,
-    })) {
-      try {
-        torch.tidy(() => {
-          const out = logits(b);
-          torch.noGrad(() => meter.update(out.logits, s.backForward(out.x), b.y));
-        });
-      } finally {
-        torch.dispose(b);
-      }
-    }
+  forEachEvalBatch(networks, test, opts, (b) => {
+    const out = logits(b);
+    torch.noGrad(() => meter.update(out.logits, s.backForward(out.x), b.y));
   });
   return meter.result();
 }

@@ -30,7 +30,7 @@ export interface FrozenOptions {
   weights: ObjectiveWeights;
   normalization: Normalization;
   batchSize: number;
-  device?: string;
+  device?: torch.Device;
   /** Rows above this many bytes in all go to a scratch file (default defaultFrozenBudget()). */
   budgetBytes?: number;
   /** Where the scratch file goes (default the system's temporary directory); removed on dispose. */
@@ -63,8 +63,7 @@ class MemoryRows implements RowStore {
   gather(indices: Int32Array): Record<string, Tensor> {
     const idx = torch.tensor(BigInt64Array.from(indices, (i) => BigInt(i)));
     const out: Record<string, Tensor> = {};
-    for (const [k, t] of Object.entries(this.#rows))
-      out[k] = t.indexSelect(0, t.device === "cpu" ? idx : idx.to(t.device));
+    for (const [k, t] of Object.entries(this.#rows)) out[k] = t.indexSelect(0, idx.to(t.device));
     return out;
   }
   dispose(): void {
@@ -78,7 +77,7 @@ class FileRows implements RowStore {
   #files: Record<string, { fd: number; shape: number[]; rowFloats: number }> = {};
   constructor(
     scratchDir: string,
-    readonly device: string,
+    readonly device: torch.Device,
   ) {
     this.#dir = mkdtempSync(join(scratchDir, "stitchlab-frozen-"));
   }
@@ -102,7 +101,7 @@ class FileRows implements RowStore {
       for (let j = 0; j < indices.length; j++)
         readSync(f.fd, bytes, j * rowBytes, rowBytes, (indices[j] as number) * rowBytes);
       const t = torch.tensor(buf, { shape: [indices.length, ...f.shape] });
-      out[k] = this.device === "cpu" ? t : t.to(this.device);
+      out[k] = t.to(this.device);
     }
     return out;
   }

@@ -99,7 +99,7 @@ export function perImageResidual(a: Tensor, b: Tensor): Tensor {
   return torch.tidy(() => a.sub(b).flatten(1).norm(2, 1).div(b.flatten(1).norm(2, 1).add(1e-12)));
 }
 
-function channelTensor(values: number[], device: string): Tensor {
+function channelTensor(values: number[], device: torch.Device): Tensor {
   return torch.tensor(values, { device }).reshape(1, values.length, 1, 1);
 }
 

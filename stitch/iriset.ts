@@ -14,8 +14,9 @@
 import { existsSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { batches, type Dataset, datasetSize, gridPng, type Normalization, type ShortcutKind } from "../data/index.js";
+import { readJsonFile, writeFileAtomic } from "../io/files.js";
+import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import type { StitchableModel } from "../models/stitchable.js";
-import { readJsonFile } from "../torch/files.js";
 import * as torch from "../torch/index.js";
 import { generateIriBatch, type IriOptions } from "./iris.js";
 
@@ -112,7 +113,7 @@ export async function generateIriSet(
   images: Dataset,
   dir: string,
   settings: IriSetSettings,
-  run: { device?: string; onProgress?: (p: IriProgress) => void } = {},
+  run: { device?: torch.Device; onProgress?: (p: IriProgress) => void } = {},
 ): Promise<IriSetInfo> {
   const onProgress = run.onProgress ?? (() => {});
   const n = datasetSize(images);
@@ -129,7 +130,7 @@ export async function generateIriSet(
       `${dir} holds an IRI set with other settings (${differences(old, settings)}); use another --out or delete it`,
     );
   if (!old || identity(old) !== identity(settings))
-    torch.writeFileAtomic(settingsPath, [`${JSON.stringify(settings, null, 2)}\n`]);
+    writeFileAtomic(settingsPath, [`${JSON.stringify(settings, null, 2)}\n`]);
   const done = join(dir, "iris.json");
   if (existsSync(done)) return readIriSetInfo(dir);
 
@@ -145,7 +146,7 @@ export async function generateIriSet(
     const part = join(dir, "parts", partName(index));
     let r: Float32Array | null = null;
     if (existsSync(part)) {
-      const saved = torch.loadSafetensors(part).tensors;
+      const saved = loadSafetensors(part).tensors;
       const ok = saved.residuals?.shape[0] === b.indices.length;
       if (ok) r = Float32Array.from(saved.residuals.toTypedArray() as Float32Array);
       torch.dispose(Object.values(saved));
@@ -166,7 +167,7 @@ export async function generateIriSet(
         }),
       );
       torch.tidy(() => {
-        torch.saveSafetensors(part, {
+        saveSafetensors(part, {
           images: out.images,
           labels: b.y,
           indices: torch.tensor(BigInt64Array.from(b.indices, (i) => BigInt(i))),
@@ -202,7 +203,7 @@ export async function generateIriSet(
     seconds: elapsed,
     stitchlabFormat: 1,
   };
-  torch.writeFileAtomic(done, [`${JSON.stringify(info, null, 2)}\n`]);
+  writeFileAtomic(done, [`${JSON.stringify(info, null, 2)}\n`]);
   rmSync(join(dir, "parts"), { recursive: true, force: true });
   return info;
 }
@@ -211,16 +212,13 @@ export async function generateIriSet(
 async function assemble(dir: string, source: Dataset, count: number): Promise<void> {
   const parts = readdirSync(join(dir, "parts")).filter((f) => f.endsWith(".safetensors"));
   if (parts.length !== count) throw new Error(`${dir}/parts has ${parts.length} batches, expected ${count}`);
-  const loaded = Array.from(
-    { length: count },
-    (_, b) => torch.loadSafetensors(join(dir, "parts", partName(b))).tensors,
-  );
+  const loaded = Array.from({ length: count }, (_, b) => loadSafetensors(join(dir, "parts", partName(b))).tensors);
   try {
     const joined = torch.tidy(() => {
       const cat = (k: string) => torch.cat(loaded.map((t) => t[k]));
       return { images: cat("images"), labels: cat("labels"), indices: cat("indices"), residuals: cat("residuals") };
     });
-    torch.saveSafetensors(join(dir, "iris.safetensors"), joined);
+    saveSafetensors(join(dir, "iris.safetensors"), joined);
     const grid = torch.tidy(() => {
       const k = Math.min(PREVIEW_IMAGES, joined.images.shape[0]);
       const x = source.images.slice(0, 0, k);
@@ -230,7 +228,7 @@ async function assemble(dir: string, source: Dataset, count: number): Promise<vo
     });
     const png = await gridPng(grid, { nrow: grid.shape[0] / 3 });
     grid.dispose();
-    torch.writeFileAtomic(join(dir, "preview.png"), [png]);
+    writeFileAtomic(join(dir, "preview.png"), [png]);
     torch.dispose(joined);
   } finally {
     for (const t of loaded) torch.dispose(Object.values(t));
@@ -263,7 +261,7 @@ export interface IriSet {
 /** Loads a finished IRI set; the caller owns its tensors (disposeDataset + indices.dispose()). */
 export function loadIriSet(dir: string): IriSet {
   const info = readIriSetInfo(dir);
-  const { tensors } = torch.loadSafetensors(join(dir, "iris.safetensors"));
+  const { tensors } = loadSafetensors(join(dir, "iris.safetensors"));
   const { images, labels, indices, residuals } = tensors;
   if (!images || !labels || !indices || !residuals || images.shape[0] !== info.count) {
     torch.dispose(Object.values(tensors));

@@ -10,15 +10,12 @@
 // sources and the test set alike, and the result says which test data it was scored on.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { z } from "zod";
 import {
   applyShortcut,
   type Dataset,
   datasetSize,
   disposeDataset,
   loadDataset,
-  type Normalization,
-  normalizationFor,
   normalize,
   pixelScale,
   planDatasetMarkers,
@@ -27,6 +24,8 @@ import {
   standardAugment,
   subset,
 } from "../data/index.js";
+import { writeFileAtomic } from "../io/files.js";
+import { saveSafetensors } from "../io/safetensors.js";
 import {
   type AgreementResult,
   excessAgreement,
@@ -41,12 +40,12 @@ import {
   type ModelSourceLike,
   modelFingerprint,
 } from "../models/checkpoint.js";
+import { type ModelRecord, requireNormalization } from "../models/record.js";
 import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import type { AdversarialConfig } from "../train/trainer.js";
+import type { IrisConfig, StitchConfig } from "./config.js";
 import { evaluateFrontAlone, evaluateStitch } from "./evaluate.js";
-import { IRI_DEFAULTS, type IriOptions } from "./iris.js";
 import {
   checkIriSetFor,
   generateIriSet,
@@ -55,20 +54,21 @@ import {
   loadIriSet,
   type ResidualSummary,
 } from "./iriset.js";
-import { STITCH_INITS, type StitchInit } from "./layer.js";
 import { type ObjectiveWeights, parseObjective } from "./objectives.js";
-import { ROBUST_STITCH_ATTACKS, robustStitchScores, type StitchRobustResult } from "./robust.js";
+import { robustStitchScores, type StitchRobustResult } from "./robust.js";
 import { StitchedModel } from "./stitched.js";
-import { type BnMode, defaultBnMode, type StitchTrainProgress, trainStitch } from "./train.js";
+import { type StitchTrainProgress, trainStitch } from "./train.js";
+
+export type { IrisConfig, StitchConfig, StitchMode } from "./config.js";
 
 /** Where the images come from: a dataset's split, optionally marked with a shortcut, optionally only the first `limit`. */
 export interface Source {
   dataset: string;
-  root?: string;
+  root: string | null;
   shortcut: ShortcutKind | null;
   limit: number | null;
-  /** Image folders only: the side the images are resized to (default 32; ImageNet-100: 224). */
-  imageSize?: number;
+  /** Image folders only: the side the images are resized to (null: the dataset's own). */
+  imageSize: number | null;
 }
 
 /** The seed of a split's markers: the same marked images wherever a split is marked. */
@@ -81,10 +81,10 @@ export const markerSeed = (split: "train" | "test"): number => (split === "train
  */
 export async function loadSource(src: Source, split: "train" | "test", limit = src.limit): Promise<Dataset> {
   const clean = await loadDataset(src.dataset, {
-    root: src.root,
+    root: src.root ?? undefined,
     split,
     limit: limit ?? undefined,
-    imageSize: src.imageSize,
+    imageSize: src.imageSize ?? undefined,
   });
   if (!src.shortcut) return clean;
   const marked = applyShortcut(clean, { kind: src.shortcut, seed: markerSeed(split) });
@@ -92,31 +92,12 @@ export async function loadSource(src: Source, split: "train" | "test", limit = s
   return marked;
 }
 
-/** The dataset a checkpoint was trained on, unless the caller names one. */
-function datasetOf(meta: CheckpointMeta, given: string | undefined, what: string): string {
-  const d = given ?? meta.dataset;
-  if (!d) throw new Error(`${what} checkpoint does not say which dataset it was trained on; pass --dataset`);
-  return d;
-}
-
-/**
- * The statistics a model's inputs are normalised with: the ones it was trained with (recorded in
- * its checkpoint, or those of the dataset it names). A front from LS-ImageNet-10 and a back from
- * CIFAR-10 each get their own (PROTOCOL.md, "Which data carry markers", last point).
- */
-export function inputNormalization(meta: CheckpointMeta, what: string): Normalization {
-  const recorded = meta.normalization as Normalization | undefined;
-  if (recorded && Array.isArray(recorded.mean) && Array.isArray(recorded.std)) return recorded;
-  if (!meta.dataset)
-    throw new Error(
-      `${what} checkpoint records neither its input normalisation nor the dataset it was trained on: give its normalization (a dataset name such as cifar10 or imagenet, or {mean, std})`,
-    );
-  return normalizationFor(meta.dataset);
-}
-
-function loadModel(source: ModelSourceLike, device: string): { model: StitchableModel; meta: CheckpointMeta } {
+function loadModel(
+  source: ModelSourceLike,
+  device: torch.Device,
+): { model: StitchableModel; meta: CheckpointMeta; record: ModelRecord } {
   const loaded = loadCheckpoint(source);
-  if (device !== "cpu") loaded.model.to(device);
+  loaded.model.to(device);
   return loaded;
 }
 
@@ -124,37 +105,16 @@ function loadModel(source: ModelSourceLike, device: string): { model: Stitchable
 const sameSource = (a: ModelSourceLike, b: ModelSourceLike): boolean =>
   JSON.stringify(asModelSource(a)) === JSON.stringify(asModelSource(b));
 
-export interface IrisConfig {
-  /** A stitchlab checkpoint's path, or a model source (models/checkpoint.ts). */
-  front: ModelSourceLike;
-  point: string;
-  dataset?: string;
-  root?: string;
-  /** Image folders: the side images are resized to (default 32). */
-  imageSize?: number;
-  shortcut: ShortcutKind | null;
-  limit: number | null;
-  options: IriOptions;
-  device: string;
-}
-
-export const IRIS_CONFIG_DEFAULTS: Omit<IrisConfig, "front" | "point"> = {
-  shortcut: null,
-  limit: null,
-  options: IRI_DEFAULTS,
-  device: "cpu",
-};
-
 /** Makes (or finishes, or finds finished) the IRI set of cfg in outDir. */
 export async function runIris(
   cfg: IrisConfig,
   outDir: string,
   onProgress?: (p: IriProgress) => void,
 ): Promise<IriSetInfo> {
-  const { model, meta } = loadModel(cfg.front, cfg.device);
+  const { model, meta, record } = loadModel(cfg.front, cfg.device);
   try {
-    const dataset = datasetOf(meta, cfg.dataset, "the front");
-    const images = await loadSource({ ...cfg, dataset }, "train");
+    const { dataset } = cfg;
+    const images = await loadSource(cfg, "train");
     try {
       checkInputSize(model, images.images.shape, "the front");
       return await generateIriSet(
@@ -175,7 +135,7 @@ export async function runIris(
           count: datasetSize(images),
           classes: images.classes,
           imageShape: images.images.shape.slice(1),
-          normalization: inputNormalization(meta, "the front"),
+          normalization: requireNormalization(record, "the front"),
           options: cfg.options,
         },
         { device: cfg.device, onProgress },
@@ -188,129 +148,8 @@ export async function runIris(
   }
 }
 
-export type StitchMode = "standard" | "iris";
-export const STITCH_MODES: readonly StitchMode[] = ["standard", "iris"];
-/** How a mode may be written: its name, or "invariance-aware", the paper's name for iris mode. */
-export const STITCH_MODE_NAMES = ["standard", "iris", "invariance-aware"] as const;
-/** A mode's name as written (the alias resolved; anything else as it is, for the caller to check). */
-export const stitchModeOf = <T extends string>(name: T): T | "iris" => (name === "invariance-aware" ? "iris" : name);
-
-/**
- * How T is trained, one schema for experiment files' `stitch:` section and the `stitch` flags
- * (PROTOCOL's defaults in STITCH_CONFIG_DEFAULTS).
- */
-export const stitchSettingsSchema = z
-  .object({
-    // Upper bounds catch typos; each is far above any paper setting.
-    epochs: z
-      .number()
-      .int()
-      .min(1)
-      .max(10_000, "at most 10000 epochs (the paper stitches for 30)")
-      .optional()
-      .describe("default 30 (12 for image folders)"),
-    batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
-    lr: z.number().positive().describe("Adam's learning rate"),
-    weightDecay: z.number().min(0).describe("Adam's weight decay"),
-    init: z.enum(STITCH_INITS).describe("lstsq (least squares on real images), random or identity"),
-    initImages: z
-      .number()
-      .int()
-      .min(1)
-      .max(10_000_000, "at most 10^7")
-      .describe("real images for the least-squares start"),
-    ckaImages: z
-      .number()
-      .int()
-      .min(0)
-      .max(10_000_000, "at most 10^7")
-      .describe("test images for linear CKA at the point (0: skip)"),
-    seed: z
-      .number()
-      .int()
-      .min(0)
-      .max(2 ** 31 - 1, "at most 2^31 - 1")
-      .describe("seed of the batch order and the least-squares draw"),
-  })
-  .strict();
-
-export interface StitchConfig {
-  /** Stitchlab checkpoints' paths, or model sources (models/checkpoint.ts). */
-  front: ModelSourceLike;
-  back: ModelSourceLike;
-  frontPoint: string;
-  /** Default: the front point (same-depth stitching). */
-  backPoint?: string;
-  /** "fula", "slm", or a weighted sum "hlm:1,fula:0.5". */
-  objective: string;
-  mode: StitchMode;
-  /** The IRI set (iris mode). */
-  iris?: string;
-  /** Default: the back checkpoint's dataset. */
-  dataset?: string;
-  root?: string;
-  /** Image folders: the side images are resized to (default 32; ImageNet-100: 224). */
-  imageSize?: number;
-  /** Shortcut markers on the real training and init images and on the test set (the IRI set must be made from the same marked images). */
-  shortcut: ShortcutKind | null;
-  /** Real training images: the first `limit` (standard mode's training set and the init pool). */
-  limit: number | null;
-  testLimit: number | null;
-  /** Default: 30 (PROTOCOL, CIFAR), 12 for image folders (ImageNet-100). */
-  epochs?: number;
-  batchSize: number;
-  lr: number;
-  weightDecay: number;
-  init: StitchInit;
-  initImages: number;
-  /** Default: "adapt" in standard mode, "eval" in iris mode (the reference's choices; stitch/train.ts). */
-  bnMode?: BnMode;
-  seed: number;
-  /** Also score on the test set with class-consistent markers of this kind and with rolled ones. */
-  excess: ShortcutKind | null;
-  /** Test images for linear CKA between A and B at the point (0: skip). */
-  ckaImages: number;
-  device: string;
-  /**
-   * Adversarial stitching (standard mode): PGD examples of the stitched model on a fraction of
-   * each batch (stitch/robust.ts). Absent: none (and absent from task keys).
-   */
-  adversarial?: AdversarialConfig;
-  /** Score the stitched model on adversarial test images made against it. Absent: not done. */
-  robustEval?: StitchRobustEval;
-}
-
-/** The robust evaluation of a stitched model: APGD-CE and APGD-DLR (or PGD) of `steps` iterations at `eps` (pixel units). */
-export const stitchRobustEvalSchema = z
-  .object({
-    attack: z.enum(ROBUST_STITCH_ATTACKS).default("apgd"),
-    eps: z
-      .number()
-      .positive()
-      .max(1, "pixel units are in [0, 1]; did you mean 8/255?")
-      .default(8 / 255),
-    steps: z.number().int().min(1).max(10_000, "at most 10000").default(100),
-  })
-  .strict();
-export type StitchRobustEval = z.infer<typeof stitchRobustEvalSchema>;
-
-export const STITCH_CONFIG_DEFAULTS: Omit<StitchConfig, "front" | "back" | "frontPoint" | "objective" | "mode"> = {
-  shortcut: null,
-  limit: null,
-  testLimit: null,
-  batchSize: 128,
-  lr: 1e-3,
-  weightDecay: 1e-4,
-  init: "lstsq",
-  initImages: 500,
-  seed: 0,
-  excess: null,
-  ckaImages: 500,
-  device: "cpu",
-};
-
 export interface StitchResult {
-  config: StitchConfig & { backPoint: string; epochs: number; bnMode: BnMode; objectiveWeights: ObjectiveWeights };
+  config: StitchConfig & { objectiveWeights: ObjectiveWeights };
   /** Scores on the test set (metrics/agreement.ts documents each and its direction). */
   scores: AgreementResult;
   /** What the test set carried: "clean", or the shortcut kind its images are marked with. */
@@ -331,10 +170,6 @@ export interface StitchResult {
   frontAlone: AgreementResult | null;
   front: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
   back: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
-}
-
-function defaultEpochs(dataset: string): number {
-  return dataset === "imagefolder" ? 12 : 30;
 }
 
 /** Linear CKA of A's and B's features at the points over the first n test images (each image a sample). */
@@ -364,19 +199,13 @@ export async function runStitch(
   onProgress: (p: StitchTrainProgress) => void = () => {},
 ): Promise<StitchResult> {
   const weights = parseObjective(cfg.objective);
-  if (cfg.adversarial && cfg.mode !== "standard")
-    throw new Error("adversarial stitching trains T on PGD examples of real images: it is for standard mode");
-  if (cfg.mode === "iris" && !cfg.iris)
-    throw new Error("iris mode needs an IRI set (--iris DIR, made by `stitchlab iris`)");
-  if (cfg.mode === "standard" && cfg.iris)
-    throw new Error("--iris is for iris mode; standard mode trains on real images");
   const started = performance.now();
   const owned: Dataset[] = [];
-  const bnMode: BnMode = cfg.bnMode ?? defaultBnMode(cfg.mode);
+  const { bnMode, backPoint, epochs, dataset } = cfg;
   // With "adapt", A's and the stitched model's copy of B's statistics change while B must stay as
   // it was: three separate networks, even when front and back are one checkpoint.
   const adapt = bnMode === "adapt";
-  const loaded: { model: StitchableModel; meta: CheckpointMeta }[] = [];
+  const loaded: ReturnType<typeof loadModel>[] = [];
   let layer: { dispose(): void } | undefined;
   const load = (source: ModelSourceLike) => {
     const m = loadModel(source, cfg.device);
@@ -387,18 +216,15 @@ export async function runStitch(
     const front = load(cfg.front);
     const back = sameSource(cfg.back, cfg.front) && !adapt ? front : load(cfg.back);
     const tail = adapt ? load(cfg.back) : back;
-    const dataset = datasetOf(back.meta, cfg.dataset, "the back");
-    const backPoint = cfg.backPoint ?? cfg.frontPoint;
     const s = new StitchedModel(front.model, back.model, cfg.frontPoint, backPoint, {
       tail: tail.model,
       normalization: {
-        front: inputNormalization(front.meta, "the front"),
-        back: inputNormalization(back.meta, "the back"),
+        front: requireNormalization(front.record, "the front"),
+        back: requireNormalization(back.record, "the back"),
       },
     });
     layer = s.layer;
-    if (cfg.device !== "cpu") s.layer.to(cfg.device);
-    const epochs = cfg.epochs ?? defaultEpochs(dataset);
+    s.layer.to(cfg.device);
     const source = { dataset, root: cfg.root, imageSize: cfg.imageSize, shortcut: cfg.shortcut, limit: cfg.limit };
 
     // Check the IRI set before any work: made by this front, at this point, from these images.
@@ -463,7 +289,7 @@ export async function runStitch(
         markers: cfg.mode === "standard" ? markers : null,
         initMarkers: markers,
         device: cfg.device,
-        adversarial: cfg.adversarial ?? null,
+        adversarial: cfg.adversarial,
       },
       onProgress,
     );
@@ -486,7 +312,7 @@ export async function runStitch(
     const spectrum = weightSpectrum(s.layer.weight);
 
     const result: StitchResult = {
-      config: { ...cfg, backPoint, epochs, bnMode, objectiveWeights: weights },
+      config: { ...cfg, objectiveWeights: weights },
       scores,
       testData: cfg.shortcut ?? "clean",
       cka,
@@ -509,11 +335,11 @@ export async function runStitch(
       back: { arch: back.meta.arch, checkpoint: asModelSource(cfg.back).checkpoint, accuracies: back.meta.accuracies },
     };
     mkdirSync(outDir, { recursive: true });
-    torch.saveSafetensors(join(outDir, "layer.safetensors"), s.layer.stateDict(), {
+    saveSafetensors(join(outDir, "layer.safetensors"), s.layer.stateDict(), {
       source: JSON.stringify(s.layer.source),
       target: JSON.stringify(s.layer.target),
     });
-    torch.writeFileAtomic(join(outDir, "scores.json"), [`${JSON.stringify(result, null, 2)}\n`]);
+    writeFileAtomic(join(outDir, "scores.json"), [`${JSON.stringify(result, null, 2)}\n`]);
     return result;
   } finally {
     // T is freed whichever way the run ends (a diverged loss, a bad IRI set, a full disk).

@@ -12,6 +12,7 @@ import type { AgreementResult } from "../metrics/index.js";
 import { inEvalMode, Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { apgdAttack } from "../train/apgd.js";
+import type { EvalOptions } from "../train/batches.js";
 import { pgdAttack } from "../train/pgd.js";
 import { evaluateStitch } from "./evaluate.js";
 import type { StitchedModel } from "./stitched.js";
@@ -41,7 +42,7 @@ export class StitchedClassifier extends Module {
 
 export const ROBUST_STITCH_ATTACKS = ["apgd", "pgd"] as const;
 
-export interface StitchRobustEvalOptions {
+export interface StitchRobustEvalOptions extends EvalOptions {
   /** "apgd": APGD-CE and APGD-DLR (the paper's); "pgd": PGD. */
   attack: (typeof ROBUST_STITCH_ATTACKS)[number];
   /** L-inf radius in pixel units (8/255 on CIFAR). */
@@ -49,9 +50,6 @@ export interface StitchRobustEvalOptions {
   steps: number;
   /** PGD's step in pixel units (default eps / 4). */
   pgdStep?: number;
-  normalization: Normalization;
-  batchSize?: number;
-  device?: string;
 }
 
 export interface StitchRobustResult {

@@ -3,12 +3,14 @@
 // Standard mode trains on real images, invariance-aware mode on an IRI set: the same loop, fed
 // different data (x' with the labels of x), which is exactly the mode rule of the paper.
 import {
+  type AugmentOptions,
   batches,
   type Dataset,
   datasetSize,
   disposeDataset,
   epochOrder,
   type LoaderOptions,
+  type MarkerPlan,
   type Normalization,
   paintBatchMarkers,
   Rng,
@@ -18,7 +20,7 @@ import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
-import { MultiStepLR } from "../nn/schedule.js";
+import { STEP_SCHEDULE_FRACTIONS, stepSchedule } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
@@ -45,9 +47,6 @@ import type { StitchedModel } from "./stitched.js";
 export const BN_MODES = ["adapt", "batch", "eval"] as const;
 export type BnMode = (typeof BN_MODES)[number];
 
-/** The reference's default per mode: adapt for standard runs, eval for invariance-aware ones. */
-export const defaultBnMode = (mode: "standard" | "iris"): BnMode => (mode === "iris" ? "eval" : "adapt");
-
 /**
  * Freezes the model's weights and sets its batch norm: train mode with statistics updated
  * (`updateStats`), train mode with batch statistics only, or eval mode.
@@ -71,32 +70,45 @@ export function setStitchBnMode(s: StitchedModel, mode: BnMode): void {
   if (s.tail !== s.back) setFrozenBnMode(s.tail, forTrain);
 }
 
+/**
+ * Everything a stitching run is trained with, resolved by the caller (stitch/jobs.ts resolves the
+ * stitching config and its defaults once; PROTOCOL.md's are Adam, lr 1e-3, weight decay 1e-4,
+ * batch 128, least squares on 500 images): no field is filled in here.
+ */
 export interface StitchTrainOptions {
   objective: ObjectiveWeights;
   normalization: Normalization;
   epochs: number;
-  batchSize?: number;
-  lr?: number;
-  weightDecay?: number;
-  seed?: number;
+  batchSize: number;
+  lr: number;
+  weightDecay: number;
+  /** Seeds the least-squares draw and the loader's shuffle. */
+  seed: number;
   bnMode: BnMode;
-  init?: StitchInit;
+  init: StitchInit;
   /**
    * Real training images for the least-squares initialisation (PROTOCOL: 500), drawn at random
    * (seeded by `seed`) from the whole of `real`: image folders are ordered by class.
    */
-  initImages?: number;
+  initImages: number;
   /**
    * Augmentation of the training images (standard runs augment real images as base training
-   * does, data/transforms.ts standardAugment; IRIs never are); default none.
+   * does, data/transforms.ts standardAugment; IRIs never are), or null.
    */
-  augment?: LoaderOptions["augment"];
-  /** Shortcut markers painted on each training batch after augmentation (standard runs on marked data). */
-  markers?: LoaderOptions["markers"];
-  /** Markers of `real` (a plan for the whole set), painted on the least-squares images only. */
-  initMarkers?: LoaderOptions["markers"];
-  /** Where the batches go (the models must already be there); default "cpu". */
-  device?: string;
+  augment: AugmentOptions | null;
+  /** Shortcut markers painted on each training batch after augmentation (standard runs on marked data), or null. */
+  markers: MarkerPlan | null;
+  /** Markers of `real` (a plan for the whole set), painted on the least-squares images only, or null. */
+  initMarkers: MarkerPlan | null;
+  /** Where the batches go (the models must already be there). */
+  device: NonNullable<LoaderOptions["device"]>;
+  /**
+   * Adversarial stitching: the first floor(fraction B) images of each batch are replaced by PGD
+   * examples of the stitched model (stitch/robust.ts), and T trains on the mixed batch; or null.
+   */
+  adversarial: AdversarialConfig | null;
+  // How to run, not what to compute: no stitching config carries these two, and they keep their
+  // defaults here (the memory budget is the machine's).
   /**
    * Compute A's features and B's targets once per run when nothing T does not touch can change
    * between epochs (stitch/frozen.ts: batch norm "eval", no augmentation, no markers). Default
@@ -105,11 +117,6 @@ export interface StitchTrainOptions {
   frozenOnce?: boolean;
   /** In-memory budget for those rows in bytes (default stitch/frozen.ts defaultFrozenBudget()). */
   frozenBudgetBytes?: number;
-  /**
-   * Adversarial stitching: the first floor(fraction B) images of each batch are replaced by PGD
-   * examples of the stitched model (stitch/robust.ts), and T trains on the mixed batch.
-   */
-  adversarial?: AdversarialConfig | null;
 }
 
 /** Whether A's features and B's targets are the same in every epoch (see StitchTrainOptions.frozenOnce). */
@@ -122,6 +129,8 @@ export interface StitchTrainProgress {
   step: number;
   steps: number;
   loss: number;
+  /** The epoch's learning rate (the step schedule's, as base training reports it). */
+  lr: number;
 }
 
 /**
@@ -135,15 +144,14 @@ export function trainStitch(
   opts: StitchTrainOptions,
   onProgress: (p: StitchTrainProgress) => void = () => {},
 ): { epochLosses: number[]; initResidual: number | null; frozen: "memory" | "file" | null } {
-  const batchSize = opts.batchSize ?? 128;
+  const batchSize = opts.batchSize;
   setStitchBnMode(s, opts.bnMode);
   let initResidual: number | null = null;
-  const init = opts.init ?? "lstsq";
-  if (init === "lstsq") {
-    const k = Math.min(opts.initImages ?? 500, datasetSize(real));
+  if (opts.init === "lstsq") {
+    const k = Math.min(opts.initImages, datasetSize(real));
     // A seeded random draw from the whole split, as the reference shuffles before taking its
     // K_init images (dataloaders/cifar.py); the first k of a class-ordered image folder would be one class.
-    const picked = new Rng(opts.seed ?? 0, 0x1a57).sample(datasetSize(real), k);
+    const picked = new Rng(opts.seed, 0x1a57).sample(datasetSize(real), k);
     const part = subset(real, picked);
     if (opts.initMarkers) {
       const marked = paintBatchMarkers(part.images, opts.initMarkers, picked);
@@ -159,12 +167,13 @@ export function trainStitch(
     });
     disposeDataset(part);
   } else {
-    s.init(init);
+    s.init(opts.init);
   }
 
   const params = s.layer.parameters();
-  const opt = new Adam(params, { lr: opts.lr ?? 1e-3, weightDecay: opts.weightDecay ?? 1e-4 });
-  const sched = new MultiStepLR(opt, [Math.round(opts.epochs / 3), Math.round((2 * opts.epochs) / 3)], 0.1);
+  const opt = new Adam(params, { lr: opts.lr, weightDecay: opts.weightDecay });
+  // Base training's step schedule (floor, as the reference's int(); 4 epochs drop after 1 and 2).
+  const sched = stepSchedule(opt, STEP_SCHEDULE_FRACTIONS, opts.epochs);
   const epochLosses: number[] = [];
   // The last partial batch is dropped, as the reference's loader does (drop_last=True).
   const steps = Math.floor(datasetSize(train) / batchSize);
@@ -208,20 +217,21 @@ export function trainStitch(
     for (let epoch = 0; epoch < opts.epochs; epoch++) {
       let sum = 0;
       let n = 0;
+      const lr = opt.lr;
       const done = (count: number, value: number, index: number) => {
         sum += value * count;
         n += count;
-        onProgress({ epoch: epoch + 1, epochs: opts.epochs, step: index + 1, steps, loss: sum / n });
+        onProgress({ epoch: epoch + 1, epochs: opts.epochs, step: index + 1, steps, loss: sum / n, lr });
       };
       if (frozen) {
         // The loader's order (same seed and epoch) and its dropped last batch, without the images.
-        const order = epochOrder(datasetSize(train), { shuffle: true, seed: opts.seed ?? 0, epoch });
+        const order = epochOrder(datasetSize(train), { shuffle: true, seed: opts.seed, epoch });
         for (let b = 0; b < steps; b++) {
           const indices = order.slice(b * batchSize, (b + 1) * batchSize);
           const y = torch.keep(
             torch.tidy(() => {
               const labels = train.labels.indexSelect(0, torch.tensor(BigInt64Array.from(indices, (i) => BigInt(i))));
-              return opts.device && opts.device !== "cpu" ? labels.to(opts.device) : labels;
+              return labels.to(opts.device);
             }),
           );
           try {
@@ -235,11 +245,11 @@ export function trainStitch(
         for (const batch of batches(train, {
           batchSize,
           shuffle: true,
-          seed: opts.seed ?? 0,
+          seed: opts.seed,
           epoch,
           dropLast: true,
-          augment: opts.augment ?? null,
-          markers: opts.markers ?? null,
+          augment: opts.augment,
+          markers: opts.markers,
           normalization: opts.normalization,
           device: opts.device,
         })) {

@@ -11,11 +11,13 @@ import { after, test } from "node:test";
 import { disposeDataset, loadDataset, normalizationFor } from "../data/index.js";
 import { planExperiment } from "../experiments/plan.js";
 import { parseExperiment } from "../experiments/spec.js";
+import { loadSafetensors } from "../io/safetensors.js";
 import { createModel } from "../models/registry.js";
 import { inEvalMode } from "../nn/module.js";
 import { generateIriBatch, IRI_DEFAULTS, type IriOptions, perImageResidual } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
-import { TRAIN_DEFAULTS, type TrainConfig, trainModel } from "../train/trainer.js";
+import { trainConfig } from "../train/config.js";
+import { type TrainConfig, trainModel } from "../train/trainer.js";
 import { runReference, skipUnlessPytorch } from "./helpers/pytorch.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 import { assertClose, ints, make, normal } from "./helpers/tensors.js";
@@ -184,7 +186,7 @@ test("autocast restores the previous state after a throw, nests, and clears its 
 });
 
 const TRAIN: TrainConfig = {
-  ...TRAIN_DEFAULTS,
+  ...trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }),
   model: "resnet18",
   modelOptions: { width: 0.0625 },
   dataset: "fashion-mnist",
@@ -203,7 +205,7 @@ test("training with bf16 autocast learns, differs from float32, and reruns ident
       .trim()
       .split("\n")
       .map((l) => JSON.parse(l).train_loss as number);
-    return { losses, weights: torch.loadSafetensors(join(tmp, name, "model.safetensors")).tensors };
+    return { losses, weights: loadSafetensors(join(tmp, name, "model.safetensors")).tensors };
   };
   const mixed = await run("bf16", { ...TRAIN, autocast: "bf16" });
   const again = await run("bf16-again", { ...TRAIN, autocast: "bf16" });

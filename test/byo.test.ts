@@ -9,6 +9,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { saveSafetensors } from "../io/safetensors.js";
+import { torchLoad, torchSave } from "../io/torchsave.js";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import * as torch from "../torch/index.js";
@@ -55,10 +57,10 @@ const FORMS: [string, RegExp | null][] = [
 test("torchvision weights in every saved form load by architecture name and give PyTorch's logits", {
   skip: noTorchvision,
 }, () => {
-  const io = torch.torchLoad(file("io.pt")) as { x: torch.Tensor; logits: torch.Tensor };
+  const io = torchLoad(file("io.pt")) as { x: torch.Tensor; logits: torch.Tensor };
   // A safetensors file made elsewhere too (no stitchlab metadata, no sidecar).
-  const plain = torch.torchLoad(file("plain.pt")) as Record<string, torch.Tensor>;
-  torch.saveSafetensors(file("plain.safetensors"), plain);
+  const plain = torchLoad(file("plain.pt")) as Record<string, torch.Tensor>;
+  saveSafetensors(file("plain.safetensors"), plain);
   torch.dispose(Object.values(plain));
   for (const [name, unwrapped] of [...FORMS, ["plain.safetensors", null] as [string, null]]) {
     const { model, meta, notes } = loadCheckpoint({
@@ -107,13 +109,13 @@ test("a mismatch says what the weights look like, in a few lines", { skip: noTor
   assert.match(classes, /the shapes say numClasses: 10/);
   // timm's names (stitchlab's ViTs use them): saved by torch.save's format, loaded as the wrong architecture.
   const vit = createModel("vit_tiny_patch4_32", { depth: 2 });
-  torch.torchSave(file("vit.pt"), vit.stateDict());
+  torchSave(file("vit.pt"), vit.stateDict());
   vit.dispose();
   assert.match(
     fails({ checkpoint: file("vit.pt"), arch: "resnet18" }),
     /timm's vit_tiny_patch4_32 \(embed dim 192, 2 blocks/,
   );
-  torch.torchSave(file("list.pt"), [1, 2, 3]);
+  torchSave(file("list.pt"), [1, 2, 3]);
   assert.match(fails({ checkpoint: file("list.pt"), arch: "resnet18" }), /holds a list, not a state dict/);
   assert.match(fails({ checkpoint: file("nothing.pt"), arch: "resnet18" }), /checkpoint not found/);
 });

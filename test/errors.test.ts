@@ -6,6 +6,8 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { planExperiment } from "../experiments/plan.js";
 import { readExperiment } from "../experiments/spec.js";
+import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
+import { torchLoad } from "../io/torchsave.js";
 import { AgreementMeter } from "../metrics/agreement.js";
 import { loadCheckpoint, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
@@ -96,36 +98,36 @@ test("a missing or corrupt file names the path", (t) => {
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const missing = join(dir, "nope.safetensors");
   assert.throws(
-    () => torch.loadSafetensors(missing),
+    () => loadSafetensors(missing),
     (e: Error) => e.message.includes(missing) && /not found/.test(e.message),
   );
   assert.throws(
-    () => torch.torchLoad(missing),
+    () => torchLoad(missing),
     (e: Error) => e.message.includes(missing),
   );
 
   const truncated = join(dir, "truncated.safetensors");
-  torch.saveSafetensors(truncated, { w: torch.ones([100]) });
+  saveSafetensors(truncated, { w: torch.ones([100]) });
   const full = readFileSync(truncated);
   writeFileSync(truncated, full.subarray(0, full.byteLength - 10));
   assert.throws(
-    () => torch.loadSafetensors(truncated),
+    () => loadSafetensors(truncated),
     (e: Error) => e.message.includes(truncated) && /tensor 'w'.*outside the file or of the wrong size/.test(e.message),
   );
   const garbage = join(dir, "garbage.safetensors");
   writeFileSync(garbage, Buffer.from("this is not a safetensors file at all"));
   assert.throws(
-    () => torch.loadSafetensors(garbage),
+    () => loadSafetensors(garbage),
     (e: Error) => e.message.includes(garbage) && /header length/.test(e.message),
   );
 
   const notZip = join(dir, "legacy.pt");
   writeFileSync(notZip, Buffer.from([0x80, 0x02, 0x8a, 0x0a]));
-  assert.throws(() => torch.torchLoad(notZip), /not in torch\.save's zip format/);
+  assert.throws(() => torchLoad(notZip), /not in torch\.save's zip format/);
   const badZip = join(dir, "bad.pt");
   writeFileSync(badZip, Buffer.from("PK\x03\x04 broken"));
   assert.throws(
-    () => torch.torchLoad(badZip),
+    () => torchLoad(badZip),
     (e: Error) => /torch\.load: cannot read/.test(e.message) && e.message.includes(badZip),
   );
 });

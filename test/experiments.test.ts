@@ -2,7 +2,7 @@
 // their path in the file, a second run served from the cache, a run killed with SIGKILL and
 // rerun giving the same results as an uninterrupted one, and a failed task not stopping the rest.
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -10,7 +10,7 @@ import { after, test } from "node:test";
 import { taskKey } from "../experiments/cache.js";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
-import { cliCommand } from "../experiments/tasks.js";
+import { cliCommand, reportCommand } from "../experiments/tasks.js";
 import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { csvRows, REQUIRED_COLUMNS } from "./helpers/csv.js";
@@ -52,13 +52,11 @@ test("a wrong experiment file gives one error per problem, each with its path in
     .replace("[layer1.0, layer4.1]", "[layer1.0, layer9]")
     .replace("objectives: [slm]", "objectives: [slm, kl]")
     .replace("epochs: 1 }\n  b:", "epochs: 0 }\n  b:");
+  // Shape errors stop before semantic checks: the wrong epochs alone, not the unknown model, point
+  // and objective; fix the shape and the rest are listed together.
   const p = problems(bad);
-  assert.ok(
-    p.includes("models.a.epochs: Too small: expected number to be >=1") ||
-      p.some((x) => x.startsWith("models.a.epochs:")),
-    p.join("\n"),
-  );
-  // Shape errors stop before semantic checks; fix the shape and the rest are listed together.
+  assert.equal(p.length, 1, p.join("\n"));
+  assert.match(p[0], /^models\.a\.epochs: Too small/);
   const p2 = problems(bad.replace("epochs: 0 }", "epochs: 1 }"));
   assert.deepEqual(p2.sort(), [
     "objectives[1]: unknown objective 'kl'; objectives: hlm, slm, dm, fula (weighted: hlm:1,fula:0.5)",
@@ -68,8 +66,10 @@ test("a wrong experiment file gives one error per problem, each with its path in
   assert.deepEqual(problems(`${TINY}\nsurprise: 1\n`), ['(top level): Unrecognized key: "surprise"']);
   assert.deepEqual(problems(TINY.replace("name: tiny\n", "")), ["name: missing (expected string)"]);
   assert.deepEqual(problems(TINY, "paper"), ['scales: no scale "paper" (the file defines none)']);
-  assert.deepEqual(problems("pairs: [1"), [problems("pairs: [1")[0]]);
-  assert.match(problems("pairs: [1")[0], /^not valid YAML\/JSON/);
+  // Text that is not YAML: one problem, the parser's, with where it is in the file.
+  const yaml = problems("pairs: [1");
+  assert.equal(yaml.length, 1, yaml.join("\n"));
+  assert.match(yaml[0], /^not valid YAML\/JSON: .* at line 1, column \d+/);
   assert.deepEqual(
     problems(
       TINY.replace(
@@ -130,6 +130,14 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   const first = stitchlab(["run", file, "--out", join(tmp, "out1"), "--cache", cache, "--workers", "2"]);
   assert.equal(first.status, 0, first.stderr);
   assert.doesNotMatch(first.stderr, /\bNaN\b|\bnull\b/, "progress lines print no value that is not known yet");
+  // Into a pipe, every progress line names its task, under the number its start line gave it,
+  // and the workers' own events (the line that ends a task) are not shown.
+  assert.doesNotMatch(first.stderr, /\bevent\b|\bstate ran\b/);
+  const started = new Map([...first.stderr.matchAll(/^\[(\d+)\/14\] (.+) \.\.\.$/gm)].map((m) => [m[1], m[2]]));
+  assert.equal(started.size, 14, first.stderr);
+  const later = [...first.stderr.matchAll(/^\[(\d+)\/14\] .*[^.]$/gm)];
+  assert.ok(later.length > 14, "done lines and progress lines");
+  for (const [line, n] of later) assert.ok(line.startsWith(`[${n}/14] ${started.get(n)}: `), line);
   const rows = csvRows(join(tmp, "out1", "results.csv"));
   assert.equal(rows.length, 8);
   for (const c of REQUIRED_COLUMNS) assert.ok(c in rows[0], `column ${c}`);
@@ -156,6 +164,13 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   rmSync(join(tmp, "out1", "report.html"));
   const reported = stitchlab(["report", join(tmp, "out1")]);
   assert.equal(reported.status, 0, reported.stderr);
+  assert.equal(readFileSync(join(tmp, "out1", "results.csv"), "utf8"), csv);
+  assert.match(readFileSync(join(tmp, "out1", "report.html"), "utf8"), /<html/);
+  // A Slurm run's report job runs the worker's report mode, not the CLI: the same files, the same words.
+  rmSync(join(tmp, "out1", "report.html"));
+  const job = spawnSync(process.execPath, reportCommand(join(tmp, "out1")), { encoding: "utf8", cwd: tmp });
+  assert.equal(job.status, 0, job.stderr);
+  assert.equal(job.stdout, reported.stdout);
   assert.equal(readFileSync(join(tmp, "out1", "results.csv"), "utf8"), csv);
   assert.match(readFileSync(join(tmp, "out1", "report.html"), "utf8"), /<html/);
 

@@ -23,12 +23,15 @@ import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
+import { STEP_SCHEDULE_FRACTIONS, stepScheduleMilestones } from "../nn/schedule.js";
+import { stitchConfig as resolvedStitch } from "../stitch/config.js";
 import { IRI_STEP_SIZE_224 } from "../stitch/iris.js";
-import { loadSource, runStitch, STITCH_CONFIG_DEFAULTS, type StitchConfig } from "../stitch/jobs.js";
+import { loadSource, runStitch, type StitchConfig } from "../stitch/jobs.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+import { stitchTrainOptions } from "./helpers/stitch.js";
 
 const skip = skipUnlessFashionMnist();
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-fidelity-"));
@@ -91,14 +94,19 @@ function stitchedWithTail() {
 test("batch-norm 'adapt': A's statistics and B's after the point adapt in the stitched copy; B itself never changes", () => {
   const { front, back, point, s, data, stats, dispose } = stitchedWithTail();
   const before = stats();
-  trainStitch(s, data, data, {
-    objective: { slm: 1 },
-    normalization: CIFAR10_NORMALIZATION,
-    epochs: 1,
-    batchSize: 32,
-    bnMode: "adapt",
-    initImages: 32,
-  });
+  trainStitch(
+    s,
+    data,
+    data,
+    stitchTrainOptions({
+      objective: { slm: 1 },
+      normalization: CIFAR10_NORMALIZATION,
+      epochs: 1,
+      batchSize: 32,
+      bnMode: "adapt",
+      initImages: 32,
+    }),
+  );
   const after = stats();
   // A: every BN up to the point adapted.
   for (const [k, v] of after.front)
@@ -114,12 +122,17 @@ test("batch-norm 'adapt': A's statistics and B's after the point adapt in the st
   // "adapt" refuses a stitched model without its own copy of B.
   assert.throws(
     () =>
-      trainStitch(new StitchedModel(front, back, point), data, data, {
-        objective: { slm: 1 },
-        normalization: CIFAR10_NORMALIZATION,
-        epochs: 1,
-        bnMode: "adapt",
-      }),
+      trainStitch(
+        new StitchedModel(front, back, point),
+        data,
+        data,
+        stitchTrainOptions({
+          objective: { slm: 1 },
+          normalization: CIFAR10_NORMALIZATION,
+          epochs: 1,
+          bnMode: "adapt",
+        }),
+      ),
     /needs the stitched model's own copy of B/,
   );
   dispose();
@@ -130,14 +143,19 @@ for (const bnMode of ["batch", "eval"] as const) {
     const { front, s, data, stats, dispose } = stitchedWithTail();
     const before = stats();
     const weight = Float32Array.from(s.layer.weight.toTypedArray() as Float32Array);
-    trainStitch(s, data, data, {
-      objective: { slm: 1 },
-      normalization: CIFAR10_NORMALIZATION,
-      epochs: 2,
-      batchSize: 32,
-      bnMode,
-      init: "random",
-    });
+    trainStitch(
+      s,
+      data,
+      data,
+      stitchTrainOptions({
+        objective: { slm: 1 },
+        normalization: CIFAR10_NORMALIZATION,
+        epochs: 2,
+        batchSize: 32,
+        bnMode,
+        init: "random",
+      }),
+    );
     assert.ok(changed(Float32Array.from(s.layer.weight.toTypedArray() as Float32Array), weight), "T trained");
     const after = stats();
     for (const net of ["front", "back", "tail"] as const) {
@@ -146,14 +164,19 @@ for (const bnMode of ["batch", "eval"] as const) {
         assert.ok(!changed(v, before[net].get(k) as Float32Array), `${bnMode}: ${net} ${k} untouched`);
     }
     // The check can fail: the same stitched model in mode 'adapt' moves A's statistics.
-    trainStitch(s, data, data, {
-      objective: { slm: 1 },
-      normalization: CIFAR10_NORMALIZATION,
-      epochs: 1,
-      batchSize: 32,
-      bnMode: "adapt",
-      init: "random",
-    });
+    trainStitch(
+      s,
+      data,
+      data,
+      stitchTrainOptions({
+        objective: { slm: 1 },
+        normalization: CIFAR10_NORMALIZATION,
+        epochs: 1,
+        batchSize: 32,
+        bnMode: "adapt",
+        init: "random",
+      }),
+    );
     assert.ok(
       changed(
         bnStats(front).get("bn1.running_mean") as Float32Array,
@@ -173,29 +196,65 @@ test("the last partial batch is dropped, and fewer images than one batch is a cl
     s,
     data,
     data,
-    {
+    stitchTrainOptions({
       objective: { slm: 1 },
       normalization: CIFAR10_NORMALIZATION,
       epochs: 1,
       batchSize: 32,
       bnMode: "eval",
       init: "identity",
-    },
+    }),
     (p) => steps.push(p.steps),
   );
   assert.deepEqual(steps, [2, 2], "70 images in batches of 32: two steps, the 6 left over are dropped");
   assert.throws(
     () =>
-      trainStitch(s, data, data, {
-        objective: { slm: 1 },
-        normalization: CIFAR10_NORMALIZATION,
-        epochs: 1,
-        batchSize: 128,
-        bnMode: "eval",
-        init: "identity",
-      }),
+      trainStitch(
+        s,
+        data,
+        data,
+        stitchTrainOptions({
+          objective: { slm: 1 },
+          normalization: CIFAR10_NORMALIZATION,
+          epochs: 1,
+          batchSize: 128,
+          bnMode: "eval",
+          init: "identity",
+        }),
+      ),
     /at least one full batch: 70 training images, batch size 128/,
   );
+  disposeDataset(data);
+  m.dispose();
+  s.layer.dispose();
+});
+
+test("4 epochs: stitching drops the lr after epochs 1 and 2, as base training does (floor, the reference's int())", () => {
+  // Both loops build their schedule from nn/schedule.ts: base training at its config's fractions
+  // (the protocol's 1/3 and 2/3), stitching at the same. Rounding would give {1, 3} here.
+  assert.deepEqual(stepScheduleMilestones(STEP_SCHEDULE_FRACTIONS, 4), [1, 2]);
+  const m = tiny(0);
+  const s = new StitchedModel(m, m, "layer1.0");
+  const data = randomImages(32, 4);
+  const lrs: number[] = [];
+  trainStitch(
+    s,
+    data,
+    data,
+    stitchTrainOptions({
+      objective: { slm: 1 },
+      normalization: CIFAR10_NORMALIZATION,
+      epochs: 4,
+      batchSize: 32,
+      lr: 1e-3,
+      bnMode: "eval",
+      init: "identity",
+    }),
+    (p) => lrs.push(p.lr),
+  );
+  const expected = [1e-3, 1e-4, 1e-5, 1e-5];
+  assert.equal(lrs.length, 4, "one step per epoch");
+  for (const [i, lr] of lrs.entries()) assert.ok(Math.abs(lr - expected[i]) < 1e-15, `epoch ${i + 1}: lr ${lr}`);
   disposeDataset(data);
   m.dispose();
   s.layer.dispose();
@@ -219,16 +278,21 @@ test("the least-squares start draws its images at random from the whole split (s
   const data: Dataset = { images, labels: torch.zeros([n], { dtype: "int64" }), classes: ["a"], name: "ordered" };
   const weightsAfterInit = (seed: number) => {
     const s = new StitchedModel(front, back, "layer1.0");
-    trainStitch(s, data, data, {
-      objective: { slm: 1 },
-      normalization: CIFAR10_NORMALIZATION,
-      epochs: 1,
-      batchSize: 32,
-      lr: 1e-12,
-      bnMode: "eval",
-      initImages: k,
-      seed,
-    });
+    trainStitch(
+      s,
+      data,
+      data,
+      stitchTrainOptions({
+        objective: { slm: 1 },
+        normalization: CIFAR10_NORMALIZATION,
+        epochs: 1,
+        batchSize: 32,
+        lr: 1e-12,
+        bnMode: "eval",
+        initImages: k,
+        seed,
+      }),
+    );
     const w = Float32Array.from(s.layer.weight.toTypedArray() as Float32Array);
     s.layer.dispose();
     return w;
@@ -272,7 +336,11 @@ test("each network normalises its own input: a CIFAR-normalised front and a Fash
 
 function stitchConfig(front: string, back: string, over: Partial<StitchConfig>): StitchConfig {
   return {
-    ...STITCH_CONFIG_DEFAULTS,
+    ...resolvedStitch(
+      { front: "", back: "", frontPoint: "layer1.0", objective: "slm", mode: "standard" },
+      {},
+      { dataset: "fashion-mnist" },
+    ),
     front,
     back,
     frontPoint: "layer1.0",
@@ -297,7 +365,10 @@ test("a marked pair is scored on a marked test set, recorded as test_data; the i
   saveCheckpoint(path, a, { dataset: "fashion-mnist" });
   a.dispose();
   // The test images of a pixel-marked pair carry every image's class-colour square.
-  const test = await loadSource({ dataset: "fashion-mnist", shortcut: "pixel", limit: 32 }, "test");
+  const test = await loadSource(
+    { dataset: "fashion-mnist", root: null, imageSize: null, shortcut: "pixel", limit: 32 },
+    "test",
+  );
   const labels = Array.from(test.labels.toTypedArray() as BigInt64Array, Number);
   const plan = planMarkers(labels, 10, 32, 32, { kind: "pixel", seed: 1 });
   const colors = markerColors(10);

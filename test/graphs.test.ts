@@ -47,7 +47,7 @@ test("graphs say why they cannot run: on the CPU, and in a build without them", 
 });
 
 /** A fixed-shape step: x <- clamp(x - 0.1 * sign(d/dx ||W x||), -1, 1), its loss written to `out`. */
-function stepOn(device: string) {
+function stepOn(device: torch.Device) {
   torch.manualSeed(3);
   // Made in a scope, so that no garbage is left for the collector to free during the steps.
   const { w, x, out } = torch.tidy(() => ({

@@ -1,12 +1,18 @@
 // Tensors to and from files: safetensors round trips for every dtype, atomic writes, and
 // interchange with Python's PyTorch in both directions (torch.save / torch.load, safetensors).
+// And io/ as a layer: its ground floor (io/files.ts: the version, atomic writes) and report/
+// load without libtorch.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
+import { torchLoad, torchSave } from "../io/torchsave.js";
 import * as torch from "../torch/index.js";
+import { tsxLoader } from "./helpers/cli.js";
 import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-io-"));
@@ -48,8 +54,8 @@ function assertSameTensors(got: Record<string, torch.Tensor>, want: Record<strin
 test("safetensors round-trips every dtype, shape and the metadata", () => {
   const path = join(dir, "all.safetensors");
   const t = sample();
-  torch.saveSafetensors(path, t, { arch: "resnet18", seed: "0" });
-  const back = torch.loadSafetensors(path);
+  saveSafetensors(path, t, { arch: "resnet18", seed: "0" });
+  const back = loadSafetensors(path);
   assertSameTensors(back.tensors, t);
   assert.deepEqual(back.metadata, { arch: "resnet18", seed: "0" });
   const n = Number(readFileSync(path).readBigUInt64LE(0));
@@ -64,8 +70,8 @@ test("safetensors round-trips every dtype, shape and the metadata", () => {
 test("a non-contiguous tensor is saved in logical (row-major) order", () => {
   const path = join(dir, "transposed.safetensors");
   const t = torch.arange(6).reshape(2, 3).t();
-  torch.saveSafetensors(path, { t });
-  assert.deepEqual(torch.loadSafetensors(path).tensors.t.tolist(), [
+  saveSafetensors(path, { t });
+  assert.deepEqual(loadSafetensors(path).tensors.t.tolist(), [
     [0, 3],
     [1, 4],
     [2, 5],
@@ -87,7 +93,7 @@ sd["bn.num_batches_tracked"] = torch.tensor(5)
 sd["view"] = torch.arange(10.0)[2:8:2]
 torch.save(sd, ${JSON.stringify(fromPy)})
 `);
-  const sd = torch.torchLoad(fromPy) as Record<string, torch.Tensor>;
+  const sd = torchLoad(fromPy) as Record<string, torch.Tensor>;
   assert.deepEqual(Object.keys(sd), ["conv.weight", "conv.bias", "bn.num_batches_tracked", "view"]);
   assert.deepEqual(sd["conv.weight"].shape, [2, 3, 2, 2]);
   assert.ok(Math.abs(sd["conv.weight"].sum().item() - 276 / 7) < 1e-4);
@@ -100,8 +106,8 @@ torch.save(sd, ${JSON.stringify(fromPy)})
   const toPy = join(dir, "to_python.pt");
   const st = join(dir, "to_python.safetensors");
   const ours = sample();
-  torch.torchSave(toPy, { state_dict: ours, epoch: 3, name: "resnet18" });
-  torch.saveSafetensors(st, ours);
+  torchSave(toPy, { state_dict: ours, epoch: 3, name: "resnet18" });
+  saveSafetensors(st, ours);
   const out = python(`
 import torch, json, struct, numpy as np
 obj = torch.load(${JSON.stringify(toPy)})
@@ -153,7 +159,7 @@ torch.save({"state_dict": m.state_dict(), "epoch": 3, "lr": 0.1, "big": 2**40, "
             "param": torch.nn.Parameter(torch.ones(2)), "args": argparse.Namespace(width=8), "flag": None},
            ${JSON.stringify(path)})
 `);
-  const ck = torch.torchLoad(path) as Record<string, unknown>;
+  const ck = torchLoad(path) as Record<string, unknown>;
   const sd = ck.state_dict as Record<string, torch.Tensor>;
   assert.deepEqual(Object.keys(sd), [
     "0.weight",
@@ -178,4 +184,63 @@ torch.save({"state_dict": m.state_dict(), "epoch": 3, "lr": 0.1, "big": 2**40, "
   assert.deepEqual(param.tolist(), [1, 1]);
   assert.equal(param.requiresGrad, true);
   assert.equal((ck.args as { __class__: string }).__class__, "argparse.Namespace");
+});
+
+test("report/ and io/files.ts (the version) load without libtorch and import nothing of torch/", {
+  skip: !existsSync("/proc/self/maps") && "no /proc here",
+}, () => {
+  const root = fileURLToPath(new URL("..", import.meta.url));
+  const modules = join(dir, "modules.txt");
+  // A resolve hook that lists every ES module the child loads (after tsx has mapped .js to .ts),
+  // and the child itself: it imports the two and says what it mapped (the addon is a CommonJS
+  // require, which /proc/self/maps sees).
+  const hooks = join(dir, "list-modules.mjs");
+  writeFileSync(
+    hooks,
+    [
+      'import { appendFileSync } from "node:fs";',
+      "export async function resolve(specifier, context, next) {",
+      "  const r = await next(specifier, context);",
+      '  appendFileSync(process.env.STITCHLAB_TEST_MODULES, r.url + "\\n");',
+      "  return r;",
+      "}",
+    ].join("\n"),
+  );
+  const register = join(dir, "register.mjs");
+  writeFileSync(
+    register,
+    `import { register } from "node:module";\nregister(${JSON.stringify(pathToFileURL(hooks).href)});\n`,
+  );
+  const child = join(dir, "load-report.mjs");
+  writeFileSync(
+    child,
+    [
+      'import { readFileSync } from "node:fs";',
+      `const report = await import(${JSON.stringify(pathToFileURL(join(root, "report", "index.ts")).href)});`,
+      `const files = await import(${JSON.stringify(pathToFileURL(join(root, "io", "files.ts")).href)});`,
+      'const maps = readFileSync("/proc/self/maps", "utf8");',
+      "console.log(JSON.stringify({",
+      "  version: files.stitchlabVersion,",
+      "  writeReport: typeof report.writeReport,",
+      '  addon: maps.includes("stitchlab.node"),',
+      "  libtorch: /libtorch/.test(maps),",
+      "}));",
+    ].join("\n"),
+  );
+  const r = spawnSync(process.execPath, ["--import", tsxLoader, "--import", pathToFileURL(register).href, child], {
+    encoding: "utf8",
+    env: { ...process.env, STITCHLAB_TEST_MODULES: modules },
+  });
+  assert.equal(r.status, 0, r.stderr);
+  const got = JSON.parse(r.stdout.trim().split("\n").at(-1) as string);
+  assert.match(got.version, /^\d+\.\d+\.\d+/);
+  assert.equal(got.writeReport, "function");
+  assert.deepEqual({ addon: got.addon, libtorch: got.libtorch }, { addon: false, libtorch: false });
+  const loaded = readFileSync(modules, "utf8").split("\n").filter(Boolean);
+  assert.ok(
+    loaded.some((u) => u.endsWith("/report/write.ts")) && loaded.some((u) => u.endsWith("/io/files.ts")),
+    "the hook saw the modules",
+  );
+  const torchModules = loaded.filter((u) => u.startsWith(pathToFileURL(join(root, "torch")).href));
+  assert.deepEqual(torchModules, [], "modules of torch/ loaded by report/ or io/files.ts");
 });

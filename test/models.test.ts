@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { FASHION_MNIST_NORMALIZATION } from "../data/transforms.js";
+import { torchLoad, torchSave } from "../io/torchsave.js";
 import { linearCka } from "../metrics/cka.js";
 import { createModel, type ModelOptions, modelNames } from "../models/registry.js";
 import { HEAD_POINT, pointShape } from "../models/stitchable.js";
@@ -157,10 +158,10 @@ for (const [arch, opts] of PARITY) {
     };
     py("save");
     const m = createModel(arch, opts).eval();
-    const sd = torch.torchLoad(join(dir, "py_state.pt")) as Record<string, torch.Tensor>;
+    const sd = torchLoad(join(dir, "py_state.pt")) as Record<string, torch.Tensor>;
     m.loadStateDict(sd);
-    const x = (torch.torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
-    const want = (torch.torchLoad(join(dir, "py_logits.pt")) as { logits: torch.Tensor }).logits;
+    const x = (torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
+    const want = (torchLoad(join(dir, "py_logits.pt")) as { logits: torch.Tensor }).logits;
     const got = torch.noGrad(() => m.forward(x));
     const rel = got.sub(want).norm().item() / want.norm().item();
     assert.ok(rel < 1e-4, `PyTorch -> stitchlab: relative error ${rel}`);
@@ -174,9 +175,9 @@ for (const [arch, opts] of PARITY) {
           if (k.endsWith("running_mean")) t.normal_(0, 0.5);
           else if (k.endsWith("running_var")) t.uniform_(0.5, 2);
       });
-    torch.torchSave(join(dir, "ts_state.pt"), ours.stateDict());
+    torchSave(join(dir, "ts_state.pt"), ours.stateDict());
     py("load");
-    const pyLogits = (torch.torchLoad(join(dir, "py_logits_from_ts.pt")) as { logits: torch.Tensor }).logits;
+    const pyLogits = (torchLoad(join(dir, "py_logits_from_ts.pt")) as { logits: torch.Tensor }).logits;
     const ourLogits = torch.noGrad(() => ours.forward(x));
     const rel2 = ourLogits.sub(pyLogits).norm().item() / pyLogits.norm().item();
     assert.ok(rel2 < 1e-4, `stitchlab -> PyTorch: relative error ${rel2}`);
@@ -242,7 +243,7 @@ test("vgg16_bn: torchvision's vgg16_bn(num_classes=10) state dict loads strictly
         if (k.endsWith("running_mean")) t.normal_(0, 0.5);
         else if (k.endsWith("running_var")) t.uniform_(0.5, 2);
     });
-    torch.torchSave(join(dir, "ts_state.pt"), ours.stateDict());
+    torchSave(join(dir, "ts_state.pt"), ours.stateDict());
     const r = spawnSync(
       PYTHON,
       [join(import.meta.dirname, "helpers", "zoo_reference.py"), "vgg16_bn", "{}", "save,load", dir],
@@ -250,28 +251,28 @@ test("vgg16_bn: torchvision's vgg16_bn(num_classes=10) state dict loads strictly
     );
     assert.equal(r.status, 0, r.stderr);
     torch.tidy(() => {
-      const x = (torch.torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
-      const pyLogits = (torch.torchLoad(join(dir, "py_logits_from_ts.pt")) as { logits: torch.Tensor }).logits;
+      const x = (torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
+      const pyLogits = (torchLoad(join(dir, "py_logits_from_ts.pt")) as { logits: torch.Tensor }).logits;
       const ourLogits = torch.noGrad(() => ours.forward(x));
       const rel = ourLogits.sub(pyLogits).norm().item() / pyLogits.norm().item();
       assert.ok(rel < 1e-5, `stitchlab -> torchvision: relative error ${rel}`);
     });
     ours.dispose();
     const m = createModel("vgg16_bn").eval(); // the defaults are torchvision's layout
-    const sd = torch.torchLoad(join(dir, "py_state.pt")) as Record<string, torch.Tensor>;
+    const sd = torchLoad(join(dir, "py_state.pt")) as Record<string, torch.Tensor>;
     assert.deepEqual(Object.keys(m.stateDict()).sort(), Object.keys(sd).sort(), "the same parameter names");
     m.loadStateDict(sd); // strict: any missing, unexpected or mis-shaped key throws
     for (const k of Object.keys(sd)) sd[k].dispose();
     torch.tidy(() => {
       // 32 px: the features end at 1x1 and the adaptive pool repeats it into 7x7, as in PyTorch.
-      const x = (torch.torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
-      const want = (torch.torchLoad(join(dir, "py_logits.pt")) as { logits: torch.Tensor }).logits;
+      const x = (torchLoad(join(dir, "input.pt")) as { x: torch.Tensor }).x;
+      const want = (torchLoad(join(dir, "py_logits.pt")) as { logits: torch.Tensor }).logits;
       const points = m.stitchPoints.map((p) => p.name);
       const { features, logits } = torch.noGrad(() => m.forwardIntermediates(x, points));
       const rel = logits.sub(want).norm().item() / want.norm().item();
       assert.ok(rel < 1e-5, `logits: relative error ${rel}`);
       // Each point's features are PyTorch's features[:k+1](x).
-      const pyFeatures = torch.torchLoad(join(dir, "py_features.pt")) as Record<string, torch.Tensor>;
+      const pyFeatures = torchLoad(join(dir, "py_features.pt")) as Record<string, torch.Tensor>;
       assert.deepEqual(Object.keys(pyFeatures).sort(), [...points].sort());
       for (const p of points) {
         assert.deepEqual(features[p].shape, pyFeatures[p].shape, `${p} shape`);

@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { torchLoad, torchSave } from "../io/torchsave.js";
 import { Adam, AdamW, type Optimizer, SGD } from "../nn/optim.js";
 import { CosineAnnealingLR, type LRScheduler, MultiStepLR, StepLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
@@ -183,7 +184,7 @@ torch.save(out, d + "/outputs.pt")
 function runPython(inputs: Record<string, torch.Tensor>): Record<string, torch.Tensor> {
   const dir = mkdtempSync(join(tmpdir(), "stitchlab-optim-"));
   try {
-    torch.torchSave(join(dir, "inputs.pt"), inputs);
+    torchSave(join(dir, "inputs.pt"), inputs);
     writeFileSync(
       join(dir, "cases.json"),
       JSON.stringify({
@@ -200,7 +201,7 @@ function runPython(inputs: Record<string, torch.Tensor>): Record<string, torch.T
     const r = spawnSync(PYTHON, [join(dir, "run.py"), dir], { encoding: "utf8", timeout: 120_000, cwd: dir });
     if (r.status !== 0)
       throw new Error(`${PYTHON} failed (status ${r.status}): ${r.error?.message ?? ""}\n${r.stderr}`);
-    return torch.torchLoad(join(dir, "outputs.pt")) as Record<string, torch.Tensor>;
+    return torchLoad(join(dir, "outputs.pt")) as Record<string, torch.Tensor>;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -10,9 +10,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import type { PyObject } from "../io/pickle.js";
+import { torchLoad, torchSave } from "../io/torchsave.js";
+import { readZip } from "../io/zip.js";
 import * as torch from "../torch/index.js";
-import type { PyObject } from "../torch/pickle.js";
-import { readZip } from "../torch/zip.js";
 import { runTs } from "./helpers/cli.js";
 import { PYTHON, pytorchUnavailable } from "./helpers/pytorch.js";
 
@@ -35,7 +36,7 @@ function loadEach(dir: string): void {
     const t0 = performance.now();
     let out: Outcome;
     try {
-      const v = torch.torchLoad(path);
+      const v = torchLoad(path);
       out = { name, ms: performance.now() - t0, ok: true };
       torch.dispose(v);
     } catch (e) {
@@ -342,7 +343,7 @@ if (process.env[LOADER_ENV]) {
     torch.manualSeed(0);
     const w = torch.randn([3, 4]);
     const n = torch.tensor(new Int32Array([1, -2, 3]));
-    torch.torchSave(ours, { w, n, meta: { epoch: 3, name: "x", hist: [1.5, 2] } });
+    torchSave(ours, { w, n, meta: { epoch: 3, name: "x", hist: [1.5, 2] } });
     torch.dispose([w, n]);
     seeds.push(["ours", readFileSync(ours)]);
     const noPython = pytorchUnavailable();
@@ -436,7 +437,7 @@ torch.save(ck, sys.argv[2], pickle_protocol=4)
       0x2e,
     );
     const { path } = folder([["proto.pt", archive(pickle)]]);
-    const d = torch.torchLoad(path("proto.pt")) as Record<string, unknown>;
+    const d = torchLoad(path("proto.pt")) as Record<string, unknown>;
     const proto = Object.getOwnPropertyDescriptor(d, "__proto__");
     assert.equal(Object.getPrototypeOf(d), Object.prototype);
     assert.deepEqual(Object.keys(d), ["__proto__", "constructor", "prototype", "ordered", "record", "classy"]);

@@ -1,6 +1,7 @@
 // stitchlab's processes (issue 14): the commands that only read files start without libtorch;
 // every command is found by the lazy command table; and a `run --workers N` stopped by SIGTERM,
-// SIGINT or SIGKILL leaves no worker behind, so a rerun finds no live lock to wait on.
+// SIGINT or SIGKILL leaves no worker behind, so a rerun finds no live lock to wait on; and the
+// runner reads a worker's output by whole lines.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -12,6 +13,7 @@ import { buildProgram, COMMAND_MODULES, modulesFor } from "../cli/commands.js";
 import { recordLocalRun } from "../experiments/local.js";
 import { holderAlive, readHolder, withLock } from "../experiments/lock.js";
 import { planExperiment } from "../experiments/plan.js";
+import { lineSplitter, progressFields } from "../experiments/runner.js";
 import { parseExperiment } from "../experiments/spec.js";
 import { cliCommand, taskCommand } from "../experiments/tasks.js";
 import { runCli } from "./helpers/cli.js";
@@ -261,4 +263,31 @@ test("the worker script (and `stitchlab task`) reports a bad task as the runner 
     assert.match(r.stderr.trim().split("\n").pop() ?? "", /^stitchlab: no task train-nothing in the cache/);
   }
   assert.match(taskCommand(cache, "k").join(" "), /experiments\/worker\.(ts|js) k --cache /, "not the CLI");
+});
+
+test("a worker's stdout is read by whole lines: one split across chunks, several in one chunk, a last one without newline", () => {
+  const got: string[] = [];
+  const lines = lineSplitter((l) => got.push(l));
+  const loss = JSON.stringify({ epoch: 1, epochs: 4, step: 30, steps: 78, loss: 1.2345 });
+  // A pipe hands over what was written so far: here the line breaks inside a number.
+  lines.push(`${loss.slice(0, 40)}`);
+  assert.deepEqual(got, [], "half a line waits for its rest");
+  lines.push(`${loss.slice(40)}\n{"epoch":1,"step":31}\n\n{"epoch":1,`);
+  assert.deepEqual(got, [loss, '{"epoch":1,"step":31}'], "blank lines left out");
+  lines.push('"step":32}\r\n{"event":"done","key":"train-x","state":"ran"}');
+  lines.end();
+  assert.deepEqual(got, [
+    loss,
+    '{"epoch":1,"step":31}',
+    '{"epoch":1,"step":32}',
+    '{"event":"done","key":"train-x","state":"ran"}',
+  ]);
+  lines.end();
+  assert.equal(got.length, 4, "nothing is given twice");
+  // What of them is progress: the fields, not the worker's own events, nor what is not a JSON object.
+  assert.deepEqual(progressFields(loss), JSON.parse(loss));
+  assert.equal(progressFields('{"event":"done","key":"train-x","state":"ran"}'), null);
+  assert.equal(progressFields('{"epoch":1,"st'), null);
+  assert.equal(progressFields("[1, 2]"), null);
+  assert.equal(progressFields("loading..."), null);
 });

@@ -15,6 +15,7 @@ import {
   reportFigures,
   resultsCsv,
   type StitchRow,
+  summarize,
   writeReport,
 } from "../report/index.js";
 import { runTs } from "./helpers/cli.js";
@@ -281,6 +282,50 @@ describe("writeReport", () => {
     assert.equal(readFileSync(r.csv, "utf8"), `${ALL_COLUMNS.join(",")}\n`);
   });
 
+  test("one replicate summary, made by the caller, serves summary.csv, the summary table and the figures' bands", async () => {
+    const input = await syntheticInput();
+    const summary = summarize(input.rows);
+    // One interval marked, so that where each part took its numbers from shows.
+    const marked = {
+      ...summary[0].scores.agreement_prob,
+      mean: 0.123456,
+      halfWidth: 0.012345,
+      lo: 0.111111,
+      hi: 0.135801,
+    };
+    summary[0] = { ...summary[0], scores: { ...summary[0].scores, agreement_prob: marked } };
+    const dir = tempDir();
+    await writeReport({ ...input, summary }, dir);
+    assert.match(readFileSync(join(dir, "summary.csv"), "utf8"), /,0\.123456,/);
+    assert.match(readFileSync(join(dir, "report.html"), "utf8"), /0\.123 ± 0\.012/);
+    const spec = JSON.parse(readFileSync(join(dir, "figures", "agreement.vl.json"), "utf8"));
+    const banded = spec.data.values.filter((v: { lo?: number; hi?: number }) => v.lo === 0.111111 && v.hi === 0.135801);
+    assert.ok(banded.length > 0, "the band drawn is the summary's");
+  });
+
+  test("a figure's bands over the rows where its score is finite equal the summary of all rows", () => {
+    // Two replicates; in one, a row's excess agreement is not known (null) or not finite.
+    const rows = [0, 1].flatMap((replicate) =>
+      [0, 1].map((seed) =>
+        row({
+          pair: "cross-bias",
+          replicate,
+          seed,
+          agreement_prob: 0.5 + 0.1 * replicate + 0.01 * seed,
+          excess_agreement: replicate === 1 && seed === 1 ? null : 0.2 + 0.1 * replicate + 0.01 * seed,
+        }),
+      ),
+    );
+    const bandsOf = (figures: ReturnType<typeof reportFigures>) =>
+      figures.map((f) => JSON.stringify((f.spec as { data: { values: unknown[] } }).data.values));
+    const used = rows.filter((r) => r.excess_agreement !== null);
+    const excess = reportFigures(rows).find((f) => f.name === "excess_agreement");
+    const alone = reportFigures(used, summarize(used)).find((f) => f.name === "excess_agreement");
+    assert.ok(excess && alone);
+    assert.deepEqual(bandsOf([excess]), bandsOf([alone]));
+    assert.match(bandsOf([excess])[0], /"lo":/, "with a band");
+  });
+
   test("a figure without data is left out; a bad mode is named", async () => {
     const dir = tempDir();
     const r = await writeReport({ ...(await syntheticInput()), rows: syntheticRows().slice(0, 12) }, dir);
@@ -388,7 +433,7 @@ test("report.html renders in headless Chromium: charts drawn, IRI grid loaded, n
   }
 });
 
-test("the report is written without loading libtorch (the ground floor: torch/files.ts)", (t) => {
+test("the report is written without loading libtorch (the ground floor: io/files.ts)", (t) => {
   if (!existsSync("/proc/self/maps")) return t.skip("no /proc/self/maps here to see what a process loaded");
   const d = mkdtempSync(join(tmpdir(), "stitchlab-floor-"));
   t.after(() => rmSync(d, { recursive: true, force: true }));

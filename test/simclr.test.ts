@@ -11,8 +11,9 @@ import { loadDataset, normalizationFor, Rng } from "../data/index.js";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import * as torch from "../torch/index.js";
+import { trainConfig } from "../train/config.js";
 import { ntXentLoss, pretrainSimclr } from "../train/simclr.js";
-import { TRAIN_DEFAULTS, trainModel } from "../train/trainer.js";
+import { trainModel } from "../train/trainer.js";
 import { runCli } from "./helpers/cli.js";
 import { runReference, skipUnlessPytorch, skipUnlessTorchvision } from "./helpers/pytorch.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
@@ -120,7 +121,7 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
   // The whole recipe: pre-training, then the classifier on the frozen backbone.
   const r = await trainModel(
     {
-      ...TRAIN_DEFAULTS,
+      ...trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }),
       model: "resnet18",
       modelOptions: { width: 0.125 },
       dataset: "fashion-mnist",
@@ -148,10 +149,10 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
     temperature: 0.5,
     batchSize: 64,
     lr: 0.1,
-    momentum: TRAIN_DEFAULTS.momentum,
-    nesterov: TRAIN_DEFAULTS.nesterov,
-    weightDecay: TRAIN_DEFAULTS.weightDecay,
-    milestones: TRAIN_DEFAULTS.milestones,
+    momentum: trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).momentum,
+    nesterov: trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).nesterov,
+    weightDecay: trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).weightDecay,
+    milestones: trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).milestones,
     seed: 0,
     normalization: normalizationFor("fashion-mnist"),
     device: "cpu",

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { SLURM_DEFAULTS, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
+import { SLURM_DEFAULTS, type SlurmOptions, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
 import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
@@ -90,7 +90,7 @@ let file: string;
 let local: string;
 
 test("sbatch's arguments and the job script carry every option", () => {
-  const o = {
+  const o: SlurmOptions = {
     ...SLURM_DEFAULTS,
     partition: "gpu",
     gres: "gpu:1",

@@ -12,9 +12,11 @@ import { evaluateStitch } from "../stitch/evaluate.js";
 import { OBJECTIVES, parseObjective } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
-import { TRAIN_DEFAULTS, trainModel } from "../train/trainer.js";
+import { trainConfig } from "../train/config.js";
+import { trainModel } from "../train/trainer.js";
 import { settledMemory } from "./helpers/memory.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+import { stitchTrainOptions } from "./helpers/stitch.js";
 
 const skip = skipUnlessFashionMnist();
 const HAVE_DATA = !skip;
@@ -29,7 +31,7 @@ before(async () => {
   after(() => rmSync(dir, { recursive: true, force: true }));
   const r = await trainModel(
     {
-      ...TRAIN_DEFAULTS,
+      ...trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }),
       model: "resnet18",
       modelOptions: { width: 0.125 },
       dataset: "fashion-mnist",
@@ -51,14 +53,19 @@ for (const point of ["stem", "layer2.0", "layer4.1"]) {
   for (const objective of OBJECTIVES) {
     test(`self-stitching at ${point} with ${objective}: agreement probability near 1`, { skip }, (t) => {
       const s = new StitchedModel(model, model, point);
-      const { epochLosses, initResidual } = trainStitch(s, train, train, {
-        objective: parseObjective(objective),
-        normalization: norm,
-        epochs: 4,
-        batchSize: 128,
-        bnMode: "eval",
-        initImages: 128,
-      });
+      const { epochLosses, initResidual } = trainStitch(
+        s,
+        train,
+        train,
+        stitchTrainOptions({
+          objective: parseObjective(objective),
+          normalization: norm,
+          epochs: 4,
+          batchSize: 128,
+          bnMode: "eval",
+          initImages: 128,
+        }),
+      );
       assert.ok(initResidual !== null && initResidual < 1e-3, `init residual ${initResidual}`);
       assert.ok(Number.isFinite(epochLosses[0]));
       const r = evaluateStitch(s, testSet, { normalization: norm });

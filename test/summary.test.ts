@@ -303,19 +303,16 @@ test("the settings line describes only the modes run, and adversarial stitching 
     "  - { front: a, back: a, relation: identical }",
     "points: [layer1.0]",
   ];
-  const both = settingsLines(parseExperiment(base.join("\n"), "s.yaml")).join(" ");
+  const settingsOf = (lines: string[]) =>
+    settingsLines(planExperiment(parseExperiment(lines.join("\n"), "s.yaml"), join(tmp, "s.yaml"))).join(" ");
+  const both = settingsOf(base);
   assert.match(both, /IRIs: /);
   assert.match(both, /batch norm adapt \(standard\) and eval \(invariance-aware\)/);
-  const standard = settingsLines(
-    parseExperiment(
-      [
-        ...base,
-        "modes: [standard]",
-        "stitch: { adversarial: { eps: 0.0313725, step: 0.0078431, steps: 10, fraction: 1 } }",
-      ].join("\n"),
-      "s.yaml",
-    ),
-  ).join(" ");
+  const standard = settingsOf([
+    ...base,
+    "modes: [standard]",
+    "stitch: { adversarial: { eps: 0.0313725, step: 0.0078431, steps: 10, fraction: 1 } }",
+  ]);
   assert.doesNotMatch(standard, /IRIs|invariance-aware/);
   assert.match(
     standard,

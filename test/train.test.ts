@@ -11,22 +11,18 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { loadDataset, type Normalization, normalizationFor } from "../data/index.js";
 import { cliCommand } from "../experiments/tasks.js";
+import { loadSafetensors } from "../io/safetensors.js";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import { Flatten, Linear, Sequential } from "../nn/layers.js";
 import type { Module } from "../nn/module.js";
+import { stepScheduleMilestones } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 import { apgdAttack, apgdCheckpoints, dlrLoss } from "../train/apgd.js";
+import { trainConfig } from "../train/config.js";
 import { evaluate } from "../train/evaluate.js";
 import { pgdAttack, robustAccuracy } from "../train/pgd.js";
-import {
-  defaultLr,
-  milestoneEpochs,
-  TRAIN_DEFAULTS,
-  type TrainConfig,
-  type TrainResult,
-  trainModel,
-} from "../train/trainer.js";
+import { type TrainConfig, type TrainResult, trainModel } from "../train/trainer.js";
 import { assertLeavesNothing } from "./helpers/memory.js";
 import { runReference, skipUnlessPytorch } from "./helpers/pytorch.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
@@ -40,7 +36,7 @@ const HAVE_DATA = !skip;
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-train-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 const base: TrainConfig = {
-  ...TRAIN_DEFAULTS,
+  ...trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }),
   model: "resnet18",
   modelOptions: { width: 0.125 },
   dataset: "fashion-mnist",
@@ -99,18 +95,32 @@ test("a narrow ResNet-18 learns Fashion-MNIST (6 epochs on 2,000 images), and th
 test("the same config and seed give the same model", { skip }, async () => {
   const again = await trainModel({ ...base, epochs: 1, limit: 512 }, join(dir, "again1"));
   const twice = await trainModel({ ...base, epochs: 1, limit: 512 }, join(dir, "again2"));
-  const a = torch.loadSafetensors(again.checkpoint).tensors;
-  const b = torch.loadSafetensors(twice.checkpoint).tensors;
+  const a = loadSafetensors(again.checkpoint).tensors;
+  const b = loadSafetensors(twice.checkpoint).tensors;
   for (const k of Object.keys(a)) assert.equal(a[k].sub(b[k]).abs().max().item(), 0, k);
 });
 
 test("the step schedule multiplies the lr by 0.1 at 1/3 and 2/3 of training, as the reference's int(epochs/3)", () => {
-  assert.deepEqual(TRAIN_DEFAULTS.milestones, [1 / 3, 2 / 3]);
-  assert.deepEqual(milestoneEpochs(TRAIN_DEFAULTS.milestones, 200), [66, 133]);
-  assert.deepEqual(milestoneEpochs(TRAIN_DEFAULTS.milestones, 30), [10, 20]);
-  assert.deepEqual(milestoneEpochs(TRAIN_DEFAULTS.milestones, 6), [2, 4]);
-  assert.deepEqual(milestoneEpochs([0.57], 100), [57], "no floating-point undershoot");
-  assert.throws(() => milestoneEpochs([1.5], 10), /fractions of training in \[0, 1\]/);
+  assert.deepEqual(trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).milestones, [1 / 3, 2 / 3]);
+  assert.deepEqual(
+    stepScheduleMilestones(trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).milestones, 200),
+    [66, 133],
+  );
+  assert.deepEqual(
+    stepScheduleMilestones(trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).milestones, 30),
+    [10, 20],
+  );
+  assert.deepEqual(
+    stepScheduleMilestones(trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).milestones, 6),
+    [2, 4],
+  );
+  // Stitching uses the same function (test/fidelity.test.ts checks its lr per epoch): 4 epochs drop after 1 and 2.
+  assert.deepEqual(
+    stepScheduleMilestones(trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }).milestones, 4),
+    [1, 2],
+  );
+  assert.deepEqual(stepScheduleMilestones([0.57], 100), [57], "no floating-point undershoot");
+  assert.throws(() => stepScheduleMilestones([1.5], 10), /fractions of training in \[0, 1\]/);
 });
 
 test("a 6-epoch run trains at lr, lr/10 and lr/100 for two epochs each", { skip }, async () => {
@@ -134,11 +144,14 @@ test("a 6-epoch run trains at lr, lr/10 and lr/100 for two epochs each", { skip 
 });
 
 test("the default lr follows the architecture: 0.1 for ResNets, 0.01 for VGG and ViTs (PROTOCOL, the reference's configs)", () => {
-  assert.equal(defaultLr("resnet18"), 0.1);
-  assert.equal(defaultLr("vgg16_bn"), 0.01);
-  assert.equal(defaultLr("vit_tiny_patch4_32"), 0.01);
-  assert.equal(defaultLr("vit_base_patch16_224"), 0.01);
-  assert.ok(!("lr" in TRAIN_DEFAULTS), "TRAIN_DEFAULTS has no architecture-blind lr");
+  const lr = (arch: string) => trainConfig({ arch }, { dataset: "fashion-mnist" }).lr;
+  assert.equal(lr("resnet18"), 0.1);
+  assert.equal(lr("resnet50"), 0.1);
+  assert.equal(lr("vgg16_bn"), 0.01);
+  assert.equal(lr("vit_tiny_patch4_32"), 0.01);
+  assert.equal(lr("vit_base_patch16_224"), 0.01);
+  assert.equal(lr("vit_small_patch16_224"), 0.01);
+  assert.equal(trainConfig({ arch: "resnet18", lr: 0.05 }, { dataset: "fashion-mnist" }).lr, 0.05);
 });
 
 test("`stitchlab train` on VGG without --lr trains at 0.01; --random-start and --robust-eval-attack reach the run", {

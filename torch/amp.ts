@@ -8,6 +8,7 @@
 // (autograd runs each op's backward in the dtype its forward used). No GradScaler: bfloat16 has
 // float32's exponent range, so gradients do not underflow and need no loss scaling; float16
 // (CUDA only) would need one, and stitchlab offers only bfloat16 in its configs.
+import { type Device, isCuda } from "./device.js";
 import { dtypeCode, dtypeName } from "./dtype.js";
 import { native } from "./native.js";
 
@@ -23,11 +24,9 @@ export interface AutocastOptions {
   cacheEnabled?: boolean;
 }
 
-/** The device type of a device string ("cuda:1" -> "cuda"), for autocast. */
-export function autocastDeviceType(device: string): AutocastDeviceType {
-  const t = device.split(":")[0];
-  if (t !== "cpu" && t !== "cuda") throw new TypeError(`autocast: no autocast for device '${device}' (cpu or cuda)`);
-  return t;
+/** The device type of a device ("cuda:1" -> "cuda"), for autocast. */
+export function autocastDeviceType(device: Device): AutocastDeviceType {
+  return isCuda(device) ? "cuda" : "cpu";
 }
 
 /**
@@ -78,7 +77,7 @@ export const AUTOCAST_MODES = ["bf16"] as const;
 export type AutocastMode = (typeof AUTOCAST_MODES)[number];
 
 /** Runs fn under bfloat16 autocast on `device`'s type when mode is "bf16", plainly when it is absent. */
-export function withAutocast<T>(mode: AutocastMode | undefined, device: string, fn: () => T): T {
+export function withAutocast<T>(mode: AutocastMode | undefined, device: Device, fn: () => T): T {
   if (mode === undefined) return fn();
   if (mode !== "bf16") throw new TypeError(`autocast must be one of ${AUTOCAST_MODES.join(", ")}, not '${mode}'`);
   return autocast(autocastDeviceType(device), { dtype: "bfloat16" }, fn);

@@ -1,7 +1,8 @@
 // Tensor creation, with PyTorch's names and defaults (float32 unless a dtype is given).
+import { type Device, isCuda } from "./device.js";
 import { type DType, dtypeCode, dtypeOfArray, type TypedArray, typedArrayFrom } from "./dtype.js";
 import { native } from "./native.js";
-import { call, type Device, Tensor } from "./tensor.js";
+import { call, Tensor } from "./tensor.js";
 
 export interface CreateOptions {
   dtype?: DType;
@@ -63,7 +64,7 @@ export function tensor(
     t.dispose();
     t = c;
   }
-  if (opts.device && opts.device !== "cpu") {
+  if (opts.device && isCuda(opts.device)) {
     const c = t.to(opts.device);
     t.dispose();
     t = c;

@@ -4,9 +4,9 @@
 //
 // Off unless STITCHLAB_CUDA_GRAPHS=1: the path builds and falls back here, but has not yet run
 // on a GPU, so it is not the default until it has been measured there (docs/gpu.md).
+import { cudaIndex, type Device, isCuda } from "./device.js";
 import { tidy } from "./memory.js";
 import { native } from "./native.js";
-import { cudaIndex } from "./runtime.js";
 
 /** Whether STITCHLAB_CUDA_GRAPHS asks for CUDA graphs (0, 1 or unset; anything else is refused). */
 export function graphsRequested(): boolean {
@@ -17,8 +17,8 @@ export function graphsRequested(): boolean {
 }
 
 /** Why CUDA graphs cannot serve steps on `device`, or null when they can. */
-export function graphsUnavailable(device: string): string | null {
-  if (!device.startsWith("cuda")) return `the device is ${device}`;
+export function graphsUnavailable(device: Device): string | null {
+  if (!isCuda(device)) return `the device is ${device}`;
   if (!native.graphsBuilt())
     return "this build of stitchlab has no CUDA graphs (a CPU libtorch, or no CUDA runtime headers at build time)";
   return null;
@@ -38,7 +38,7 @@ export class GraphedStep {
   #calls = 0;
 
   constructor(
-    device: string,
+    device: Device,
     private readonly body: () => void,
     opts: { graphs: boolean; warmup?: number },
   ) {

@@ -4,7 +4,8 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
-import { repoRoot as ROOT } from "./files.js";
+// The one import of io/ from torch/: the addon is a file under the repository root.
+import { repoRoot as ROOT } from "../io/files.js";
 
 /**
  * An opaque handle to one libtorch tensor, owned by a Tensor: a number that names a slot in the
@@ -91,9 +92,6 @@ export interface NativeAddon {
   graphReplay(id: number): void;
   graphFree(id: number): void;
 }
-
-// The root is the ground floor's (torch/files.ts), kept importable from here as before.
-export { repoRoot } from "./files.js";
 
 export const addonPath = join(ROOT, "native", "build", "Release", "stitchlab.node");
 

@@ -1,4 +1,4 @@
-// Threads, seeds, devices and build facts.
+// Threads, seeds, the GPU count and build facts (devices: device.ts).
 import { native } from "./native.js";
 
 /** Sets libtorch's intra-op thread count (torch.set_num_threads). */
@@ -28,37 +28,4 @@ export const cuda = {
 /** What libtorch this process runs on. */
 export function buildInfo(): ReturnType<typeof native.version> {
   return native.version();
-}
-
-/**
- * Throws, saying which half is missing, when this process cannot compute on `device` (cpu,
- * cuda, cuda:N). Here, below the CLI, so that a worker process checks its device as the
- * commands do (experiments/worker.ts).
- */
-export function requireDevice(device: string): void {
-  if (device === "cpu") return;
-  const why = !buildInfo().builtWithCuda
-    ? "this libtorch is a CPU build (build against a CUDA libtorch: see the README's GPU section)"
-    : !cuda.isAvailable()
-      ? "libtorch sees no GPU (driver? CUDA_VISIBLE_DEVICES?)"
-      : null;
-  if (why) throw new Error(`--device ${device}: ${why}; \`stitchlab doctor\` shows what this install has`);
-  const n = cudaIndex(device) ?? 0;
-  if (n >= cuda.deviceCount())
-    throw new Error(`--device ${device}: there are ${cuda.deviceCount()} GPU(s), numbered from 0`);
-}
-
-/** The N of a device named cuda:N; null for "cpu" and for "cuda" (the current GPU). */
-export function cudaIndex(device: string): number | null {
-  const i = device.indexOf(":");
-  return device.startsWith("cuda") && i >= 0 ? Number(device.slice(i + 1)) : null;
-}
-
-/** A device name as libtorch takes it: cpu, cuda (the current GPU) or cuda:N. */
-export type DeviceName = "cpu" | "cuda" | `cuda:${number}`;
-
-/** Checks the form of a device name (not whether this process can use it: requireDevice). */
-export function parseDevice(v: string): DeviceName {
-  if (!/^(cpu|cuda(:\d+)?)$/.test(v)) throw new Error(`device must be cpu, cuda or cuda:N, not '${v}'`);
-  return v as DeviceName;
 }

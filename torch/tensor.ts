@@ -1,11 +1,11 @@
 // The Tensor class: a typed, PyTorch-named surface over one libtorch tensor. Every operator
 // goes through `call`, which resolves the ATen schema once and then calls it boxed.
+import { type Device, isDevice } from "./device.js";
 import { type DType, dtypeCode, dtypeName, type TypedArray, typedArrayOf } from "./dtype.js";
 import { type Disposable, track, untrack } from "./memory.js";
 import { type Handle, native } from "./native.js";
 
 export type Scalar = number | boolean;
-export type Device = string;
 
 const opIds = new Map<string, number>();
 
@@ -211,7 +211,7 @@ export class Tensor implements Disposable {
     return dtypeName(native.dtype(this.handle));
   }
   get device(): Device {
-    return native.device(this.handle);
+    return native.device(this.handle) as Device;
   }
   toString(): string {
     return `Tensor(shape=[${this.shape.join(", ")}], dtype=${this.dtype}, device=${this.device})`;
@@ -234,6 +234,10 @@ export class Tensor implements Disposable {
       }
     }
     return typedArrayOf(d, native.toBuffer(this.handle));
+  }
+  /** The elements' raw little-endian bytes, row-major, copied to the CPU (torch.fromBytes's inverse). */
+  toBytes(): Uint8Array {
+    return new Uint8Array(native.toBuffer(this.handle));
   }
   /** The elements as nested arrays of numbers (int64 converted to number; booleans for bool). */
   tolist(): unknown {
@@ -285,7 +289,7 @@ export class Tensor implements Disposable {
   // ---- conversion ----
   /** Converts to a dtype or moves to a device ("cpu", "cuda", "cuda:1"); returns self when nothing changes. */
   to(target: DType | Device, opts: { copy?: boolean; dtype?: DType } = {}): Tensor {
-    if (/^(cpu|cuda|mps|meta)(:\d+)?$/.test(target)) {
+    if (isDevice(target)) {
       return call("to.device", this, target, dtypeCode(opts.dtype ?? this.dtype), false, opts.copy ?? false);
     }
     return call("to.dtype", this, dtypeCode(target as DType), false, opts.copy ?? false);

@@ -19,7 +19,7 @@
 import { type Dataset, type Normalization, validRange } from "../data/index.js";
 import { inEvalMode, type Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import { forEachEvalBatch } from "./batches.js";
+import { type EvalOptions, forEachEvalBatch } from "./batches.js";
 import { pixelsToNormalised } from "./pgd.js";
 
 type Tensor = torch.Tensor;
@@ -247,7 +247,7 @@ export interface ApgdRobustness {
 export function apgdRobustAccuracy(
   model: Module,
   ds: Dataset,
-  opts: Omit<ApgdOptions, "loss"> & { batchSize?: number; device?: string },
+  opts: Omit<ApgdOptions, "loss"> & EvalOptions,
 ): ApgdRobustness {
   let ce = 0;
   let dlr = 0;

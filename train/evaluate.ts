@@ -1,17 +1,11 @@
 // Evaluation: accuracy and mean loss of a model on a dataset, in eval mode without gradients;
 // robust accuracy under APGD-CE and APGD-DLR (or PGD).
-import type { Dataset, Normalization } from "../data/index.js";
+import type { Dataset } from "../data/index.js";
 import type { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { apgdRobustAccuracy } from "./apgd.js";
-import { forEachEvalBatch } from "./batches.js";
+import { type EvalOptions, forEachEvalBatch } from "./batches.js";
 import { robustAccuracy } from "./pgd.js";
-
-export interface EvalOptions {
-  normalization: Normalization;
-  batchSize?: number;
-  device?: string;
-}
 
 export interface EvalResult {
   accuracy: number;
@@ -35,15 +29,12 @@ export function evaluate(model: Module, ds: Dataset, opts: EvalOptions): EvalRes
   return { accuracy: correct / n, loss: lossSum / n, n };
 }
 
-/**
- * The attacks of a robust evaluation: "apgd" runs APGD-CE and APGD-DLR (train/apgd.ts) and
- * reports each and, per image, the worst of both (as the reference's AutoAttack of the two);
- * "pgd" runs train/pgd.ts's PGD.
- */
-export const ROBUST_EVAL_ATTACKS = ["apgd", "pgd"] as const;
-export type RobustEvalAttack = (typeof ROBUST_EVAL_ATTACKS)[number];
+// The attacks' names and defaults live with the other settings (train/config.ts).
+export { ROBUST_EVAL_ATTACKS, type RobustEvalAttack } from "./config.js";
 
-export interface RobustEvalOptions {
+import type { RobustEvalAttack } from "./config.js";
+
+export interface RobustEvalOptions extends EvalOptions {
   attack: RobustEvalAttack;
   /** L-inf radius in pixel units. */
   eps: number;
@@ -53,9 +44,6 @@ export interface RobustEvalOptions {
   pgdStep: number;
   /** Start from a random point in the ball: APGD's default is true (AutoAttack), PGD's false. */
   randomStart?: boolean;
-  normalization: Normalization;
-  batchSize?: number;
-  device?: string;
 }
 
 /** What produced a model's robust accuracies: recorded beside them in the checkpoint. */

@@ -9,7 +9,7 @@
 import { type Dataset, type Normalization, validRange } from "../data/index.js";
 import { inEvalMode, type Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import { forEachEvalBatch } from "./batches.js";
+import { type EvalOptions, forEachEvalBatch } from "./batches.js";
 
 type Tensor = torch.Tensor;
 
@@ -25,7 +25,7 @@ export interface PgdOptions {
 }
 
 /** A per-channel [1, C, 1, 1] tensor of v / std: a pixel-unit amount in normalised units. */
-export function pixelsToNormalised(v: number, norm: Normalization, device: string): Tensor {
+export function pixelsToNormalised(v: number, norm: Normalization, device: torch.Device): Tensor {
   const c = norm.std.length;
   return torch
     .tensor(
@@ -65,11 +65,7 @@ export function pgdAttack(model: Module, x: Tensor, y: Tensor, opts: PgdOptions)
 }
 
 /** Accuracy on PGD adversarial examples of every image of `ds`. */
-export function robustAccuracy(
-  model: Module,
-  ds: Dataset,
-  opts: PgdOptions & { batchSize?: number; device?: string },
-): number {
+export function robustAccuracy(model: Module, ds: Dataset, opts: PgdOptions & EvalOptions): number {
   let correct = 0;
   let n = 0;
   forEachEvalBatch(model, ds, opts, (b) => {

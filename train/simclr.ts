@@ -82,7 +82,7 @@ export function pretrainSimclr(
   const d = model.stitchPoint(HEAD_POINT).channels;
   torch.manualSeed(o.seed + 7919);
   const projector = new Sequential(new Linear(d, 1024), new ReLU(), new Linear(1024, 128));
-  if (o.device !== "cpu") projector.to(o.device);
+  projector.to(o.device);
   const classifier = new Set(model.head.parameters());
   const params = [...model.parameters().filter((p) => !classifier.has(p)), ...projector.parameters()];
   const opt = new SGD(params, { lr: o.lr, momentum: o.momentum, nesterov: o.nesterov, weightDecay: o.weightDecay });

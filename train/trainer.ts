@@ -8,7 +8,6 @@
 // no random start).
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { z } from "zod";
 import {
   applyShortcut,
   batches,
@@ -17,162 +16,21 @@ import {
   normalizationFor,
   numBatches,
   planDatasetMarkers,
-  type ShortcutKind,
   standardAugment,
 } from "../data/index.js";
+import { writeFileAtomic } from "../io/files.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
-import { createModel, type ModelOptions } from "../models/registry.js";
+import { createModel } from "../models/registry.js";
 import { checkInputSize } from "../models/stitchable.js";
 import { SGD } from "../nn/optim.js";
-import { MultiStepLR } from "../nn/schedule.js";
+import { stepSchedule } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
-import { evaluate, type RobustEvalAttack, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
+import { PGD_DEFAULTS, ROBUST_EVAL_DEFAULTS, type TrainConfig } from "./config.js";
+import { evaluate, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
 import { pgdAttack } from "./pgd.js";
 import { pretrainSimclr } from "./simclr.js";
 
-const PIXEL_UNITS = "pixel units are in [0, 1]; did you mean 8/255?";
-
-/** Madry adversarial training, one schema for experiment files and the `train` flags. */
-export const adversarialSchema = z
-  .object({
-    eps: z.number().positive().max(1, PIXEL_UNITS).describe("L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR)"),
-    step: z.number().positive().max(1, PIXEL_UNITS).describe("PGD step in pixel units"),
-    steps: z.number().int().min(1).max(10_000, "at most 10000").describe("PGD iterations"),
-    fraction: z
-      .number()
-      .min(0)
-      .max(1)
-      .describe("share of each batch replaced by adversarial examples (PROTOCOL: one half)"),
-    randomStart: z
-      .boolean()
-      .default(false)
-      .describe("start each attack from a random point in the ball (Madry) instead of from x (the reference: false)"),
-  })
-  .strict();
-export type AdversarialConfig = z.infer<typeof adversarialSchema>;
-
-export const TRAIN_METHODS = ["supervised", "simclr"] as const;
-
-/** SimCLR pre-training (train/simclr.ts); the reference's ss_epochs and simclr_temperature. */
-export const simclrSchema = z
-  .object({
-    epochs: z
-      .number()
-      .int()
-      .min(1)
-      .max(10_000, "at most 10000 epochs")
-      .optional()
-      .describe("pre-training epochs (default: the model's epochs, as the reference)"),
-    temperature: z.number().positive().default(0.5).describe("NT-Xent temperature (the paper: 0.5)"),
-  })
-  .strict();
-
-/** The settings of a base-training run a user gives (flags or an experiment file's model entry). */
-export const trainSettingsSchema = z
-  .object({
-    // Upper bounds catch typos (1e12 epochs ran until killed); each is far above any paper setting.
-    epochs: z.number().int().min(1).max(10_000, "at most 10000 epochs (the paper trains 200 at most)"),
-    lr: z.number().positive().max(100, "at most 100"),
-    batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
-    seed: z
-      .number()
-      .int()
-      .min(0)
-      .max(2 ** 31 - 1, "at most 2^31 - 1"),
-    width: z.number().positive().max(64, "at most 64").optional().describe("width multiplier (CNNs)"),
-  })
-  .strict();
-
-export interface TrainConfig {
-  model: string;
-  modelOptions: ModelOptions;
-  dataset: string;
-  root?: string;
-  /** Image folders: the side images are resized to (default 32; ImageNet-100: 224). */
-  imageSize?: number;
-  /** Use only the first `limit` training images (and `testLimit` test images): small runs. */
-  limit?: number;
-  testLimit?: number;
-  shortcut: ShortcutKind | null;
-  adversarial: AdversarialConfig | null;
-  seed: number;
-  epochs: number;
-  batchSize: number;
-  /** The base learning rate; without one from the user, `defaultLr(model)`. */
-  lr: number;
-  momentum: number;
-  nesterov: boolean;
-  weightDecay: number;
-  /**
-   * Fractions of training at which the learning rate is multiplied by 0.1 (the step schedule):
-   * epoch floor(f * epochs), see `milestoneEpochs`.
-   */
-  milestones: number[];
-  /**
-   * Iterations of each attack of the final robust evaluation (APGD-CE and APGD-DLR each run this
-   * many; or PGD); 0: none. Adversarially trained models get TRAIN_DEFAULTS' 100 (AutoAttack's);
-   * small runs may use fewer.
-   */
-  robustEvalSteps: number;
-  /** The robust evaluation's attack: "apgd" (APGD-CE and APGD-DLR, worst case per image) or "pgd". */
-  robustEvalAttack: RobustEvalAttack;
-  device: string;
-  /**
-   * Mixed precision: "bf16" runs each step's forward pass and loss under bfloat16 autocast
-   * (torch.autocast); backward, the optimiser (on float32 parameters), evaluation and the PGD
-   * examples stay float32. Absent: float32 throughout (and absent from task keys, so it is never
-   * set to null in TRAIN_DEFAULTS).
-   */
-  autocast?: torch.AutocastMode;
-  /**
-   * SimCLR pre-training first (train/simclr.ts): `epochs` of contrastive learning at
-   * `temperature`, then the `epochs` above train the classifier alone on the frozen backbone (the
-   * reference's cross-supervision fronts). Absent: supervised training (and absent from keys).
-   */
-  simclr?: { epochs: number; temperature: number };
-}
-
-/**
- * PROTOCOL.md's defaults for base models (epochs are the paper's; pass fewer for CPU runs). The
- * learning rate depends on the architecture: `defaultLr(model)`.
- */
-export const TRAIN_DEFAULTS: Omit<TrainConfig, "model" | "dataset" | "lr"> = {
-  modelOptions: {},
-  shortcut: null,
-  adversarial: null,
-  seed: 0,
-  epochs: 200,
-  batchSize: 128,
-  momentum: 0.9,
-  nesterov: true,
-  weightDecay: 1e-4,
-  milestones: [1 / 3, 2 / 3],
-  robustEvalSteps: 100,
-  robustEvalAttack: "apgd",
-  device: "cpu",
-};
-
-/**
- * The base learning rate of an architecture when the user gives none: 0.01 for VGGs and vision
- * transformers, 0.1 otherwise (ResNets), as PROTOCOL.md and the reference's
- * configs/baselines/low_resolution/{resnet18,vgg16,vit_tiny_patch4_32} and
- * high_resolution/{resnet18,vit_base_patch16_224} set it. The one place this default lives.
- */
-export function defaultLr(model: string): number {
-  return /^(vgg|vit)/.test(model) ? 0.01 : 0.1;
-}
-
-/**
- * The epochs at which the step schedule multiplies the lr by 0.1: floor(f * epochs) for each
- * fraction f, as the reference's int(1/3 * epochs) (train_base.py); 200 epochs give 66 and 133.
- * A milestone at epoch 0 (fewer than 3 epochs) never fires: the first epoch runs at the base lr.
- */
-export function milestoneEpochs(milestones: number[], epochs: number): number[] {
-  for (const f of milestones)
-    if (!(f >= 0 && f <= 1)) throw new Error(`milestones are fractions of training in [0, 1], got ${f}`);
-  // The tolerance keeps 0.57 * 100 (56.99999999999999 in floating point) at 57.
-  return milestones.map((f) => Math.floor(f * epochs + 1e-9));
-}
+export type { AdversarialConfig, TrainConfig } from "./config.js";
 
 export interface TrainProgress {
   epoch: number;
@@ -202,13 +60,18 @@ export async function trainModel(
   outDir: string,
   onProgress: (p: TrainProgress) => void = () => {},
 ): Promise<TrainResult> {
-  if (!(cfg.lr > 0))
-    throw new Error(`lr must be a positive number, got ${cfg.lr} (defaultLr("${cfg.model}") is the recipe's)`);
   mkdirSync(outDir, { recursive: true });
-  torch.writeFileAtomic(join(outDir, "config.json"), [`${JSON.stringify(cfg, null, 2)}\n`]);
+  writeFileAtomic(join(outDir, "config.json"), [`${JSON.stringify(cfg, null, 2)}\n`]);
   const norm = normalizationFor(cfg.dataset);
-  const load = (split: "train" | "test", limit?: number) =>
-    loadDataset(cfg.dataset, { root: cfg.root, split, limit, imageSize: cfg.imageSize, pad32: true, rgb: true });
+  const load = (split: "train" | "test", limit: number | null) =>
+    loadDataset(cfg.dataset, {
+      root: cfg.root ?? undefined,
+      split,
+      limit: limit ?? undefined,
+      imageSize: cfg.imageSize ?? undefined,
+      pad32: true,
+      rgb: true,
+    });
   // Everything made here is freed on the way out, an error's way included (disposing twice is a no-op).
   const owned: { dispose(): void }[] = [];
   const own = <T extends { dispose(): void }>(x: T): T => {
@@ -235,13 +98,9 @@ export async function trainModel(
       }),
     );
     checkInputSize(model, trainSet.images.shape, "the");
-    if (cfg.device !== "cpu") model.to(cfg.device);
+    model.to(cfg.device);
     model.train();
     if (cfg.simclr) {
-      if (cfg.adversarial || cfg.shortcut)
-        throw new Error(
-          "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
-        );
       const t0 = performance.now();
       pretrainSimclr(
         model,
@@ -285,7 +144,7 @@ export async function trainModel(
         weightDecay: cfg.weightDecay,
       }),
     );
-    const sched = new MultiStepLR(opt, milestoneEpochs(cfg.milestones, cfg.epochs), 0.1);
+    const sched = stepSchedule(opt, cfg.milestones, cfg.epochs);
     const steps = numBatches(trainSet, { batchSize: cfg.batchSize, dropLast: false });
     const start = performance.now();
     const metrics: string[] = [];
@@ -322,7 +181,7 @@ export async function trainModel(
               }
             }
             // PyTorch's mixed-precision recipe: forward and loss under autocast, backward outside.
-            const { logits, loss } = torch.withAutocast(cfg.autocast, cfg.device, () => {
+            const { logits, loss } = torch.withAutocast(cfg.autocast ?? undefined, cfg.device, () => {
               const out = model.forward(x);
               return { logits: out, loss: torch.crossEntropy(out, b.y) };
             });
@@ -370,7 +229,7 @@ export async function trainModel(
           test_loss: test1.loss,
         }),
       );
-      torch.writeFileAtomic(join(outDir, "metrics.jsonl"), [`${metrics.join("\n")}\n`]);
+      writeFileAtomic(join(outDir, "metrics.jsonl"), [`${metrics.join("\n")}\n`]);
     }
     opt.dispose();
     disposeDataset(trainSet);
@@ -396,9 +255,9 @@ export async function trainModel(
     if (cfg.robustEvalSteps > 0) {
       const r = robustEvaluation(model, test, {
         attack: cfg.robustEvalAttack,
-        eps: cfg.adversarial?.eps ?? 8 / 255,
+        eps: cfg.adversarial?.eps ?? ROBUST_EVAL_DEFAULTS.eps,
         steps: cfg.robustEvalSteps,
-        pgdStep: cfg.adversarial?.step ?? 2 / 255,
+        pgdStep: cfg.adversarial?.step ?? PGD_DEFAULTS.step,
         ...(cfg.robustEvalAttack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
         normalization: norm,
         device: cfg.device,

@@ -1,5 +1,5 @@
 // Process-wide settings and facts: versions and build, threads, seed, CUDA, and writing
-// torch.save's format (through libtorch's own pickler; reading is torch/pickle.ts).
+// torch.save's format (through libtorch's own pickler; reading is io/pickle.ts).
 #include <torch/serialize.h>
 #include <cstring>
 #include <torch/version.h>
@@ -65,7 +65,7 @@ static Napi::Value CudaSynchronize(const Napi::CallbackInfo& info) {
 static const char* kTensorKey = "__stitchlab_tensor__";
 static c10::IValue anyToIValue(Napi::Env env, const Napi::Value& v, int depth) {
   if (depth > 64) throw Napi::RangeError::New(env, "torch.save: value nested too deeply");
-  // torch/io.ts passes each tensor as {tensor: handle}: a bare number is a number here.
+  // torch/serialize.ts passes each tensor as {tensor: handle}: a bare number is a number here.
   if (v.IsObject() && !v.IsArray()) {
     auto o = v.As<Napi::Object>();
     if (o.Has(kTensorKey)) return unwrapTensor(env, o.Get(kTensorKey), "torch.save");

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { loadSafetensors, saveSafetensors } from "../../io/safetensors.js";
 import * as torch from "../../torch/index.js";
 import { PYTHON, REQUIREMENTS, skipUnless } from "./requirements.js";
 
@@ -42,12 +43,12 @@ export interface ReferenceResults {
 export function runReference(cases: ReferenceCase[], inputs: Record<string, torch.Tensor>): ReferenceResults {
   const dir = mkdtempSync(join(tmpdir(), "stitchlab-ref-"));
   try {
-    torch.saveSafetensors(join(dir, "inputs.safetensors"), inputs);
+    saveSafetensors(join(dir, "inputs.safetensors"), inputs);
     writeFileSync(join(dir, "cases.json"), JSON.stringify({ threads: torch.getNumThreads(), cases }));
     const r = spawnSync(PYTHON, [SCRIPT, dir], { encoding: "utf8", timeout: 120_000, cwd: dir });
     if (r.status !== 0)
       throw new Error(`${PYTHON} ${SCRIPT} failed (status ${r.status}): ${r.error?.message ?? ""}\n${r.stderr}`);
-    const out = torch.loadSafetensors(join(dir, "outputs.safetensors"));
+    const out = loadSafetensors(join(dir, "outputs.safetensors"));
     return {
       outputs: out.tensors,
       errors: JSON.parse(out.metadata.errors ?? "{}"),

@@ -1,27 +1,11 @@
-// Tensors to and from files: safetensors (a little-endian u64 header length, a JSON header,
-// raw bytes) and PyTorch's torch.save zip format (through libtorch's own pickler).
-// Every write goes to a temporary file that is renamed into place, so a crash never leaves
-// a half-written file under the final name.
-import { existsSync, readFileSync } from "node:fs";
-import { fromBytes } from "./creation.js";
-import { type DType, ITEM_SIZE } from "./dtype.js";
-import { writeFileAtomic } from "./files.js";
-import { native } from "./native.js";
-import { loadTorchArchive } from "./pickle.js";
-import { Tensor } from "./tensor.js";
+// Named tensors to and from safetensors files: a little-endian u64 header length, a JSON
+// header, raw bytes. Writes go to a temporary file renamed into place (io/files.ts), so a crash
+// never leaves a half-written file under the final name.
+import { fromBytes } from "../torch/creation.js";
+import { type DType, ITEM_SIZE } from "../torch/dtype.js";
+import type { Tensor } from "../torch/tensor.js";
+import { readFileNamed, writeFileAtomic } from "./files.js";
 
-export { writeFileAtomic } from "./files.js";
-
-function readOrExplain(path: string, what: string): Buffer {
-  if (!existsSync(path)) throw new Error(`${what}: file not found: ${path}`);
-  try {
-    return readFileSync(path);
-  } catch (e) {
-    throw new Error(`${what}: cannot read ${path}: ${(e as Error).message}`);
-  }
-}
-
-// ---- safetensors ----
 const ST_DTYPE: Record<DType, string> = {
   float64: "F64",
   float32: "F32",
@@ -47,7 +31,7 @@ export function saveSafetensors(
   const blobs: Uint8Array[] = [];
   let offset = 0;
   for (const [name, t] of Object.entries(tensors)) {
-    const bytes = new Uint8Array(native.toBuffer(t.handle));
+    const bytes = t.toBytes();
     header[name] = { dtype: ST_DTYPE[t.dtype], shape: t.shape, data_offsets: [offset, offset + bytes.byteLength] };
     blobs.push(bytes);
     offset += bytes.byteLength;
@@ -67,7 +51,7 @@ export interface SafetensorsFile {
 
 /** Loads every tensor of a safetensors file onto the CPU; a corrupt file gives one clear error. */
 export function loadSafetensors(path: string): SafetensorsFile {
-  const buf = readOrExplain(path, "safetensors");
+  const buf = readFileNamed(path, "safetensors");
   const bad = (why: string) => new Error(`safetensors: ${path} is not a valid safetensors file: ${why}`);
   if (buf.byteLength < 8) throw bad("shorter than its 8-byte header length");
   const n = Number(buf.readBigUInt64LE(0));
@@ -99,40 +83,4 @@ export function loadSafetensors(path: string): SafetensorsFile {
     throw err;
   }
   return { tensors, metadata };
-}
-
-// ---- torch.save / torch.load ----
-/**
- * Loads what Python's torch.save wrote (the zip format, PyTorch 1.6 and later): a tensor, or
- * dicts / lists of tensors and plain values, e.g. a state dict. Tuples come back as arrays;
- * objects of other classes as { __class__, args, state } records (nothing is executed).
- */
-export function torchLoad(path: string): unknown {
-  const buf = readOrExplain(path, "torch.load");
-  if (buf.byteLength < 4 || buf[0] !== 0x50 || buf[1] !== 0x4b) {
-    throw new Error(
-      `torch.load: ${path} is not in torch.save's zip format (PyTorch >= 1.6). ` +
-        "Re-save it in Python with torch.save(obj, path) using the default format, or as safetensors.",
-    );
-  }
-  try {
-    return loadTorchArchive(buf);
-  } catch (e) {
-    // Whatever the archive or pickle reader found, the message names the file it was in.
-    throw new Error(`torch.load: cannot read ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-  }
-}
-
-function toHandles(v: unknown): unknown {
-  // Marked for the addon (runtime.cc): a handle is a number, and numbers stay numbers there.
-  if (v instanceof Tensor) return { __stitchlab_tensor__: v.handle };
-  if (v === null || typeof v !== "object") return v;
-  if (Array.isArray(v)) return v.map(toHandles);
-  // fromEntries defines own properties: a key "__proto__" stays a key.
-  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toHandles(x)]));
-}
-
-/** Saves a tensor, or dicts / lists of tensors and plain values, so that Python's torch.load reads it. */
-export function torchSave(path: string, value: unknown): void {
-  writeFileAtomic(path, [new Uint8Array(native.pickleSave(toHandles(value)))]);
 }

@@ -7,9 +7,9 @@
 // The input is untrusted: every read is bounded by the bytes there, and pickled keys become own
 // properties (a "__proto__" key must not set a prototype), so a crafted file can only fail.
 
-import { fromBytes } from "./creation.js";
-import { type DType, ITEM_SIZE } from "./dtype.js";
-import { call, Tensor } from "./tensor.js";
+import { fromBytes } from "../torch/creation.js";
+import { type DType, ITEM_SIZE } from "../torch/dtype.js";
+import { call, Tensor } from "../torch/tensor.js";
 import { readZip } from "./zip.js";
 
 /** An object of a Python class stitchlab does not rebuild, kept as data. */

@@ -1,6 +1,6 @@
-// The ground floor for files: atomic writes, the repository root and stitchlab's version. It
-// loads nothing native, so the report, `--version` and other pure-file code can use it without
-// starting libtorch.
+// The ground floor for files: atomic writes, JSON records named on error, writable checks, the
+// repository root and stitchlab's version (the one place package.json is read). It imports
+// nothing of torch/, so the report, `--version` and other pure-file code use it without libtorch.
 import {
   closeSync,
   existsSync,
@@ -36,7 +36,7 @@ export function writeFileAtomic(path: string, chunks: (Uint8Array | string)[]): 
   renameSync(tmp, path);
 }
 
-/** The repository root: two levels above this file in src (torch/) and in dist (dist/torch/). */
+/** The repository root: the folder with native/binding.gyp above this file, in src (io/) and in dist (dist/io/). */
 function findRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 4; i++) {
@@ -50,6 +50,16 @@ export const repoRoot = findRoot();
 
 /** stitchlab's version, from package.json. */
 export const stitchlabVersion: string = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).version;
+
+/** A file's bytes; a missing or unreadable file is one error that says what it was for (`what`). */
+export function readFileNamed(path: string, what: string): Buffer {
+  if (!existsSync(path)) throw new Error(`${what}: file not found: ${path}`);
+  try {
+    return readFileSync(path);
+  } catch (e) {
+    throw new Error(`${what}: cannot read ${path}: ${(e as Error).message}`);
+  }
+}
 
 /**
  * A JSON file's content; a file that cannot be read or parsed is one error naming the file and

@@ -1,0 +1,270 @@
+// The settings of the two jobs of the method, defined once (issue 24): what a user may give for
+// an IRI set and for a stitch (the `iris` and `stitch` flags and an experiment file's `iris:` and
+// `stitch:` sections parse through these schemas), their defaults (PROTOCOL.md, in the schemas),
+// and resolveIrisConfig / resolveStitchConfig, the one pair of functions that turn given settings
+// into the fully resolved configs that the jobs run and the cache keys hash. Below them nothing
+// is defaulted or checked again.
+import { z } from "zod";
+import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
+import type { ModelSourceLike } from "../models/checkpoint.js";
+import type { Device } from "../torch/index.js";
+import { type AdversarialConfig, pgdRecipeSchema, type RobustEvalConfig, robustEvalSchema } from "../train/config.js";
+import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions, iriOptionsSchema } from "./iris.js";
+import { STITCH_INITS } from "./layer.js";
+import { formatObjective, parseObjective } from "./objectives.js";
+import { BN_MODES, type BnMode } from "./train.js";
+
+export const shortcutSchema = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
+
+export type StitchMode = "standard" | "iris";
+export const STITCH_MODES: readonly StitchMode[] = ["standard", "iris"];
+/** How a mode may be written: its name, or "invariance-aware", the paper's name for iris mode. */
+export const STITCH_MODE_NAMES = ["standard", "iris", "invariance-aware"] as const;
+/** A mode's name as written (the alias resolved; anything else as it is, for the caller to check). */
+export const stitchModeOf = <T extends string>(name: T): T | "iris" => (name === "invariance-aware" ? "iris" : name);
+
+/** Epochs of stitching when none are given: 30 (PROTOCOL, CIFAR and other 32 px sets), 12 for image folders (ImageNet-100). */
+export const defaultStitchEpochs = (dataset: string): number => (dataset === "imagefolder" ? 12 : 30);
+
+/**
+ * The frozen networks' batch norm when none is given: the reference's (bn_running_stats) "adapt"
+ * in standard runs, "eval" in invariance-aware ones (PROTOCOL.md, "Standard versus invariance-aware").
+ */
+export const defaultBnMode = (mode: StitchMode): BnMode => (mode === "standard" ? "adapt" : "eval");
+
+/** Adversarial stitching's PGD: base training's recipe, on whole batches (the reference's attack_ratio 1). */
+const stitchAdversarialSchema = pgdRecipeSchema.extend({
+  fraction: pgdRecipeSchema.shape.fraction.unwrap().default(1),
+});
+export const STITCH_ADVERSARIAL_DEFAULTS: AdversarialConfig = stitchAdversarialSchema.parse({});
+
+/**
+ * How T is trained, one schema for experiment files' `stitch:` section and the `stitch` flags,
+ * with PROTOCOL's defaults: least-squares start from 500 real images, Adam lr 1e-3, weight decay
+ * 1e-4, batch 128, 30 epochs (12 for image folders).
+ */
+export const stitchSettingsSchema = z
+  .object({
+    // Upper bounds catch typos; each is far above any paper setting.
+    epochs: z
+      .number()
+      .int()
+      .min(1)
+      .max(10_000, "at most 10000 epochs (the paper stitches for 30)")
+      .optional()
+      .describe("default 30 (12 for image folders)"),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536").default(128),
+    lr: z.number().positive().default(1e-3).describe("Adam's learning rate"),
+    weightDecay: z.number().min(0).default(1e-4).describe("Adam's weight decay"),
+    init: z.enum(STITCH_INITS).default("lstsq").describe("lstsq (least squares on real images), random or identity"),
+    initImages: z
+      .number()
+      .int()
+      .min(1)
+      .max(10_000_000, "at most 10^7")
+      .default(500)
+      .describe("real images for the least-squares start"),
+    ckaImages: z
+      .number()
+      .int()
+      .min(0)
+      .max(10_000_000, "at most 10^7")
+      .default(500)
+      .describe("test images for linear CKA at the point (0: skip)"),
+    seed: z
+      .number()
+      .int()
+      .min(0)
+      .max(2 ** 31 - 1, "at most 2^31 - 1")
+      .default(0)
+      .describe("seed of the batch order and the least-squares draw"),
+    limit: z
+      .number()
+      .int()
+      .min(1)
+      .nullable()
+      .default(null)
+      .describe("real training images for standard mode and the init pool (null: all)"),
+    adversarial: stitchAdversarialSchema
+      .optional()
+      .describe(
+        "adversarial stitching: T trained on PGD examples of the stitched model (standard runs; the reference's robust: mandry with attack_ratio as fraction, default 1)",
+      ),
+    robustEval: robustEvalSchema
+      .optional()
+      .describe(
+        "score each stitched model on adversarial test images made against it: APGD-CE and APGD-DLR (default) or PGD; robust_accuracy and robust_agreement_prob in results.csv",
+      ),
+    bnMode: z
+      .object({ standard: z.enum(BN_MODES).optional(), iris: z.enum(BN_MODES).optional() })
+      .strict()
+      .optional()
+      .describe(
+        "frozen networks' batch norm per mode: adapt, batch or eval (default: adapt for standard, eval for iris)",
+      ),
+  })
+  .strict();
+export type StitchSettings = z.infer<typeof stitchSettingsSchema>;
+
+/** A stitch's data: which dataset's splits, where, marked how (resolved: no field absent). */
+export interface StitchData {
+  dataset: string;
+  root: string | null;
+  /** Image folders: the side images are resized to; null: the dataset's own (32 px for image folders). */
+  imageSize: number | null;
+  /** Shortcut markers on the real training and init images and on the test set (the IRI set must come from the same marked images). */
+  shortcut: ShortcutKind | null;
+  testLimit: number | null;
+  /** Also score on the test set with class-consistent markers of this kind and with rolled ones. */
+  excess: ShortcutKind | null;
+}
+
+/** One stitch, every setting resolved (resolveStitchConfig): what runStitch runs and a stitch task's key hashes. */
+export interface StitchConfig extends StitchData {
+  /** Stitchlab checkpoints' paths, or model sources (models/checkpoint.ts). */
+  front: ModelSourceLike;
+  back: ModelSourceLike;
+  frontPoint: string;
+  backPoint: string;
+  /** One spelling per set of weights ("slm", "hlm:1,fula:0.5"): "SLM" and "slm:1" share a key. */
+  objective: string;
+  mode: StitchMode;
+  /** The IRI set (iris mode), else null. */
+  iris: string | null;
+  /** Real training images: the first `limit` (standard mode's training set and the init pool); null: all. */
+  limit: number | null;
+  epochs: number;
+  batchSize: number;
+  lr: number;
+  weightDecay: number;
+  init: (typeof STITCH_INITS)[number];
+  initImages: number;
+  bnMode: BnMode;
+  seed: number;
+  /** Test images for linear CKA between A and B at the point (0: skip). */
+  ckaImages: number;
+  /** Adversarial stitching (standard mode): PGD examples of the stitched model on a fraction of each batch (stitch/robust.ts). */
+  adversarial: AdversarialConfig | null;
+  /** Score the stitched model on adversarial test images made against it. */
+  robustEval: RobustEvalConfig | null;
+  device: Device;
+}
+
+/** What a stitch is, beside its settings: the models, points, objective, mode and IRI set. */
+export interface StitchWhat {
+  front: ModelSourceLike;
+  back: ModelSourceLike;
+  frontPoint: string;
+  /** Default: the front point (same-depth stitching). */
+  backPoint?: string;
+  objective: string;
+  mode: StitchMode;
+  iris?: string | null;
+}
+
+/**
+ * Given settings (parsed by stitchSettingsSchema) to the resolved config. Throws on settings that
+ * mean nothing together, wherever they come from (flags or a file), before any work.
+ */
+export function resolveStitchConfig(
+  what: StitchWhat,
+  s: StitchSettings,
+  data: StitchData,
+  device: Device = "cpu",
+): StitchConfig {
+  const iris = what.iris ?? null;
+  if (s.adversarial && what.mode !== "standard")
+    throw new Error("adversarial stitching trains T on PGD examples of real images: it is for standard mode");
+  if (what.mode === "iris" && !iris)
+    throw new Error("iris mode needs an IRI set (--iris DIR, made by `stitchlab iris`)");
+  if (what.mode === "standard" && iris) throw new Error("--iris is for iris mode; standard mode trains on real images");
+  return {
+    ...data,
+    front: what.front,
+    back: what.back,
+    frontPoint: what.frontPoint,
+    backPoint: what.backPoint ?? what.frontPoint,
+    objective: formatObjective(parseObjective(what.objective)),
+    mode: what.mode,
+    iris,
+    limit: s.limit,
+    epochs: s.epochs ?? defaultStitchEpochs(data.dataset),
+    batchSize: s.batchSize,
+    lr: s.lr,
+    weightDecay: s.weightDecay,
+    init: s.init,
+    initImages: s.initImages,
+    bnMode: s.bnMode?.[what.mode] ?? defaultBnMode(what.mode),
+    seed: s.seed,
+    ckaImages: s.ckaImages,
+    adversarial: s.adversarial ?? null,
+    robustEval: s.robustEval ?? null,
+    device,
+  };
+}
+
+/** The IRI settings a user gives (`iris` flags, an experiment file's `iris:`): the IRI layer's schema, each with its default. */
+export const irisSettingsSchema = iriOptionsSchema
+  .partial()
+  .extend({
+    limit: z
+      .number()
+      .int()
+      .min(1)
+      .nullable()
+      .default(null)
+      .describe("IRIs per (front, point): the first n training images (null: all)"),
+  })
+  .strict();
+export type IrisSettings = z.infer<typeof irisSettingsSchema>;
+
+/** One IRI set, every setting resolved (resolveIrisConfig): what runIris runs and an iris task's key hashes. */
+export interface IrisConfig {
+  /** A stitchlab checkpoint's path, or a model source (models/checkpoint.ts). */
+  front: ModelSourceLike;
+  point: string;
+  dataset: string;
+  root: string | null;
+  imageSize: number | null;
+  shortcut: ShortcutKind | null;
+  limit: number | null;
+  options: IriOptions;
+  device: Device;
+}
+
+/**
+ * Given IRI settings to the resolved config. The signed step's default follows the image side: at
+ * 224 px the reference steps larger (stitch/iris.ts defaultIriStepSize).
+ */
+export function resolveIrisConfig(
+  what: { front: ModelSourceLike; point: string },
+  s: IrisSettings,
+  data: { dataset: string; root: string | null; imageSize: number | null; shortcut: ShortcutKind | null },
+  device: Device = "cpu",
+): IrisConfig {
+  const { limit, ...given } = s;
+  const options: IriOptions = {
+    ...IRI_DEFAULTS,
+    ...(data.imageSize !== null ? { stepSize: defaultIriStepSize(data.imageSize) } : {}),
+    ...Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)),
+  };
+  return { ...what, ...data, limit, options, device };
+}
+
+/**
+ * A resolved config from settings as a program writes them (defaults filled by the schema, data
+ * fields absent = null): resolveStitchConfig for callers in code and tests.
+ */
+export function stitchConfig(
+  what: StitchWhat,
+  settings: z.input<typeof stitchSettingsSchema>,
+  data: Partial<StitchData> & { dataset: string },
+  device: Device = "cpu",
+): StitchConfig {
+  return resolveStitchConfig(
+    what,
+    stitchSettingsSchema.parse(settings),
+    { root: null, imageSize: null, shortcut: null, testLimit: null, excess: null, ...data },
+    device,
+  );
+}

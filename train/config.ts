@@ -1,0 +1,257 @@
+// The settings of base training, defined once: the schema of what a user may give (the `train`
+// flags and an experiment file's model entry parse through it), the defaults (in the schema), and
+// resolveTrainConfig, the one function that turns given settings into the fully resolved
+// TrainConfig that the trainer runs and the cache key hashes (issue 24). Below it, nothing is
+// defaulted or checked again.
+//
+// The recipe is the reference's: train_base.py and configs/baselines/*/*/*/*.yaml (SGD Nesterov,
+// lr 0.1 for ResNets and 0.01 for VGG and ViTs, weight decay 1e-4, lr x0.1 at int(1/3) and
+// int(2/3) of the epochs; PGD of 10 steps of 2/255 in 8/255 on half of each batch, no random start).
+import { z } from "zod";
+import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
+import { type ModelOptions, modelNames, modelRecordOf } from "../models/registry.js";
+import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
+import { AUTOCAST_MODES, type AutocastMode, type Device } from "../torch/index.js";
+
+export const PIXEL_UNITS = "pixel units are in [0, 1]; did you mean 8/255?";
+
+/** A seed: what libtorch's manual_seed and our generators take. */
+export const seedSchema = z
+  .number()
+  .int()
+  .min(0)
+  .max(2 ** 31 - 1, "at most 2^31 - 1");
+
+/**
+ * Madry's PGD recipe (L-inf, pixel units), one schema for adversarial training and adversarial
+ * stitching, with PROTOCOL's CIFAR defaults: 10 steps of 2/255 in 8/255 from x itself. `fraction`
+ * is the share of each batch made adversarial: one half in base training; stitching's default is
+ * its own (stitch/config.ts: the reference's attack_ratio 1).
+ */
+export const pgdRecipeSchema = z
+  .object({
+    eps: z
+      .number()
+      .positive()
+      .max(1, PIXEL_UNITS)
+      .default(8 / 255)
+      .describe("L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR)"),
+    step: z
+      .number()
+      .positive()
+      .max(1, PIXEL_UNITS)
+      .default(2 / 255)
+      .describe("PGD step in pixel units"),
+    steps: z.number().int().min(1).max(10_000, "at most 10000").default(10).describe("PGD iterations"),
+    fraction: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.5)
+      .describe("share of each batch replaced by adversarial examples (PROTOCOL: one half)"),
+    randomStart: z
+      .boolean()
+      .default(false)
+      .describe("start each attack from a random point in the ball (Madry) instead of from x (the reference: false)"),
+  })
+  .strict();
+export type AdversarialConfig = z.infer<typeof pgdRecipeSchema>;
+/** The recipe's defaults, from its schema. */
+export const PGD_DEFAULTS: AdversarialConfig = pgdRecipeSchema.parse({});
+/** Madry adversarial training: the PGD recipe. */
+export const adversarialSchema = pgdRecipeSchema;
+
+/**
+ * The attacks of a robust evaluation, of base models and of stitched ones: "apgd" runs APGD-CE and
+ * APGD-DLR (train/apgd.ts), "pgd" runs train/pgd.ts's PGD.
+ */
+export const ROBUST_EVAL_ATTACKS = ["apgd", "pgd"] as const;
+export type RobustEvalAttack = (typeof ROBUST_EVAL_ATTACKS)[number];
+/** AutoAttack's budget: 100 iterations of each attack, at PROTOCOL's CIFAR radius. */
+export const ROBUST_EVAL_DEFAULTS = { attack: "apgd", eps: 8 / 255, steps: 100 } as const;
+
+/** A robust evaluation: the attack, its iterations and its radius (pixel units). */
+export const robustEvalSchema = z
+  .object({
+    attack: z.enum(ROBUST_EVAL_ATTACKS).default(ROBUST_EVAL_DEFAULTS.attack),
+    eps: z
+      .number()
+      .positive()
+      .max(1, PIXEL_UNITS)
+      .default(ROBUST_EVAL_DEFAULTS.eps)
+      .describe("L-inf radius in pixel units"),
+    steps: z
+      .number()
+      .int()
+      .min(1)
+      .max(10_000, "at most 10000")
+      .default(ROBUST_EVAL_DEFAULTS.steps)
+      .describe("iterations of each attack"),
+  })
+  .strict();
+export type RobustEvalConfig = z.infer<typeof robustEvalSchema>;
+
+export const TRAIN_METHODS = ["supervised", "simclr"] as const;
+
+/** SimCLR pre-training (train/simclr.ts); the reference's ss_epochs and simclr_temperature. */
+export const simclrSchema = z
+  .object({
+    epochs: z
+      .number()
+      .int()
+      .min(1)
+      .max(10_000, "at most 10000 epochs")
+      .optional()
+      .describe("pre-training epochs (default: the model's epochs, as the reference)"),
+    temperature: z.number().positive().default(0.5).describe("NT-Xent temperature (the paper: 0.5)"),
+  })
+  .strict();
+
+/**
+ * What a user gives for a base model, from `train`'s flags or an experiment file's model entry
+ * (which adds its dataset); every field but the architecture has a default here.
+ */
+export const trainSettingsSchema = z
+  .object({
+    arch: z.enum(modelNames() as [string, ...string[]]).describe("zoo model (`stitchlab layers` lists them)"),
+    // Upper bounds catch typos (1e12 epochs ran until killed); each is far above any paper setting.
+    width: z.number().positive().max(64, "at most 64").optional().describe("width multiplier (CNNs)"),
+    options: z.record(z.string(), z.unknown()).optional().describe("other createModel options"),
+    seed: seedSchema.default(0).describe("seed of initialisation, order, augmentation and markers"),
+    epochs: z
+      .number()
+      .int()
+      .min(1)
+      .max(10_000, "at most 10000 epochs (the paper trains 200 at most)")
+      .default(200)
+      .describe("epochs (the paper: 200)"),
+    lr: z
+      .number()
+      .positive()
+      .max(100, "at most 100")
+      .optional()
+      .describe("SGD's learning rate (default: the architecture's, 0.1 for ResNets, 0.01 for VGG and ViTs)"),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536").default(128),
+    autocast: z
+      .enum(AUTOCAST_MODES)
+      .optional()
+      .describe("mixed precision: bf16 runs forward and loss under bfloat16 autocast (default: float32)"),
+    shortcut: z
+      .enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"])
+      .nullable()
+      .default(null)
+      .describe("train with this pixel shortcut in the images"),
+    adversarial: pgdRecipeSchema.nullable().default(null).describe("Madry adversarial training (pixel units)"),
+    robustEval: z
+      .object({
+        attack: robustEvalSchema.shape.attack,
+        steps: z.number().int().min(0).max(10_000, "at most 10000").optional(),
+      })
+      .strict()
+      .optional()
+      .describe(
+        "final robust evaluation: APGD-CE and APGD-DLR (default) or PGD; steps default 100 for adversarially trained models, 0 (none) for clean ones",
+      ),
+    method: z
+      .enum(TRAIN_METHODS)
+      .default("supervised")
+      .describe("supervised, or simclr: SimCLR pre-training, then the classifier alone on the frozen backbone"),
+    simclr: simclrSchema.optional().describe("SimCLR's epochs and temperature (method simclr)"),
+  })
+  .strict();
+export type TrainSettings = z.infer<typeof trainSettingsSchema>;
+
+/** The data a base model trains on (the flags, or the experiment's or the model's dataset). */
+export interface TrainData {
+  dataset: string;
+  root: string | null;
+  /** Image folders: the side images are resized to (null: the dataset's own). */
+  imageSize: number | null;
+  /** Only the first `limit` training images (and `testLimit` test images); null: all. */
+  limit: number | null;
+  testLimit: number | null;
+}
+
+/** A base-training run, every setting resolved (resolveTrainConfig); the cache key hashes it. */
+export interface TrainConfig extends TrainData {
+  model: string;
+  modelOptions: ModelOptions;
+  shortcut: ShortcutKind | null;
+  adversarial: AdversarialConfig | null;
+  seed: number;
+  epochs: number;
+  batchSize: number;
+  lr: number;
+  momentum: number;
+  nesterov: boolean;
+  weightDecay: number;
+  /** Fractions of training at which the lr is multiplied by 0.1 (nn/schedule.ts stepMilestones: floor). */
+  milestones: number[];
+  /**
+   * The final robust evaluation: `steps` iterations of each attack (APGD-CE and APGD-DLR, or PGD)
+   * at the adversarial radius (PROTOCOL's 8/255 for clean models); steps 0: none.
+   */
+  robustEvalSteps: number;
+  robustEvalAttack: RobustEvalAttack;
+  /** bf16: each step's forward and loss under bfloat16 autocast; null: float32 throughout. */
+  autocast: AutocastMode | null;
+  /** SimCLR pre-training first, then the classifier alone for `epochs`; null: supervised. */
+  simclr: { epochs: number; temperature: number } | null;
+  device: Device;
+}
+
+/** The optimiser's fixed part of PROTOCOL's recipe (not settable: the paper's and the reference's). */
+const SGD_RECIPE = { momentum: 0.9, nesterov: true, weightDecay: 1e-4, milestones: [...STEP_SCHEDULE_FRACTIONS] };
+
+/**
+ * Given settings (parsed by trainSettingsSchema) and data to the resolved config. Throws on
+ * settings that mean nothing together, wherever they come from (flags or a file).
+ */
+export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: Device = "cpu"): TrainConfig {
+  if (s.simclr && s.method !== "simclr") throw new Error("simclr settings are for method simclr");
+  if (s.method === "simclr" && (s.adversarial || s.shortcut))
+    throw new Error(
+      "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
+    );
+  const record = modelRecordOf(s.arch);
+  return {
+    ...data,
+    model: s.arch,
+    modelOptions: { ...(s.options as ModelOptions), ...(s.width !== undefined ? { width: s.width } : {}) },
+    shortcut: s.shortcut,
+    adversarial: s.adversarial,
+    seed: s.seed,
+    epochs: s.epochs,
+    batchSize: s.batchSize,
+    lr: s.lr ?? record.defaultLr,
+    ...SGD_RECIPE,
+    // Adversarially trained models are evaluated with AutoAttack's budget; clean ones only when asked.
+    robustEvalSteps: s.robustEval?.steps ?? (s.adversarial ? ROBUST_EVAL_DEFAULTS.steps : 0),
+    robustEvalAttack: s.robustEval?.attack ?? ROBUST_EVAL_DEFAULTS.attack,
+    autocast: s.autocast ?? null,
+    simclr:
+      s.method === "simclr"
+        ? { epochs: s.simclr?.epochs ?? s.epochs, temperature: s.simclr?.temperature ?? simclrTemperature() }
+        : null,
+    device,
+  };
+}
+
+/** SimCLR's default temperature, read from its schema (the one place it is written). */
+const simclrTemperature = (): number => simclrSchema.parse({}).temperature;
+
+/**
+ * A resolved config from settings as a program writes them (defaults filled by the schema, data
+ * fields absent = null): resolveTrainConfig for callers in code and tests.
+ */
+export function trainConfig(
+  settings: z.input<typeof trainSettingsSchema>,
+  data: Partial<TrainData> & { dataset: string },
+  device: Device = "cpu",
+): TrainConfig {
+  return resolveTrainConfig(
+    trainSettingsSchema.parse(settings),
+    { root: null, imageSize: null, limit: null, testLimit: null, ...data },
+    device,
+  );
+}
