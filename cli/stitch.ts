@@ -178,10 +178,10 @@ export function registerStitchCommand(program: Command): void {
     .option("--adversarial", "adversarial stitching (standard mode): T trained on PGD examples of the stitched model")
     .option(
       "--eps <e>",
-      `L-inf radius in pixel units, of training attacks and the robust evaluation (default ${over255(PGD_DEFAULTS.eps)})`,
+      `L-inf radius in pixel units, of training attacks and the robust evaluation (default: ${over255(PGD_DEFAULTS.eps)})`,
       fraction,
     )
-    .option("--pgd-step <s>", `PGD step in pixel units (training; default ${over255(PGD_DEFAULTS.step)})`, fraction)
+    .option("--pgd-step <s>", `PGD step in pixel units (training) (default: ${over255(PGD_DEFAULTS.step)})`, fraction)
     .option("--pgd-steps <n>", `PGD iterations (training; default ${PGD_DEFAULTS.steps})`, int)
     .option(
       "--adv-fraction <f>",

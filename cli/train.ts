@@ -117,8 +117,8 @@ export function registerTrainCommand(program: Command): void {
     .option("--test-limit <n>", "evaluate on the first n test images only", int)
     .option("--shortcut <kind>", `pixel shortcut in the training images: ${SHORTCUT_KINDS.join(", ")}`)
     .option("--adversarial", "Madry adversarial training (PGD, L-inf)")
-    .option("--eps <e>", `PGD radius in pixel units (default ${over255(PGD_DEFAULTS.eps)})`, fraction)
-    .option("--pgd-step <s>", `PGD step in pixel units (default ${over255(PGD_DEFAULTS.step)})`, fraction)
+    .option("--eps <e>", `PGD radius in pixel units (default: ${over255(PGD_DEFAULTS.eps)})`, fraction)
+    .option("--pgd-step <s>", `PGD step in pixel units (default: ${over255(PGD_DEFAULTS.step)})`, fraction)
     .option("--pgd-steps <n>", `PGD iterations in training (default ${PGD_DEFAULTS.steps})`, int)
     .option("--adv-fraction <f>", `share of each batch made adversarial (default ${PGD_DEFAULTS.fraction})`, num)
     .option(

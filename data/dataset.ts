@@ -89,3 +89,9 @@ export function fromBytes(
     name,
   };
 }
+
+/**
+ * The side image folders are resized to unless told otherwise: 32 px, as LS-ImageNet-10 (ImageNet-100
+ * asks for 224). CIFAR-10 and the padded MNISTs are 32 px by nature. The one place it is written.
+ */
+export const DEFAULT_IMAGE_SIZE = 32;

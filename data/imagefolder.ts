@@ -36,7 +36,7 @@ import { totalmem } from "node:os";
 import { extname, join } from "node:path";
 import sharp from "sharp";
 import * as torch from "../torch/index.js";
-import type { Dataset, Split } from "./dataset.js";
+import { type Dataset, DEFAULT_IMAGE_SIZE, type Split } from "./dataset.js";
 import { DataError, isDirectory } from "./files.js";
 import { Rng } from "./rng.js";
 
@@ -146,7 +146,7 @@ function rootClasses(root: string, dir: string): { wnids: string[]; names: strin
 
 /** Reads a split of an ImageNet-layout folder, resized to `size` px, into memory. */
 export async function readImageFolder(root: string, split: Split, opts: ImageFolderOptions = {}): Promise<Dataset> {
-  const size = opts.size ?? 32;
+  const size = opts.size ?? DEFAULT_IMAGE_SIZE;
   const resize = opts.resize ?? defaultResize(size);
   if (!(Number.isInteger(size) && size > 0 && Number.isInteger(resize) && resize >= size))
     throw new RangeError(`imagefolder: need integers size > 0 and resize >= size, got size ${size}, resize ${resize}`);

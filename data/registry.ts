@@ -29,7 +29,7 @@
 // It is async because image folders decode on sharp's thread pool; the CIFAR-10 and IDX
 // readers (readCifar10, readIdxDataset) are synchronous and exported for direct use.
 import { CIFAR10_HOW_TO_GET, readCifar10 } from "./cifar10.js";
-import { checkSplit, type Dataset, type Split } from "./dataset.js";
+import { checkSplit, type Dataset, DEFAULT_IMAGE_SIZE, type Split } from "./dataset.js";
 import {
   FASHION_MNIST_CLASSES,
   FASHION_MNIST_HOW_TO_GET,
@@ -67,7 +67,7 @@ export function datasetImageSize(name: string, opts: Pick<LoadOptions, "imageSiz
     throw new RangeError(`imageSize must be a positive integer, got ${asked}`);
   const fixed =
     name === "cifar10" ? 32 : name === "fashion-mnist" || name === "mnist" ? (opts.pad32 === false ? 28 : 32) : null;
-  if (fixed === null) return asked ?? 32;
+  if (fixed === null) return asked ?? DEFAULT_IMAGE_SIZE;
   if (asked !== undefined && asked !== fixed)
     throw new Error(`${name} images are ${fixed} px; imageSize ${asked} applies to image folders only`);
   return fixed;

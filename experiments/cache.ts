@@ -34,8 +34,11 @@ import type { Task } from "./plan.js";
 // sets, batch-norm "adapt", augmentation, dropped last batch, random init images, soft kappa;
 // iris 2 (and all three): the ViT head point is the [N, D] class token, the ImageNet stem point
 // precedes the max-pool, VGG-16-BN has torchvision's layout; iris 3: an IRI that starts from
-// another image starts from a seeded derangement of its batch (was: the next image).
-export const TASK_FORMAT = { train: 2, iris: 3, stitch: 2 } as const;
+// another image starts from a seeded derangement of its batch (was: the next image); train 3,
+// iris 4, stitch 3: a task's spec is its job's fully resolved config (train/config.ts,
+// stitch/config.ts), absent settings are null and every default is in the key (issue 24), and
+// stitching's lr drops at floor(1/3) and floor(2/3) of its epochs (was: round).
+export const TASK_FORMAT = { train: 3, iris: 4, stitch: 3 } as const;
 export type TaskKind = keyof typeof TASK_FORMAT;
 
 /**

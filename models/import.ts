@@ -19,7 +19,7 @@ export interface ImportResult {
 
 /** Logits of the model on a fixed batch of two seeded images of its size (eval mode, no gradients). */
 function probe(model: StitchableModel): torch.Tensor {
-  const side = Number(model.config.imageSize ?? 32);
+  const side = Number(model.config.imageSize);
   return torch.tidy(() => {
     torch.manualSeed(0);
     const x = torch.randn([2, 3, side, side]);

@@ -248,7 +248,8 @@ export function resolveIrisConfig(
     ...(data.imageSize !== null ? { stepSize: defaultIriStepSize(data.imageSize) } : {}),
     ...Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)),
   };
-  return { ...what, ...data, limit, options, device };
+  const { dataset, root, imageSize, shortcut } = data;
+  return { ...what, dataset, root, imageSize, shortcut, limit, options, device };
 }
 
 /**

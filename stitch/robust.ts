@@ -13,6 +13,7 @@ import { inEvalMode, Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { apgdAttack } from "../train/apgd.js";
 import type { EvalOptions } from "../train/batches.js";
+import type { RobustEvalAttack } from "../train/config.js";
 import { pgdAttack } from "../train/pgd.js";
 import { evaluateStitch } from "./evaluate.js";
 import type { StitchedModel } from "./stitched.js";
@@ -40,11 +41,9 @@ export class StitchedClassifier extends Module {
   }
 }
 
-export const ROBUST_STITCH_ATTACKS = ["apgd", "pgd"] as const;
-
 export interface StitchRobustEvalOptions extends EvalOptions {
   /** "apgd": APGD-CE and APGD-DLR (the paper's); "pgd": PGD. */
-  attack: (typeof ROBUST_STITCH_ATTACKS)[number];
+  attack: RobustEvalAttack;
   /** L-inf radius in pixel units (8/255 on CIFAR). */
   eps: number;
   steps: number;

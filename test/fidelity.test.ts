@@ -334,26 +334,44 @@ test("each network normalises its own input: a CIFAR-normalised front and a Fash
   for (const m of [front, back, s.layer]) m.dispose();
 });
 
-function stitchConfig(front: string, back: string, over: Partial<StitchConfig>): StitchConfig {
-  return {
-    ...resolvedStitch(
-      { front: "", back: "", frontPoint: "layer1.0", objective: "slm", mode: "standard" },
-      {},
-      { dataset: "fashion-mnist" },
-    ),
-    front,
-    back,
-    frontPoint: "layer1.0",
-    objective: "slm",
-    mode: "standard",
-    limit: 64,
-    testLimit: 64,
-    epochs: 1,
-    batchSize: 32,
-    initImages: 32,
-    ckaImages: 0,
-    ...over,
-  };
+function stitchConfig(frontPath: string, backPath: string, over: Partial<StitchConfig>): StitchConfig {
+  // Through the resolver, as the CLI and the planner go: the mode decides the batch-norm default.
+  const mode = over.mode ?? "standard";
+  const {
+    front = frontPath,
+    back = backPath,
+    frontPoint = "layer1.0",
+    backPoint,
+    objective = "slm",
+    iris = null,
+    bnMode,
+    adversarial,
+    robustEval,
+    dataset = "fashion-mnist",
+    shortcut = null,
+    excess = null,
+    testLimit = 64,
+    mode: _m,
+    device: _d,
+    root: _r,
+    imageSize: _i,
+    ...settings
+  } = over;
+  return resolvedStitch(
+    { front, back, frontPoint, backPoint, objective, mode, iris },
+    {
+      limit: 64,
+      epochs: 1,
+      batchSize: 32,
+      initImages: 32,
+      ckaImages: 0,
+      ...settings,
+      ...(bnMode ? { bnMode: { [mode]: bnMode } } : {}),
+      ...(adversarial ? { adversarial } : {}),
+      ...(robustEval ? { robustEval } : {}),
+    },
+    { dataset, shortcut, excess, testLimit },
+  );
 }
 
 test("a marked pair is scored on a marked test set, recorded as test_data; the identical pair's soft kappa is 1", {

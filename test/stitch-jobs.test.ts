@@ -97,25 +97,43 @@ function settingsFor(model: StitchableModel, ds: Dataset, point: string, options
 }
 
 function stitchConfig(over: Partial<StitchConfig>): StitchConfig {
-  return {
-    ...resolvedStitch(
-      { front: "", back: "", frontPoint: "layer1.0", objective: "slm", mode: "standard" },
-      {},
-      { dataset: "fashion-mnist" },
-    ),
-    front: ckpt.b,
-    back: ckpt.a,
-    frontPoint: "layer1.0",
-    objective: "slm",
-    mode: "standard",
-    limit: 64,
-    testLimit: 64,
-    epochs: 1,
-    batchSize: 32,
-    initImages: 32,
-    ckaImages: 32,
-    ...over,
-  };
+  // Through the resolver, as the CLI and the planner go: the mode decides the batch-norm default.
+  const mode = over.mode ?? "standard";
+  const {
+    front = ckpt.b,
+    back = ckpt.a,
+    frontPoint = "layer1.0",
+    backPoint,
+    objective = "slm",
+    iris = null,
+    bnMode,
+    adversarial,
+    robustEval,
+    dataset = "fashion-mnist",
+    shortcut = null,
+    excess = null,
+    testLimit = 64,
+    mode: _m,
+    device: _d,
+    root: _r,
+    imageSize: _i,
+    ...settings
+  } = over;
+  return resolvedStitch(
+    { front, back, frontPoint, backPoint, objective, mode, iris },
+    {
+      limit: 64,
+      epochs: 1,
+      batchSize: 32,
+      initImages: 32,
+      ckaImages: 32,
+      ...settings,
+      ...(bnMode ? { bnMode: { [mode]: bnMode } } : {}),
+      ...(adversarial ? { adversarial } : {}),
+      ...(robustEval ? { robustEval } : {}),
+    },
+    { dataset, shortcut, excess, testLimit },
+  );
 }
 
 test("A alone (the curves' front end) is scored as it is, before 'adapt' moves its statistics: the same at every point", {
@@ -165,7 +183,8 @@ test("runStitch in both modes writes scores (bn mode recorded) and the layer; an
     runStitch(stitchConfig({ mode: "iris", iris: irisDir, frontPoint: "layer1.1" }), wrong),
     /made at point 'layer1.0', not 'layer1.1'/,
   );
-  await assert.rejects(runStitch(stitchConfig({ mode: "iris" }), wrong), /iris mode needs an IRI set/);
+  // Checked when the settings are resolved, before any work (stitch/config.ts).
+  assert.throws(() => stitchConfig({ mode: "iris" }), /iris mode needs an IRI set/);
   await assert.rejects(runStitch(stitchConfig({ mode: "iris", iris: tmp }), wrong), /is not an IRI set/);
   assert.ok(!existsSync(wrong), "a refused run writes nothing");
 });
@@ -219,8 +238,8 @@ test("adversarial stitching trains on PGD examples within eps; robust scores fal
   const mean = ((per["apgd-ce"]?.accuracy ?? 0) + (per["apgd-dlr"]?.accuracy ?? 0)) / 2;
   assert.ok(Math.abs((apgd.robust?.scores.accuracy ?? -1) - mean) < 1e-12, "averaged over the attacks");
   assert.ok((apgd.robust?.scores.accuracy ?? 1) < apgd.scores.accuracy);
-  await assert.rejects(
-    runStitch(stitchConfig({ mode: "iris", iris: join(tmp, "iris-b"), adversarial }), join(tmp, "run-adv-iris")),
+  assert.throws(
+    () => stitchConfig({ mode: "iris", iris: join(tmp, "iris-b"), adversarial }),
     /adversarial stitching .* is for standard mode/,
   );
   const cli = runCli([

@@ -1,0 +1,182 @@
+// Every setting resolved once (issue 24): the CLI's flags and an experiment file go through the
+// same schema and resolver, so the same settings give the same resolved config and the same task
+// key; defaults are in the resolved config (so in the key); settings that mean nothing alone are
+// refused on both paths.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { Command } from "commander";
+import { irisConfigFromFlags, registerIrisCommand } from "../cli/iris.js";
+import { registerStitchCommand, stitchConfigFromFlags } from "../cli/stitch.js";
+import { registerTrainCommand, trainConfigFromFlags } from "../cli/train.js";
+import { taskKey } from "../experiments/cache.js";
+import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
+import { ExperimentError, parseExperiment } from "../experiments/spec.js";
+import { stitchConfig } from "../stitch/config.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-config-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+/** A command's options as commander parses them from argv (parsers and defaults applied). */
+function flags(register: (p: Command) => void, name: string, argv: string[]): Record<string, unknown> {
+  const program = new Command();
+  register(program);
+  const cmd = program.commands.find((c) => c.name() === name);
+  if (!cmd) throw new Error(`no command ${name}`);
+  cmd.parseOptions(argv);
+  return cmd.opts();
+}
+
+const plan = (text: string): Plan => planExperiment(parseExperiment(text, "exp.yaml"), join(tmp, "exp.yaml"));
+
+const FILE = (extra = "", model = "") => `
+name: keys
+dataset: { name: fashion-mnist, limit: 1024, testLimit: 256 }
+models:
+  a: { arch: resnet18, width: 0.125, seed: 0, epochs: 4${model} }
+pairs:
+  - { front: a, back: a, relation: identical }
+points: [layer1.0]
+objectives: [slm]
+${extra}
+`;
+
+/** Every field of a resolved config is given: null where absent, never undefined (so every default is in the key). */
+function assertNoUndefined(o: unknown, path = "config"): void {
+  assert.notEqual(o, undefined, `${path} is undefined`);
+  if (o && typeof o === "object") for (const [k, v] of Object.entries(o)) assertNoUndefined(v, `${path}.${k}`);
+}
+
+test("train: the same settings from flags and from a file give the same resolved config and task key", () => {
+  const fromFile = plan(FILE("", ", shortcut: pixel, robustEval: { steps: 20 }")).tasks.find((t) => t.kind === "train");
+  assert.ok(fromFile?.spec.kind === "train");
+  const argv = ["--model", "resnet18", "--dataset", "fashion-mnist", "--out", "x", "--width", "0.125", "--seed", "0"];
+  const fromFlags = trainConfigFromFlags(
+    flags(registerTrainCommand, "train", [
+      ...argv,
+      ...[
+        "--epochs",
+        "4",
+        "--limit",
+        "1024",
+        "--test-limit",
+        "256",
+        "--shortcut",
+        "pixel",
+        "--robust-eval-steps",
+        "20",
+      ],
+    ]),
+  );
+  assertNoUndefined(fromFlags);
+  assert.deepEqual(fromFlags, fromFile.spec.config);
+  assert.equal(taskKey("train", { kind: "train", config: fromFlags }), fromFile.key);
+  // The file's robustEval steps on a clean model are honoured, as the flag is (it once gave 0).
+  assert.equal(fromFile.spec.config.robustEvalSteps, 20);
+  // Defaults are resolved into the config: the architecture's lr, the recipe's schedule, no autocast.
+  assert.equal(fromFlags.lr, 0.1);
+  assert.deepEqual(fromFlags.milestones, [1 / 3, 2 / 3]);
+  assert.equal(fromFlags.autocast, null);
+});
+
+test("stitch and iris: the same settings from flags and from a file give the same resolved config", () => {
+  const p = plan(
+    FILE(
+      "iris: { limit: 64, steps: 7, optimizer: adam, start: image, keepBest: true }\nstitch: { limit: 128, batchSize: 64 }",
+    ),
+  );
+  const iris = p.tasks.map((t) => t.spec).find((s): s is IrisTask => s.kind === "iris");
+  const stitches = p.tasks.map((t) => t.spec).filter((s): s is StitchTask => s.kind === "stitch");
+  assert.ok(iris);
+  assert.equal(stitches.length, 2);
+  const common = ["--front", "f.safetensors", "--point", "layer1.0", "--dataset", "fashion-mnist", "--out", "x"];
+  const fromIrisFlags = irisConfigFromFlags(
+    flags(registerIrisCommand, "iris", [
+      ...common,
+      ...["--limit", "64", "--steps", "7", "--optimizer", "adam", "--start", "image", "--keep-best"],
+    ]),
+  );
+  const { front: _f, device: _d, ...irisConfig } = fromIrisFlags;
+  const { kind: _k, front: _ref, ...planned } = iris;
+  assertNoUndefined(fromIrisFlags.options);
+  assert.deepEqual(irisConfig, planned);
+  for (const mode of ["standard", "iris"] as const) {
+    const fromFlags = stitchConfigFromFlags(
+      flags(registerStitchCommand, "stitch", [
+        ...common,
+        ...["--back", "b.safetensors", "--objective", "SLM", "--mode", mode, "--limit", "128", "--batch-size", "64"],
+        ...["--test-limit", "256", ...(mode === "iris" ? ["--iris", "somewhere"] : [])],
+      ]),
+    );
+    assertNoUndefined(fromFlags);
+    const { front: _a, back: _b, iris: _i, device: _e, ...config } = fromFlags;
+    const fromFile = stitches.find((s) => s.config.mode === mode)?.config;
+    assert.deepEqual(config, fromFile, mode);
+    // Epochs and batch-norm mode are resolved above the key (they were filled in below it).
+    assert.equal(config.epochs, 30);
+    assert.equal(config.bnMode, mode === "standard" ? "adapt" : "eval");
+  }
+});
+
+test("a default is in the key: giving it changes nothing, changing it changes the key", () => {
+  const keys = (extra: string) =>
+    plan(FILE(extra))
+      .tasks.filter((t) => t.kind === "stitch")
+      .map((t) => t.key)
+      .sort();
+  const implicit = keys("");
+  assert.deepEqual(keys("stitch: { epochs: 30, batchSize: 128, bnMode: { standard: adapt, iris: eval } }"), implicit);
+  assert.notDeepEqual(keys("stitch: { epochs: 31 }"), implicit);
+  // The default itself depends on the data: 12 epochs for image folders.
+  const folder = stitchConfig(
+    { front: "a", back: "b", frontPoint: "layer1.0", objective: "slm", mode: "standard" },
+    {},
+    { dataset: "imagefolder" },
+  );
+  assert.equal(folder.epochs, 12);
+  // The lr drop of base training is in the train task's config, hence in its key.
+  const train = (text: string) => plan(text).tasks.find((t) => t.kind === "train")?.key;
+  assert.equal(train(FILE("", ", lr: 0.1")), train(FILE()));
+  assert.notEqual(train(FILE("", ", lr: 0.05")), train(FILE()));
+});
+
+test("settings that mean nothing alone are refused, on the command line and in a file", () => {
+  const train = (...extra: string[]) =>
+    trainConfigFromFlags(
+      flags(registerTrainCommand, "train", [
+        "--model",
+        "resnet18",
+        "--dataset",
+        "fashion-mnist",
+        "--out",
+        "x",
+        ...extra,
+      ]),
+    );
+  assert.throws(() => train("--eps", "8/255", "--pgd-steps", "3"), /--eps, --pgd-steps are for adversarial training/);
+  assert.throws(() => train("--temperature", "0.2"), /are for --method simclr/);
+  assert.equal(train("--adversarial", "--pgd-steps", "3").adversarial?.steps, 3);
+  assert.equal(train("--adversarial").robustEvalSteps, 100, "adversarial models get AutoAttack's budget");
+  assert.equal(train().robustEvalSteps, 0, "clean models: none unless asked");
+  assert.equal(train("--method", "simclr").simclr?.temperature, 0.5);
+  assert.throws(() => train("--model", "resnet19"), /--model: .*resnet18/);
+  assert.throws(
+    () => plan(FILE("", ", simclr: { temperature: 0.2 }")),
+    (e: unknown) => e instanceof ExperimentError && /models\.a: simclr settings are for method simclr/.test(e.message),
+  );
+  const stitch = (...extra: string[]) =>
+    stitchConfigFromFlags(
+      flags(registerStitchCommand, "stitch", [
+        ...["--front", "f", "--back", "b", "--point", "layer1.0", "--objective", "slm", "--mode", "standard"],
+        ...["--dataset", "fashion-mnist", "--out", "x", ...extra],
+      ]),
+    );
+  assert.throws(() => stitch("--pgd-steps", "3"), /--pgd-steps: these are for adversarial stitching/);
+  assert.throws(() => stitch("--robust-eval-steps", "3"), /--robust-eval-steps: these are for the robust evaluation/);
+  assert.throws(() => stitch("--eps", "4/255"), /--eps is the radius/);
+  assert.equal(stitch("--adversarial").adversarial?.fraction, 1, "stitching's attack ratio is 1");
+  assert.equal(stitch("--robust-eval", "--robust-eval-steps", "20").robustEval?.steps, 20);
+  assert.equal(stitch().robustEval, null);
+});
