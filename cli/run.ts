@@ -289,6 +289,12 @@ export function registerRunCommands(program: Command): void {
     .option("--workers <n>", "tasks at once", int, 2)
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .option("--dry-run", "print the task graph and stop")
+    .option(
+      "--seed <s>",
+      "shift every seed of the study by s (models, IRI starts, stitching): another draw of the same demo",
+      int,
+      0,
+    )
     .action(async (o) => {
       const failed = await runCommand(join(repoRoot, "presets", "demo.yaml"), o);
       if (failed) process.exitCode = 1;

@@ -12,7 +12,7 @@ import { type Plan, planExperiment, type Task } from "./plan.js";
 import { type RunReport, reportRun, summaryFromCache } from "./report.js";
 import { type RunEvent, type RunSummary, runPlan } from "./runner.js";
 import { SLURM_DEFAULTS, type SlurmOptions, type Submission, submitPlan } from "./slurm.js";
-import { type Experiment, readExperiment } from "./spec.js";
+import { type Experiment, readExperiment, shiftSeeds } from "./spec.js";
 
 /** The cache experiments share: --cache, else $STITCHLAB_CACHE, else $XDG_CACHE_HOME/stitchlab (~/.cache/stitchlab). */
 export function defaultCache(): string {
@@ -95,6 +95,8 @@ export interface ExperimentOptions {
   slurm?: Partial<SlurmOptions>;
   /** slurm: cancel this experiment's queued or running jobs and submit them again. */
   resubmit?: boolean;
+  /** Shift every seed of the study by this much (models, IRI starts, stitching): another draw of it. */
+  seed?: number;
   /** local: called as the tasks start, with those to run (not in the cache). */
   progress?: (todo: Task[]) => ProgressDisplay;
   /**
@@ -132,7 +134,7 @@ export type ExperimentOutcome =
  */
 export async function runExperiment(file: string, o: ExperimentOptions): Promise<ExperimentOutcome> {
   const cache = resolve(o.cache ?? defaultCache());
-  const exp = readExperiment(file, o.scale);
+  const exp = shiftSeeds(readExperiment(file, o.scale), o.seed ?? 0);
   if (o.dataDir) withDataDir(exp, o.dataDir);
   const plan = planExperiment(exp, file);
   // The scale applied (the file's small one when none is named), as env.json and status record it.

@@ -124,7 +124,11 @@ export const experimentSchema = z
   .strict();
 
 /** An experiment as parsed, with the name of the scale that was applied to it (none when the file has no scales). */
-export type Experiment = z.infer<typeof experimentSchema> & { appliedScale?: string };
+export type Experiment = z.infer<typeof experimentSchema> & {
+  appliedScale?: string;
+  /** How far `stitchlab demo --seed S` shifted every seed (absent: not shifted). */
+  seedShift?: number;
+};
 export type TrainedModelSpec = z.infer<typeof trainedModelSchema>;
 export type LoadedModelSpec = z.infer<typeof loadedModelSchema>;
 export type ModelSpec = TrainedModelSpec | LoadedModelSpec;
@@ -190,6 +194,26 @@ export function parseExperiment(text: string, file: string, scale?: string): Exp
       }),
     );
   return chosen ? { ...r.data, appliedScale: chosen } : r.data;
+}
+
+/**
+ * The experiment with every seed of its study shifted by `by`: the models trained here, the IRI
+ * starts and the stitching seeds (`stitchlab demo --seed S`). Another `by` is another draw of the
+ * same study; the planner still refuses seeds that reach the replicates' stride.
+ */
+export function shiftSeeds(exp: Experiment, by: number): Experiment {
+  if (!(Number.isInteger(by) && by >= 0)) throw new Error(`--seed must be a non-negative integer, not ${by}`);
+  if (by === 0) return exp;
+  const models = Object.fromEntries(
+    Object.entries(exp.models).map(([name, m]) => [name, isLoaded(m) ? m : { ...m, seed: m.seed + by }]),
+  );
+  return {
+    ...exp,
+    models,
+    seeds: exp.seeds.map((s) => s + by),
+    iris: { ...exp.iris, seed: (exp.iris.seed ?? 0) + by },
+    seedShift: by,
+  };
 }
 
 export function readExperiment(file: string, scale?: string): Experiment {

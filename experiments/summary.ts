@@ -397,6 +397,7 @@ export function settingsLines(plan: Plan): string[] {
         ? `Adversarial stitching (standard runs): T on PGD examples, eps ${adv.eps.toFixed(4)}, ${adv.steps} steps, fraction ${adv.fraction}. `
         : "") +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
+      (exp.seedShift ? ` Every seed shifted by ${exp.seedShift} (--seed ${exp.seedShift}).` : "") +
       (marked.length
         ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? exp.stitch.shortcut})`).join(", ")}.`
         : ""),

@@ -73,10 +73,7 @@ function meanResults(rs: AgreementResult[]): AgreementResult {
 
 /** Scores of the stitched model against B on adversarial test images made against the stitched model. */
 export function robustStitchScores(s: StitchedModel, test: Dataset, opts: StitchRobustEvalOptions): StitchRobustResult {
-  if (!(opts.eps > 0 && opts.eps <= 1))
-    throw new Error(`robust evaluation: eps ${opts.eps} is not in (0, 1] pixel units`);
-  if (!(Number.isInteger(opts.steps) && opts.steps >= 1))
-    throw new Error(`robust evaluation: steps must be a positive integer, got ${opts.steps}`);
+  // Settings are checked once, where they are resolved (train/config.ts robustEvalSchema).
   const model = new StitchedClassifier(s);
   const attacks: Record<string, (x: Tensor, y: Tensor) => Tensor> =
     opts.attack === "apgd"

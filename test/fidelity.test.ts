@@ -492,7 +492,12 @@ objectives: [slm]
     }
     if (t.kind === "stitch") assert.equal((t.spec as StitchTask).config.imageSize, 224);
   }
-  // Without imageSize, nothing of it enters the keys (32 px plans keep their cache entries).
+  // Without imageSize the resolved configs say null (the dataset's own side), and the IRI step is 1/255.
   const small = planExperiment(parseExperiment(text.replace(", imageSize: 224", ""), "s.yaml"), join(tmp, "s.yaml"));
-  for (const t of small.tasks) assert.ok(!JSON.stringify(t.spec).includes("imageSize"), t.label);
+  for (const t of small.tasks) {
+    const spec = t.spec as TrainTask | IrisTask | StitchTask;
+    const side = "config" in spec ? spec.config.imageSize : spec.imageSize;
+    assert.equal(side, null, t.label);
+    if (spec.kind === "iris") assert.equal(spec.options.stepSize, 1 / 255);
+  }
 });

@@ -185,7 +185,7 @@ export interface TrainConfig extends TrainData {
   momentum: number;
   nesterov: boolean;
   weightDecay: number;
-  /** Fractions of training at which the lr is multiplied by 0.1 (nn/schedule.ts stepMilestones: floor). */
+  /** Fractions of training at which the lr is multiplied by 0.1 (nn/schedule.ts stepScheduleMilestones: floor). */
   milestones: number[];
   /**
    * The final robust evaluation: `steps` iterations of each attack (APGD-CE and APGD-DLR, or PGD)

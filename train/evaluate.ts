@@ -68,8 +68,7 @@ export function robustEvaluation(
   ds: Dataset,
   opts: RobustEvalOptions,
 ): { accuracies: Record<string, number>; record: RobustEvalRecord } {
-  if (!Number.isInteger(opts.steps) || opts.steps < 1)
-    throw new Error(`robust evaluation: steps must be a positive integer, got ${opts.steps}`);
+  // Settings are checked once, where they are resolved (train/config.ts robustEvalSchema).
   const common = { normalization: opts.normalization, batchSize: opts.batchSize, device: opts.device };
   if (opts.attack === "apgd") {
     const randomStart = opts.randomStart ?? true;
