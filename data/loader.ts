@@ -11,7 +11,7 @@
 import * as torch from "../torch/index.js";
 import { type Dataset, datasetSize } from "./dataset.js";
 import { Rng } from "./rng.js";
-import { type MarkerPlan, paintBatchMarkers } from "./shortcuts.js";
+import { type MarkerDraws, type MarkerPlan, paintBatchMarkers } from "./shortcuts.js";
 import { type AugmentOptions, augmentBatch, type Normalization, normalize } from "./transforms.js";
 
 export interface Batch {
@@ -40,10 +40,10 @@ export interface LoaderOptions {
   augment?: AugmentOptions | null;
   /**
    * Shortcut markers to paint after augmentation and before normalisation: a plan for the whole
-   * dataset (planDatasetMarkers(ds, {kind, seed})), indexed by dataset position, so each image
-   * keeps its location and colour across epochs while the crops change. Default none.
+   * dataset (planDatasetMarkers(ds, {kind, seed})), indexed by dataset position, or draws
+   * (markerDraws: each epoch its own places, as the reference's loader). Default none.
    */
-  markers?: MarkerPlan | null;
+  markers?: MarkerPlan | MarkerDraws | null;
   /** Normalise to float32 with these statistics; null keeps uint8 (default null). */
   normalization?: Normalization | null;
   /** Device of the batches (cpu, cuda, cuda:N); the uint8 batch is moved before conversion. */
@@ -68,8 +68,9 @@ export function* batches(ds: Dataset, opts: LoaderOptions): Generator<Batch> {
   if (!(Number.isInteger(batchSize) && batchSize > 0))
     throw new RangeError(`batchSize must be a positive integer, got ${batchSize}`);
   const n = datasetSize(ds);
-  if (opts.markers && opts.markers.ys.length !== n)
-    throw new Error(`${ds.name}: marker plan for ${opts.markers.ys.length} images, dataset has ${n}`);
+  const markers = typeof opts.markers === "function" ? opts.markers(opts.epoch ?? 0) : opts.markers;
+  if (markers && markers.ys.length !== n)
+    throw new Error(`${ds.name}: marker plan for ${markers.ys.length} images, dataset has ${n}`);
   const order = epochOrder(n, opts);
   // A separate stream for augmentation, so turning shuffling on or off does not change the crops.
   const augRng = new Rng(opts.seed ?? 0, opts.epoch ?? 0, 0xa06);
@@ -82,7 +83,7 @@ export function* batches(ds: Dataset, opts: LoaderOptions): Generator<Batch> {
       const y = ds.labels.indexSelect(0, idx);
       if (opts.device && opts.device !== x.device) x = x.to(opts.device);
       if (opts.augment) x = augmentBatch(x, augRng, opts.augment);
-      if (opts.markers) x = paintBatchMarkers(x, opts.markers, indices);
+      if (markers) x = paintBatchMarkers(x, markers, indices);
       if (opts.normalization) x = normalize(x, opts.normalization);
       return { x, y: opts.device ? y.to(opts.device) : y };
     });

@@ -97,6 +97,11 @@ export interface ShortcutOptions {
   rolled?: boolean;
   /** Seed of the colour permutation over classes; default COLOR_PERMUTATION_SEED. */
   colorSeed?: number;
+  /**
+   * The read of the data these markers are for (a training epoch): each read draws places (and
+   * rand colours) anew from (seed, draw). Absent: one fixed draw (test sets, IRI sources).
+   */
+  draw?: number;
 }
 
 /** Where each image's marker goes and its colour. */
@@ -130,8 +135,9 @@ export function planMarkers(
   const seed = opts.seed ?? 0;
   // Separate streams: locations are the same for pixel and rand with the same seed, so the
   // control differs from the shortcut in colour only.
-  const locRng = new Rng(seed, 0x10c);
-  const colRng = new Rng(seed, 0xc01);
+  const reads = opts.draw === undefined ? [] : [opts.draw];
+  const locRng = new Rng(seed, 0x10c, ...reads);
+  const colRng = new Rng(seed, 0xc01, ...reads);
   const classColors = markerColors(numClasses, opts.colorSeed);
   const ys = new Int32Array(n);
   const xs = new Int32Array(n);
@@ -158,6 +164,19 @@ export function planDatasetMarkers(ds: Dataset, opts: ShortcutOptions): MarkerPl
   const [, , h, w] = ds.images.shape;
   const labels = Array.from(ds.labels.toTypedArray() as BigInt64Array, Number);
   return planMarkers(labels, ds.classes.length, h, w, opts);
+}
+
+/**
+ * Markers drawn anew on every read of a training set, as the reference's loader draws a Pixel
+ * marker's place on every read (dataloaders/shortcut_markers.py): epoch e's plan is drawn from
+ * (seed, e), so runs stay reproducible. The colour stays the class's.
+ */
+export type MarkerDraws = (epoch: number) => MarkerPlan;
+
+export function markerDraws(ds: Dataset, opts: ShortcutOptions): MarkerDraws {
+  const [, , h, w] = ds.images.shape;
+  const labels = Array.from(ds.labels.toTypedArray() as BigInt64Array, Number);
+  return (epoch) => planMarkers(labels, ds.classes.length, h, w, { ...opts, draw: epoch });
 }
 
 /**

@@ -37,7 +37,9 @@ import type { Task } from "./plan.js";
 // another image starts from a seeded derangement of its batch (was: the next image); train 3,
 // iris 4, stitch 3: a task's spec is its job's fully resolved config (train/config.ts,
 // stitch/config.ts), absent settings are null and every default is in the key (issue 24), and
-// stitching's lr drops at floor(1/3) and floor(2/3) of its epochs (was: round).
+// stitching's lr drops at floor(1/3) and floor(2/3) of its epochs (was: round); training
+// images' Pixel markers take a place drawn anew every epoch, as the reference's loader (was: one
+// place per image).
 export const TASK_FORMAT = { train: 3, iris: 4, stitch: 3 } as const;
 export type TaskKind = keyof typeof TASK_FORMAT;
 

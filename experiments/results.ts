@@ -12,9 +12,9 @@ import type { IriSetInfo } from "../stitch/iriset.js";
 import type { StitchResult } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
 import { taskDir } from "./cache.js";
-import type { Plan } from "./plan.js";
+import type { ModelRef, Plan } from "./plan.js";
 import type { RunSummary } from "./runner.js";
-import { reading, settingsLines, type Warning, warnings } from "./summary.js";
+import { reading, relianceLine, relianceWarnings, settingsLines, type Warning, warnings } from "./summary.js";
 import { modelSource } from "./tasks.js";
 
 const readJson = <T>(path: string): T => readJsonFile<T>(path, "a cache entry's file");
@@ -74,13 +74,28 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
   return rows;
 }
 
+/**
+ * Every base model of the run, the replicates' own included ("pixel-s1 rep 2"), with the
+ * accuracies its checkpoint records (a shortcut model's clean, marked and rolled ones).
+ */
 export function modelRows(plan: Plan, cache: string): ModelRow[] {
   const rows: ModelRow[] = [];
-  for (const [name, ref] of Object.entries(plan.models)) {
+  const named = new Map(
+    Object.entries(plan.models).flatMap(([name, ref]) => ("task" in ref ? [[ref.task, name] as const] : [])),
+  );
+  const refs: [string, ModelRef][] = [
+    ...Object.entries(plan.models).filter(([, ref]) => !("task" in ref)),
+    // Trained models in plan order; a replicate's own is named by its task's label.
+    ...plan.tasks
+      .filter((t) => t.kind === "train")
+      .map((t): [string, ModelRef] => [named.get(t.key) ?? t.label.replace(/^train /, ""), { task: t.key }]),
+  ];
+  for (const [name, ref] of refs) {
     const source = asModelSource(modelSource(cache, ref));
     if (!isStitchlabCheckpoint(source.checkpoint)) {
       // Weights made elsewhere: what the experiment file says of them (no recorded accuracies).
-      if (!existsSync(source.checkpoint)) continue;
+      // A trained model not made yet (a failed or unfinished task) is left out.
+      if (!existsSync(source.checkpoint) || "task" in ref) continue;
       rows.push({
         name,
         arch: source.arch ?? "",
@@ -189,8 +204,14 @@ export async function writeResults(
   const iris = irisSummaries(plan, cache);
   // One reading for the terminal and the report (experiments/summary.ts).
   const summarized = summarize(rows);
-  const warned = warnings(rows, numClassesOf(plan, cache));
-  const read = reading(rows, { settings: settingsLines(plan), warnings: warned, summary: summarized });
+  const models = modelRows(plan, cache);
+  const warned = [...warnings(rows, numClassesOf(plan, cache)), ...relianceWarnings(models)];
+  const read = reading(rows, {
+    settings: settingsLines(plan),
+    warnings: warned,
+    summary: summarized,
+    reliance: relianceLine(models),
+  });
   const env = environment({ cache, ...extra });
   const failed = Object.entries(summary.errors).map(([k, e]) => `${k}: ${e}`);
   writeFileAtomic(join(out, "plan.json"), [
@@ -205,7 +226,7 @@ export async function writeResults(
       title: plan.experiment.name,
       rows,
       summary: summarized,
-      models: modelRows(plan, cache),
+      models,
       iris,
       environment: env,
       reading: read,

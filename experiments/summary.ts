@@ -11,6 +11,7 @@ import {
   groupBy,
   groupKey,
   type IriPreview,
+  type ModelRow,
   perReplicate,
   pointsOf,
   rowKey,
@@ -133,8 +134,10 @@ export function curveSummaries(rows: StitchRow[]): CurveSummary[] {
 export interface Warning {
   what: string;
   where: string;
-  /** A few words for the affected rows of the report's table. */
+  /** A few words for the affected rows of the report's table; warnings of one tag are one kind. */
   tag: string;
+  /** The number the warning is about (a residual, an accuracy, a step count), for a kind's range. */
+  value?: number;
   /** The affected rows: summary keys (report/summary.ts rowKey). */
   rows: string[];
 }
@@ -174,6 +177,7 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
           where: `${r.front}${rep}`,
           what: `front model near chance (accuracy ${r.front_accuracy.toFixed(3)})`,
           tag: "front near chance",
+          value: r.front_accuracy,
         },
         r,
       );
@@ -183,6 +187,7 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
           where: `${r.front}${rep} @ ${r.point}`,
           what: `loose IRIs: mean residual ${r.iri_residual.toFixed(3)} > 0.1 (A does not represent these x' as it represents x), so invariance-aware conclusions at this point are loose`,
           tag: "loose IRIs",
+          value: r.iri_residual,
         },
         r,
       );
@@ -192,6 +197,7 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
           where: `${r.pair} ${r.objective} ${r.mode}`,
           what: `T trained for only ${r.train_steps} optimiser steps (< 100)`,
           tag: "< 100 steps",
+          value: r.train_steps,
         },
         r,
       );
@@ -273,7 +279,7 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
  */
 export function reading(
   rows: StitchRow[],
-  opts: { settings?: string[]; warnings?: Warning[]; summary?: SummaryRow[] } = {},
+  opts: { settings?: string[]; warnings?: Warning[]; summary?: SummaryRow[]; reliance?: string | null } = {},
 ): string[] {
   const out: string[] = [...(opts.settings ?? [])];
   if (rows.length === 0) return [...out, "No stitch has finished: nothing to read."];
@@ -334,6 +340,7 @@ export function reading(
         );
       }
   }
+  if (opts.reliance) out.push(opts.reliance);
   const curves = curveSummaries(rows);
   if (curves.length)
     out.push(
@@ -355,8 +362,86 @@ export function reading(
       );
   for (const pair of pairs)
     if (PAPER_VALUES[pair]) out.push(`The paper (ResNet-18, CIFAR-10), ${pair}: ${PAPER_VALUES[pair]}.`);
-  for (const w of opts.warnings ?? []) out.push(`Warning: ${w.where}: ${w.what}.`);
+  out.push(...warningLines(opts.warnings ?? []));
   return out;
+}
+
+/**
+ * A shortcut front relies on its marker when images carrying another class's marker (the rolled
+ * test set) mostly fool it. Issue 23's guide, from the paper's width-1 model (rolled 0.12): a
+ * rolled accuracy of at most 0.3, well below what its clean accuracy allows.
+ */
+export const MARKER_RELIANCE_MAX_ROLLED = 0.3;
+
+/** What each kind of warning means, for the one line that collapses several of it. */
+const WARNING_KINDS: Record<string, string> = {
+  "loose IRIs":
+    "mean IRI residual above 0.1 (A does not represent these x' as it represents x), so invariance-aware conclusions there are loose",
+  "< 100 steps": "T trained for fewer than 100 optimiser steps",
+  "front near chance": "front model near chance: nothing there to stitch",
+  "marker not relied on": `shortcut front does not rely on its marker (rolled accuracy above ${MARKER_RELIANCE_MAX_ROLLED}): the pair is not the cross-bias pair it claims to be`,
+};
+
+/**
+ * The reading's warnings, one line per kind: a kind met once is written out; met several times,
+ * it is one line with the count, the range of its numbers and the places (the report's table
+ * keeps every one on its rows).
+ */
+export function warningLines(ws: Warning[]): string[] {
+  const byTag = new Map<string, Warning[]>();
+  for (const w of ws) byTag.set(w.tag, [...(byTag.get(w.tag) ?? []), w]);
+  return [...byTag.entries()].map(([tag, group]) => {
+    if (group.length === 1) return `Warning: ${group[0].where}: ${group[0].what}.`;
+    const values = group.map((w) => w.value).filter((v): v is number => v !== undefined && Number.isFinite(v));
+    const digits = values.every(Number.isInteger) ? 0 : 3;
+    const range = values.length
+      ? ` (${Math.min(...values).toFixed(digits)}-${Math.max(...values).toFixed(digits)})`
+      : "";
+    const places = group.map((w) => w.where);
+    const shown =
+      places.length > 4 ? `${places.slice(0, 4).join("; ")}; and ${places.length - 4} more` : places.join("; ");
+    return `Warning, ${group.length} times: ${WARNING_KINDS[tag] ?? tag}${range}: ${shown}.`;
+  });
+}
+
+/** The shortcut fronts whose rolled accuracy is known: name, clean, marked, rolled. */
+function shortcutFronts(models: ModelRow[]): { name: string; clean: number; marked: number; rolled: number }[] {
+  return models
+    .filter((m) => m.shortcut && m.shortcut !== "rand" && m.accuracies.rolled !== undefined)
+    .map((m) => ({
+      name: m.name,
+      clean: m.accuracies.clean ?? Number.NaN,
+      marked: m.accuracies.marked ?? Number.NaN,
+      rolled: m.accuracies.rolled,
+    }));
+}
+
+/** One reading line: each shortcut front's accuracy on clean, marked and rolled test images. */
+export function relianceLine(models: ModelRow[]): string | null {
+  const fronts = shortcutFronts(models);
+  if (!fronts.length) return null;
+  const relying = fronts.filter((f) => f.rolled <= MARKER_RELIANCE_MAX_ROLLED).length;
+  return (
+    `Shortcut fronts' reliance on their markers (accuracy on clean / marked / rolled test images; rolled: each class carries another class's marker): ${fronts
+      .map((f) => `${f.name} ${f.clean.toFixed(2)} / ${f.marked.toFixed(2)} / ${f.rolled.toFixed(2)}`)
+      .join("; ")}. ` +
+    (relying === fronts.length
+      ? `Every one relies on its marker (rolled at most ${MARKER_RELIANCE_MAX_ROLLED}).`
+      : `${relying} of ${fronts.length} rely on their markers (rolled at most ${MARKER_RELIANCE_MAX_ROLLED}).`)
+  );
+}
+
+/** A warning naming each shortcut front that does not rely on its marker. */
+export function relianceWarnings(models: ModelRow[]): Warning[] {
+  return shortcutFronts(models)
+    .filter((f) => f.rolled > MARKER_RELIANCE_MAX_ROLLED)
+    .map((f) => ({
+      where: f.name,
+      what: `does not rely on its marker: rolled accuracy ${f.rolled.toFixed(2)} > ${MARKER_RELIANCE_MAX_ROLLED} (clean ${f.clean.toFixed(2)}, marked ${f.marked.toFixed(2)}), so its pair is not the cross-bias pair it claims to be`,
+      tag: "marker not relied on",
+      value: f.rolled,
+      rows: [],
+    }));
 }
 
 /**

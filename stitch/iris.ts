@@ -54,9 +54,9 @@ export const iriOptionsSchema = z
       .describe("seeds the starts; batch b uses a seed derived from (seed, b), so a resumed run draws the same"),
     autocast: z
       .enum(torch.AUTOCAST_MODES)
-      .optional()
+      .nullable()
       .describe(
-        "bf16: each step's forward and loss under bfloat16 autocast; targets and stored residuals stay float32 (absent: float32, and absent from keys)",
+        "bf16: each step's forward and loss under bfloat16 autocast; targets and stored residuals stay float32 (null: float32)",
       ),
   })
   .strict();
@@ -73,6 +73,7 @@ export const IRI_DEFAULTS: IriOptions = {
   keepBest: false,
   batchSize: 128,
   seed: 0,
+  autocast: null,
 };
 
 /**
@@ -144,7 +145,7 @@ export function generateIriBatch(
       const std = channelTensor(norm.std, x.device);
       const features = (p01: Tensor) => front.forwardTo(p01.sub(mean).div(std), point);
       // The descent's forward (and loss) under autocast when asked; target and stored residuals in float32.
-      const amp = <T>(fn: () => T): T => torch.withAutocast(opts.autocast, x.device, fn);
+      const amp = <T>(fn: () => T): T => torch.withAutocast(opts.autocast ?? undefined, x.device, fn);
       const x01 = x.float().div(255);
       const target = torch.noGrad(() => features(x01));
       const targetNorm = target.norm().item();

@@ -16,6 +16,7 @@ import {
   datasetSize,
   disposeDataset,
   loadDataset,
+  markerDraws,
   normalize,
   pixelScale,
   planDatasetMarkers,
@@ -230,15 +231,16 @@ export async function runStitch(
     // Check the IRI set before any work: made by this front, at this point, from these images.
     let irisInfo: StitchResult["iris"] = null;
     let train: Dataset;
-    // The real images: clean, with their markers planned once (seed 0, as the IRIs' sources were
-    // marked). The least-squares start paints them on its images; standard runs paint them on
-    // each batch after augmentation, so a marker is never cropped or mirrored (and no marked copy
-    // of the whole split is held).
+    // The real images: clean, with their markers. The least-squares start paints the markers the
+    // IRIs' sources carry (seed 0, one draw); standard runs paint markers drawn anew each epoch
+    // (the reference draws a place on every read), on each batch after augmentation, so a marker
+    // is never cropped or mirrored (and no marked copy of the whole split is held).
     const clean = await loadSource({ ...source, shortcut: null }, "train");
     owned.push(clean);
     checkInputSize(front.model, clean.images.shape, "the front");
     checkInputSize(back.model, clean.images.shape, "the back");
-    const markers = cfg.shortcut ? planDatasetMarkers(clean, { kind: cfg.shortcut, seed: markerSeed("train") }) : null;
+    const shortcut = cfg.shortcut ? { kind: cfg.shortcut, seed: markerSeed("train") } : null;
+    const markers = shortcut ? planDatasetMarkers(clean, shortcut) : null;
     if (cfg.mode === "iris") {
       const dir = cfg.iris as string;
       const set = loadIriSet(dir);
@@ -286,7 +288,7 @@ export async function runStitch(
         init: cfg.init,
         initImages: cfg.initImages,
         augment: cfg.mode === "standard" ? standardAugment(train.images.shape[2]) : null,
-        markers: cfg.mode === "standard" ? markers : null,
+        markers: cfg.mode === "standard" && shortcut ? markerDraws(clean, shortcut) : null,
         initMarkers: markers,
         device: cfg.device,
         adversarial: cfg.adversarial,

@@ -10,6 +10,7 @@ import {
   disposeDataset,
   epochOrder,
   type LoaderOptions,
+  type MarkerDraws,
   type MarkerPlan,
   type Normalization,
   paintBatchMarkers,
@@ -96,8 +97,11 @@ export interface StitchTrainOptions {
    * does, data/transforms.ts standardAugment; IRIs never are), or null.
    */
   augment: AugmentOptions | null;
-  /** Shortcut markers painted on each training batch after augmentation (standard runs on marked data), or null. */
-  markers: MarkerPlan | null;
+  /**
+   * Shortcut markers painted on each training batch after augmentation (standard runs on marked
+   * data): drawn anew each epoch (markerDraws), as the reference's loader; or null.
+   */
+  markers: MarkerPlan | MarkerDraws | null;
   /** Markers of `real` (a plan for the whole set), painted on the least-squares images only, or null. */
   initMarkers: MarkerPlan | null;
   /** Where the batches go (the models must already be there). */

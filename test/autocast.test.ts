@@ -211,7 +211,7 @@ test("training with bf16 autocast learns, differs from float32, and reruns ident
   const again = await run("bf16-again", { ...TRAIN, autocast: "bf16" });
   const fp32 = await run("fp32", TRAIN);
   assert.equal(JSON.parse(readFileSync(join(tmp, "bf16", "config.json"), "utf8")).autocast, "bf16");
-  assert.equal("autocast" in JSON.parse(readFileSync(join(tmp, "fp32", "config.json"), "utf8")), false);
+  assert.equal(JSON.parse(readFileSync(join(tmp, "fp32", "config.json"), "utf8")).autocast, null);
   assert.ok(mixed.losses[1] < mixed.losses[0], `bf16 training loss per epoch: ${mixed.losses.join(", ")}`);
   const maxDiff = (a: Record<string, torch.Tensor>, b: Record<string, torch.Tensor>) =>
     Math.max(...Object.keys(a).map((k) => torch.tidy(() => a[k].float().sub(b[k].float()).abs().max().item())));
@@ -295,15 +295,16 @@ scales:
   paper: { models: { a: { autocast: bf16 } }, iris: { autocast: bf16 } }
 `;
 
-test("experiment files take autocast: bf16 for training and IRIs; absent, it stays out of configs and keys", () => {
+test("experiment files take autocast: bf16 for training and IRIs; absent, it is null (float32)", () => {
   const plan = (scale: string) => planExperiment(parseExperiment(TINY, "exp.yaml", scale), join(tmp, "exp.yaml"));
   const small = plan("small");
   const paper = plan("paper");
   const spec = (p: ReturnType<typeof plan>, kind: string) => p.tasks.find((t) => t.kind === kind)?.spec;
   const train = (p: ReturnType<typeof plan>) => (spec(p, "train") as { config: TrainConfig }).config;
   const iris = (p: ReturnType<typeof plan>) => (spec(p, "iris") as { options: IriOptions }).options;
-  assert.equal("autocast" in train(small), false);
-  assert.equal("autocast" in iris(small), false);
+  // Absent, it is null in the resolved configs: float32 (and every default is in the key).
+  assert.equal(train(small).autocast, null);
+  assert.equal(iris(small).autocast, null);
   assert.equal(train(paper).autocast, "bf16");
   assert.equal(iris(paper).autocast, "bf16");
   // Every task's key changes: the model, the IRIs made from it, the stitches of both.

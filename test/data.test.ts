@@ -25,6 +25,7 @@ import {
   loadDataset,
   type MarkerPlan,
   markerColors,
+  markerDraws,
   markerSide,
   normalize,
   planDatasetMarkers,
@@ -415,6 +416,36 @@ test("pixel markers: class colour, in place, nothing else changed, input untouch
   disposeDataset(out);
   disposeDataset(ds);
   before.dispose();
+});
+
+test("training markers are drawn anew every epoch, as the reference's loader draws a place per read; seeded by (seed, epoch)", () => {
+  const ds = fakeDataset(40, 10);
+  const draws = markerDraws(ds, { kind: "pixel", seed: 5 });
+  const [e0, e1] = [draws(0), draws(1)];
+  const places = (p: ReturnType<typeof planMarkers>) => Array.from(p.ys, (y, i) => `${y},${p.xs[i]}`);
+  // Another epoch, other places; the same epoch, the same places; the colour is always the class's.
+  const moved = places(e0).filter((p, i) => p !== places(e1)[i]).length;
+  assert.ok(moved > 30, `${moved} of 40 markers moved between epochs`);
+  assert.deepEqual(places(draws(1)), places(e1));
+  assert.deepEqual(e0.colors, e1.colors);
+  assert.deepEqual(e0.colors, planMarkers(labelsOf(ds), 10, 32, 32, { kind: "pixel", seed: 5 }).colors);
+  // The loader paints epoch e's draw on epoch e's batches.
+  const batchOf = (epoch: number) => {
+    const [b] = [...batches(ds, { batchSize: 40, epoch, markers: draws })];
+    const x = b.x.clone();
+    torch.dispose(b);
+    return x;
+  };
+  const [x0, x1] = [batchOf(0), batchOf(1)];
+  const want0 = applyShortcut(ds, { kind: "pixel", seed: 5, draw: 0 });
+  assert.equal(
+    torch.tidy(() => x0.ne(want0.images).sum().item()),
+    0,
+  );
+  assert.ok(torch.tidy(() => x0.ne(x1).sum().item()) > 0);
+  torch.dispose([x0, x1]);
+  disposeDataset(want0);
+  disposeDataset(ds);
 });
 
 test("pixel-loc markers sit at one fixed place per class; rand colours vary; rolled plans take class c-1's marker", () => {

@@ -13,9 +13,9 @@ import {
   batches,
   disposeDataset,
   loadDataset,
+  markerDraws,
   normalizationFor,
   numBatches,
-  planDatasetMarkers,
   standardAugment,
 } from "../data/index.js";
 import { writeFileAtomic } from "../io/files.js";
@@ -83,9 +83,11 @@ export async function trainModel(
     own({ dispose: () => disposeDataset(trainSet) });
     const test = await load("test", cfg.testLimit);
     own({ dispose: () => disposeDataset(test) });
-    // The shortcut: each training image's marker (place, colour) is fixed once and painted onto its
-    // batch after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
-    const markers = cfg.shortcut ? planDatasetMarkers(trainSet, { kind: cfg.shortcut, seed: cfg.seed }) : null;
+    // The shortcut: each training image's marker takes its class's colour and a place drawn anew
+    // every epoch, as the reference's loader draws one on every read
+    // (dataloaders/shortcut_markers.py), seeded by (seed, epoch); it is painted onto the batch
+    // after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
+    const markers = cfg.shortcut ? markerDraws(trainSet, { kind: cfg.shortcut, seed: cfg.seed }) : null;
 
     torch.manualSeed(cfg.seed);
     // The model is built for the images it is trained on (its recorded imageSize is checked
