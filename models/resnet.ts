@@ -6,9 +6,11 @@
 // BasicBlock of ResNet-18 (8), and the first and last Bottleneck of each stage of ResNet-50
 // (layer1.0, layer1.2, layer2.0, layer2.3, layer3.0, layer3.5, layer4.0, layer4.2: the
 // reference's resnet50 points, models/model_utils.py).
+
+import { kaimingNormalFanOut } from "../nn/init.js";
 import { AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Linear, MaxPool2d, runInOrder, Sequential } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
-import type * as torch from "../torch/index.js";
+import * as torch from "../torch/index.js";
 import { type Stage, StitchableModel } from "./stitchable.js";
 
 type Tensor = torch.Tensor;
@@ -201,6 +203,21 @@ export class ResNet extends StitchableModel {
       });
     });
     this.fc = this.child("fc", new Linear(widths[3] * expansion, c.numClasses));
+    // torchvision's ResNet initialisation, which the reference's models are (its
+    // models/resnet/resnet_architecture.py builds torchvision's resnet18 with weights=None):
+    // convolutions kaiming-normal (fan_out, relu); batch norm weight 1 and bias 0 (BatchNorm2d's
+    // own); the classifier keeps nn.Linear's default (the reference replaces torchvision's fc by
+    // a fresh nn.Linear for its class count).
+    torch.noGrad(() => {
+      for (const [, m] of this.namedModules())
+        if (m instanceof Conv2d) {
+          const w = m.namedParameters().find(([n]) => n === "weight")?.[1];
+          if (!w) continue;
+          const init = kaimingNormalFanOut(w.shape);
+          w.copy_(init);
+          init.dispose();
+        }
+    });
   }
 
   get head(): Linear {

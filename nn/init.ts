@@ -25,6 +25,15 @@ export function defaultWeightAndBias(
   return { weight: uniform(weightShape, bound), bias: withBias ? uniform([weightShape[0]], bound) : null };
 }
 
+/**
+ * kaiming_normal_(mode="fan_out", nonlinearity="relu"): N(0, 2 / fan_out), fan_out = out
+ * channels x kernel area, as torchvision's ResNet and VGG initialise their convolutions.
+ */
+export function kaimingNormalFanOut(shape: number[]): Tensor {
+  const fanOut = shape[0] * shape.slice(2).reduce((a, b) => a * b, 1);
+  return torch.tidy(() => torch.randn(shape).mul(Math.sqrt(2 / fanOut)));
+}
+
 /** trunc_normal_(std) truncated at ±2 (absolute, as timm's ViT init uses). */
 export function truncNormal(shape: number[], std: number): Tensor {
   return torch.tidy(() => torch.randn(shape).mul(std).clamp(-2, 2));

@@ -108,6 +108,36 @@ test("ResNet-18 has torchvision's parameter names and count", () => {
   m.dispose();
 });
 
+test("ResNets start from torchvision's initialisation: convolutions N(0, 2/fan_out), batch norm 1 and 0", () => {
+  torch.manualSeed(0);
+  const m = createModel("resnet18", { width: 0.5 });
+  const params = Object.fromEntries(m.namedParameters());
+  // fan_out = out channels x kernel area (kaiming_normal_, mode fan_out, relu): the closed form.
+  for (const [name, fanOut] of [
+    ["layer4.1.conv2.weight", 256 * 9],
+    ["layer3.0.downsample.0.weight", 128],
+    ["conv1.weight", 32 * 9],
+  ] as const) {
+    const w = params[name];
+    const std = torch.tidy(() => w.std().item());
+    const want = Math.sqrt(2 / fanOut);
+    assert.ok(Math.abs(std / want - 1) < 0.05, `${name}: std ${std}, torchvision's ${want}`);
+    assert.ok(Math.abs(torch.tidy(() => w.mean().item())) < want / 10, `${name}: mean near 0`);
+  }
+  assert.equal(
+    torch.tidy(() => params["layer2.0.bn1.weight"].sub(1).abs().max().item()),
+    0,
+  );
+  assert.equal(
+    torch.tidy(() => params["layer2.0.bn1.bias"].abs().max().item()),
+    0,
+  );
+  // The classifier keeps nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  const fc = torch.tidy(() => params["fc.weight"].abs().max().item());
+  assert.ok(fc <= 1 / Math.sqrt(256) && fc > 0.5 / Math.sqrt(256), `fc bound ${fc}`);
+  m.dispose();
+});
+
 test("loadStateDict lists every missing key, unexpected key and shape mismatch, and copies nothing", () => {
   const a = createModel("resnet18", { width: 0.125 });
   const b = createModel("resnet18", { width: 0.25 });

@@ -177,5 +177,5 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
   assert.match(bad.stderr, /--temperature: Too small/);
   const noMethod = trainCli("--method", "byol", "--out", join(tmp, "bad2"));
   assert.equal(noMethod.status, 1);
-  assert.match(noMethod.stderr, /--method must be one of supervised, simclr/);
+  assert.match(noMethod.stderr, /--method: Invalid option: expected one of "supervised"\|"simclr"/);
 });

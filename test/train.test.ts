@@ -540,3 +540,18 @@ test("a diverging run fails with the step it diverged at, and frees its model, d
     "the failed training",
   );
 });
+
+test("base training drops the last partial batch, as the reference's loader (drop_last=True); too few images for one batch is an error", {
+  skip,
+}, async () => {
+  const steps: number[] = [];
+  const cfg = { ...base, modelOptions: { width: 0.0625 }, limit: 100, testLimit: 32, epochs: 1, batchSize: 32 };
+  await trainModel(cfg, join(dir, "drop-last"), (p) => steps.push(p.steps));
+  // 100 images in batches of 32: three full batches, the 4 left over are dropped.
+  assert.deepEqual([...new Set(steps)], [3]);
+  assert.equal(steps.length, 3);
+  await assert.rejects(
+    trainModel({ ...cfg, limit: 20 }, join(dir, "no-batch")),
+    /20 training images make no full batch of 32/,
+  );
+});

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import {
   applyShortcut,
   batches,
+  datasetSize,
   disposeDataset,
   loadDataset,
   markerDraws,
@@ -147,7 +148,13 @@ export async function trainModel(
       }),
     );
     const sched = stepSchedule(opt, cfg.milestones, cfg.epochs);
-    const steps = numBatches(trainSet, { batchSize: cfg.batchSize, dropLast: false });
+    // The last partial batch is dropped, as the reference's training loader does
+    // (dataloaders/dataset.py: drop_last=True).
+    const steps = numBatches(trainSet, { batchSize: cfg.batchSize, dropLast: true });
+    if (steps === 0)
+      throw new Error(
+        `${datasetSize(trainSet)} training images make no full batch of ${cfg.batchSize}: use more images or a smaller batch size`,
+      );
     const start = performance.now();
     const metrics: string[] = [];
     let seen = 0;
@@ -160,6 +167,7 @@ export async function trainModel(
       for (const b of batches(trainSet, {
         batchSize: cfg.batchSize,
         shuffle: true,
+        dropLast: true,
         seed: cfg.seed,
         epoch,
         // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (PROTOCOL.md).
