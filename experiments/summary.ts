@@ -143,6 +143,13 @@ export interface Warning {
 }
 
 /**
+ * The mean IRI residual up to which invariance-aware agreement may be judged at a point (issue
+ * 27): beyond it A does not represent x' as it represents x, and the reading says "IRIs too loose
+ * to judge" there instead of a verdict. How it was chosen: docs/method.md, "How tight an IRI must be".
+ */
+export const IRI_VERDICT_MAX_RESIDUAL = 0.1;
+
+/**
  * Sanity warnings, each naming the rows it affects:
  * - the back or front model near chance (accuracy at most 2/K: nothing there to stitch);
  * - an IRI set whose mean residual is above 0.1 ("loose IRIs": A does not represent x' as x);
@@ -181,11 +188,11 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
         },
         r,
       );
-    if (r.iri_residual !== null && r.iri_residual > 0.1)
+    if (r.iri_residual !== null && r.iri_residual > IRI_VERDICT_MAX_RESIDUAL)
       add(
         {
           where: `${r.front}${rep} @ ${r.point}`,
-          what: `loose IRIs: mean residual ${r.iri_residual.toFixed(3)} > 0.1 (A does not represent these x' as it represents x), so invariance-aware conclusions at this point are loose`,
+          what: `loose IRIs: mean residual ${r.iri_residual.toFixed(3)} > ${IRI_VERDICT_MAX_RESIDUAL} (A does not represent these x' as it represents x), so invariance-aware conclusions at this point are loose`,
           tag: "loose IRIs",
           value: r.iri_residual,
         },
@@ -232,8 +239,17 @@ export interface Contrast {
   higher: string;
   lower: string;
   objective: string;
-  points: { point: string; higher: Interval; lower: Interval; apart: boolean }[];
-  /** Whether the intervals separate (higher above lower) at every point. */
+  points: {
+    point: string;
+    higher: Interval;
+    lower: Interval;
+    apart: boolean;
+    /** The largest mean IRI residual of the two pairs' IRI sets at the point (null: none recorded). */
+    residual: number | null;
+    /** The IRIs there are too loose to judge (residual above IRI_VERDICT_MAX_RESIDUAL): no verdict. */
+    loose: boolean;
+  }[];
+  /** Whether the intervals separate (higher above lower) at every point, each tight enough to judge. */
   apart: boolean;
   /** Per replicate: whether `higher` agrees more than `lower` at every point, that replicate alone. */
   perReplicate: { replicate: number; holds: boolean }[];
@@ -251,7 +267,12 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
   const per = from.map((point) => {
     const h = interval(perReplicate(pick(higher, point), (r) => r.agreement_prob));
     const l = interval(perReplicate(pick(lower, point), (r) => r.agreement_prob));
-    return { point, higher: h, lower: l, apart: compareIntervals(h, l) === "higher" };
+    const residuals = [...pick(higher, point), ...pick(lower, point)]
+      .map((r) => r.iri_residual)
+      .filter((v): v is number => v !== null && Number.isFinite(v));
+    const residual = residuals.length ? Math.max(...residuals) : null;
+    const loose = residual !== null && residual > IRI_VERDICT_MAX_RESIDUAL;
+    return { point, higher: h, lower: l, apart: !loose && compareIntervals(h, l) === "higher", residual, loose };
   });
   if (per.every((p) => p.higher.n === 0 || p.lower.n === 0)) return null;
   const replicates = [...new Set(rows.map((r) => r.replicate))].sort((a, b) => a - b);
@@ -326,14 +347,18 @@ export function reading(
         const c = contrast(rows, "cross-seed", other, objective);
         if (!c) continue;
         const show = c.points
-          .map((x) => `${x.point} ${formatInterval(x.higher, 2)} vs ${formatInterval(x.lower, 2)}`)
+          .map(
+            (x) =>
+              `${x.point} ${formatInterval(x.higher, 2)} vs ${formatInterval(x.lower, 2)}${x.loose ? ` (IRIs too loose to judge: residual up to ${x.residual?.toFixed(2)} > ${IRI_VERDICT_MAX_RESIDUAL})` : ""}`,
+          )
           .join(", ");
         const apartAt = c.points.filter((x) => x.apart).length;
+        const looseAt = c.points.filter((x) => x.loose).length;
         const held = c.perReplicate.filter((r) => r.holds).length;
         out.push(
           (c.apart
             ? `Invariance-aware ${objective.toUpperCase()}: from the middle point on, cross-seed agrees more than ${other}, with the 95% intervals apart at every point (${show}): the ${other} front is not functionally similar to the back model in the way a model of another seed is, whatever standard stitching says.`
-            : `Invariance-aware ${objective.toUpperCase()}, cross-seed vs ${other} from the middle point on: ${show}: ${apartAt ? `apart at ${apartAt} of ${c.points.length} points, not told apart at the others` : "not told apart"} with ${n} replicate${n > 1 ? "s" : ""}.`) +
+            : `Invariance-aware ${objective.toUpperCase()}, cross-seed vs ${other} from the middle point on: ${show}: ${apartAt ? `apart at ${apartAt} of ${c.points.length} points, not told apart at the others` : looseAt === c.points.length ? "no verdict: the IRIs are too loose to judge at every point" : "not told apart"}${looseAt && looseAt < c.points.length ? ` (${looseAt} point${looseAt > 1 ? "s" : ""} too loose to judge)` : ""} with ${n} replicate${n > 1 ? "s" : ""}.`) +
             (c.perReplicate.length > 1
               ? ` Taken alone, ${held} of ${c.perReplicate.length} replicates rank cross-seed above ${other} at every one of these points.`
               : ""),
@@ -375,8 +400,7 @@ export const MARKER_RELIANCE_MAX_ROLLED = 0.3;
 
 /** What each kind of warning means, for the one line that collapses several of it. */
 const WARNING_KINDS: Record<string, string> = {
-  "loose IRIs":
-    "mean IRI residual above 0.1 (A does not represent these x' as it represents x), so invariance-aware conclusions there are loose",
+  "loose IRIs": `mean IRI residual above ${IRI_VERDICT_MAX_RESIDUAL} (A does not represent these x' as it represents x), so invariance-aware conclusions there are loose`,
   "< 100 steps": "T trained for fewer than 100 optimiser steps",
   "front near chance": "front model near chance: nothing there to stitch",
   "marker not relied on": `shortcut front does not rely on its marker (rolled accuracy above ${MARKER_RELIANCE_MAX_ROLLED}): the pair is not the cross-bias pair it claims to be`,

@@ -8,9 +8,20 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { planExperiment, REPLICATE_SEED_STRIDE, type TrainTask } from "../experiments/plan.js";
 import { parseExperiment } from "../experiments/spec.js";
-import { agreementTable, curveSummaries, reading, settingsLines, warnings } from "../experiments/summary.js";
+import {
+  agreementTable,
+  contrast,
+  curveSummaries,
+  IRI_VERDICT_MAX_RESIDUAL,
+  reading,
+  relianceLine,
+  relianceWarnings,
+  settingsLines,
+  warningLines,
+  warnings,
+} from "../experiments/summary.js";
 import { compareIntervals, interval, tQuantile975 } from "../metrics/interval.js";
-import { rowKey, type StitchRow, summarize, summaryCsv } from "../report/index.js";
+import { type ModelRow, rowKey, type StitchRow, summarize, summaryCsv } from "../report/index.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-summary-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -318,4 +329,76 @@ test("the settings line describes only the modes run, and adversarial stitching 
     standard,
     /batch norm adapt \(standard\)\. Adversarial stitching \(standard runs\): .*10 steps, fraction 1/,
   );
+});
+
+test("IRIs too loose to judge: no verdict at a point whose IRI sets' mean residual passes the limit", () => {
+  const apart = rows(
+    [
+      [0.8, 0.6],
+      [0.82, 0.62],
+      [0.84, 0.64],
+    ],
+    [
+      [0.3, 0.2],
+      [0.32, 0.22],
+      [0.34, 0.24],
+    ],
+  );
+  const c = contrast(apart, "cross-seed", "cross-bias", "slm");
+  assert.ok(c?.apart, "tight IRIs: apart");
+  // One cross-bias IRI set at layer4.1 too loose: that point has no verdict, so neither has the pair.
+  const loose = apart.map((r) =>
+    r.pair === "cross-bias" && r.point === "layer4.1" && r.replicate === 1
+      ? { ...r, iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.05 }
+      : r,
+  );
+  const l = contrast(loose, "cross-seed", "cross-bias", "slm");
+  assert.equal(l?.apart, false);
+  assert.deepEqual(
+    l?.points.map((p) => [p.point, p.loose, p.apart]),
+    [
+      ["layer2.1", false, true],
+      ["layer4.1", true, false],
+    ],
+  );
+  const text = reading(loose).join("\n");
+  assert.match(text, /layer4\.1 .*\(IRIs too loose to judge: residual up to 0\.15 > 0\.1\)/);
+  assert.match(text, /apart at 1 of 2 points, not told apart at the others \(1 point too loose to judge\)/);
+});
+
+test("the reading: repeated warnings collapse into one line per kind; shortcut fronts' reliance is shown and a front that does not rely on its marker is named", () => {
+  const ws = warnings([
+    row({ point: "layer2.1", iri_residual: 0.12 }),
+    row({ point: "layer4.1", iri_residual: 0.2 }),
+    row({ point: "layer4.1", replicate: 1, iri_residual: 0.15 }),
+    row({ train_steps: 20 }),
+  ]);
+  const lines = warningLines(ws);
+  assert.equal(lines.length, 2, lines.join("\n"));
+  assert.match(
+    lines[0],
+    /^Warning, 3 times: mean IRI residual above 0\.1 .*\(0\.120-0\.200\): f @ layer2\.1; f @ layer4\.1; f \(replicate 1\) @ layer4\.1\.$/,
+  );
+  assert.match(lines[1], /^Warning: cross-seed slm iris: T trained for only 20 optimiser steps/);
+  const model = (name: string, rolled: number): ModelRow => ({
+    name,
+    arch: "resnet18",
+    dataset: "fashion-mnist",
+    shortcut: "pixel",
+    adversarial: false,
+    seed: 1,
+    accuracies: { clean: 0.8, marked: 0.98, rolled },
+  });
+  const models = [model("pixel-s1", 0.1), model("pixel-s1 rep 1", 0.45)];
+  assert.match(
+    relianceLine(models) ?? "",
+    /pixel-s1 0\.80 \/ 0\.98 \/ 0\.10; pixel-s1 rep 1 0\.80 \/ 0\.98 \/ 0\.45\. 1 of 2 rely/,
+  );
+  const w = relianceWarnings(models);
+  assert.deepEqual(
+    w.map((x) => x.where),
+    ["pixel-s1 rep 1"],
+  );
+  assert.match(w[0].what, /does not rely on its marker: rolled accuracy 0\.45 > 0\.3/);
+  assert.equal(relianceLine([{ ...model("clean", 0), shortcut: null }]), null, "no shortcut fronts, no line");
 });
