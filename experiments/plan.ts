@@ -173,7 +173,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
 
   // Replicate r adds REPLICATE_SEED_STRIDE r to every seed, so seeds at or above the stride could
   // make one replicate's run another's (and count it twice).
-  if (exp.replicates > 1) {
+  if (Math.max(exp.replicates, ...exp.pairs.map((p) => p.replicates ?? 0)) > 1) {
     const high = (what: string, seed: number | undefined) => {
       if (seed !== undefined && seed >= REPLICATE_SEED_STRIDE)
         problems.push(
@@ -230,7 +230,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     const excess = exp.excess === true ? shortcut : exp.excess || null;
     if (exp.excess === true && !shortcut)
       problems.push(`${where}: excess: true scores each pair on its own markers, and this pair has no shortcut`);
-    for (let r = 0; r < exp.replicates; r++) {
+    for (let r = 0; r < (pair.replicates ?? exp.replicates); r++) {
       // The back is shared unless replicateBack; the front is the replicate's own, except in the
       // identical pair, whose front is its back (replicates then differ in IRI and stitching seeds).
       const backRef = replicaRef(pair.back, r, exp.replicateBack);

@@ -54,6 +54,12 @@ const pairSchema = z
     back: z.string(),
     relation: z.string().describe("what the pair is: identical, cross-seed, cross-bias, robust-vs-clean, ..."),
     points: pointsSchema.optional().describe("overrides the experiment's points for this pair"),
+    replicates: int(1)
+      .max(1000, "at most 1000")
+      .optional()
+      .describe(
+        "this pair's replicates (default: the experiment's); the identical control may take fewer, since its front is its back and its replicates differ only in IRI and stitching seeds",
+      ),
     shortcut: shortcut
       .nullable()
       .optional()

@@ -115,6 +115,20 @@ test("replicates: each trains its own fronts (seed + 1000 r), shares the back, a
   const one = planExperiment(parseExperiment(EXP.replace("replicates: 3", ""), "r.yaml"), join(tmp, "r.yaml"));
   const first = plan.tasks.filter((t) => !t.label.includes(" rep ")).map((t) => t.key);
   assert.deepEqual(one.tasks.map((t) => t.key).sort(), first.sort());
+  // A pair's own replicates: the identical control once, the others three times.
+  const control = planExperiment(
+    parseExperiment(EXP.replace("relation: identical }", "relation: identical, replicates: 1 }"), "reps.yaml"),
+    join(tmp, "reps.yaml"),
+  );
+  const byPair = (p: typeof control, relation: string) => [
+    ...new Set(p.stitches.filter((x) => x.relation === relation).map((x) => x.replicate)),
+  ];
+  assert.deepEqual(byPair(control, "identical"), [0]);
+  assert.deepEqual(byPair(control, "cross-seed"), [0, 1, 2]);
+  assert.equal(
+    control.tasks.filter((t) => t.kind === "iris").length,
+    plan.tasks.filter((t) => t.kind === "iris").length - 2,
+  );
 });
 
 /** A made-up row. */
