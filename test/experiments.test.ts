@@ -7,6 +7,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { parse as parseYaml } from "yaml";
 import { taskKey } from "../experiments/cache.js";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
@@ -475,5 +476,15 @@ test("every preset plans at both of its scales", () => {
         `${f} ${scale}`,
       );
     }
+  }
+});
+
+test("the paper's presets run three replicates at every scale, as the reference averages three fronts", () => {
+  for (const name of ["cross-seed", "cross-bias", "objectives", "robust", "unseen-information"]) {
+    const file = join(root, "presets", `${name}.yaml`);
+    const text = readFileSync(file, "utf8");
+    const scales = Object.keys((parseYaml(text) as { scales?: Record<string, unknown> }).scales ?? {});
+    assert.ok(scales.length >= 2, `${name} has scales`);
+    for (const scale of scales) assert.equal(parseExperiment(text, file, scale).replicates, 3, `${name} at ${scale}`);
   }
 });
