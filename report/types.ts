@@ -27,7 +27,7 @@ export interface StitchRow {
   soft_error_consistency: number;
   cka: number | null;
   excess_agreement: number | null;
-  /** Adversarial test images made against the stitched model (absent unless asked for): its accuracy, and its agreement with B, averaged over the attacks. */
+  /** Adversarial test images made against the stitched model (absent unless asked for): its accuracy, and its agreement with B, each image the worst case over the attacks. */
   robust_accuracy: number | null;
   robust_agreement_prob: number | null;
   /** The test set scored: "clean", or the shortcut kind its images carry (never compare the two by accident). */

@@ -4,18 +4,20 @@
 // - T can be trained on PGD examples of the stitched model (cross-entropy with the labels, L-inf,
 //   a fraction of each batch), B's targets then being computed on those examples too;
 // - the trained stitched model is scored on adversarial test images made against it: APGD-CE and
-//   APGD-DLR (or PGD), every score (accuracy, agreement with B, error consistency) on each
-//   attack's images, averaged over the attacks as the reference averages its attacks.
+//   APGD-DLR (or PGD), every score (accuracy, agreement with B, error consistency) on the
+//   per-image worst case over the attacks, as AutoAttack counts an image robust only if it
+//   survives every attack (and as base models' robust evaluation does, train/evaluate.ts): each
+//   image takes the first attack's example that fools the stitched model, else the last one's.
+//   Each attack's own scores are kept beside.
 // The attacks run the frozen networks in eval mode, as base training's do (train/pgd.ts).
 import type { Dataset, Normalization } from "../data/index.js";
-import type { AgreementResult } from "../metrics/index.js";
+import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
 import { inEvalMode, Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { apgdAttack } from "../train/apgd.js";
-import type { EvalOptions } from "../train/batches.js";
+import { type EvalOptions, forEachEvalBatch } from "../train/batches.js";
 import type { RobustEvalAttack } from "../train/config.js";
 import { pgdAttack } from "../train/pgd.js";
-import { evaluateStitch } from "./evaluate.js";
 import type { StitchedModel } from "./stitched.js";
 
 type Tensor = torch.Tensor;
@@ -52,23 +54,13 @@ export interface StitchRobustEvalOptions extends EvalOptions {
 }
 
 export interface StitchRobustResult {
-  /** Every score on the adversarial test images, averaged over the attacks. */
+  /** Every score on the adversarial test images, each image the worst case over the attacks. */
   scores: AgreementResult;
   /** Each attack's scores. */
   perAttack: Record<string, AgreementResult>;
   attack: string;
   eps: number;
   steps: number;
-}
-
-/** The mean of each numeric field over results of the same test set. */
-function meanResults(rs: AgreementResult[]): AgreementResult {
-  const out = { ...rs[0] } as Record<string, unknown>;
-  for (const k of Object.keys(out)) {
-    const vs = rs.map((r) => (r as unknown as Record<string, unknown>)[k]);
-    if (vs.every((v) => typeof v === "number")) out[k] = (vs as number[]).reduce((a, b) => a + b, 0) / vs.length;
-  }
-  return out as unknown as AgreementResult;
 }
 
 /** Scores of the stitched model against B on adversarial test images made against the stitched model. */
@@ -98,11 +90,34 @@ export function robustStitchScores(s: StitchedModel, test: Dataset, opts: Stitch
               normalization: opts.normalization,
             }),
         };
-  const perAttack: Record<string, AgreementResult> = {};
-  for (const [name, attack] of Object.entries(attacks)) perAttack[name] = evaluateStitch(s, test, { ...opts, attack });
+  const names = Object.keys(attacks);
+  const meters = Object.fromEntries(names.map((n) => [n, new AgreementMeter()]));
+  const worst = new AgreementMeter();
+  // One pass: each attack once per batch, its images scored, and per image the worst case.
+  forEachEvalBatch(s.networks, test, opts, (b) => {
+    let chosen: Tensor | null = null;
+    let fooled: Tensor | null = null;
+    for (const name of names) {
+      const x = attacks[name](b.x, b.y).detach();
+      const logits = torch.noGrad(() => s.forward(x));
+      torch.noGrad(() => meters[name].update(logits, s.backForward(x), b.y));
+      const wrong: Tensor = torch.noGrad(() => logits.argmax(1).ne(b.y));
+      if (chosen === null || fooled === null) {
+        chosen = x;
+        fooled = wrong;
+      } else {
+        // Images not fooled yet take this attack's example; those fooled keep the first that did.
+        const keep: Tensor = fooled.view([-1, 1, 1, 1]);
+        chosen = torch.where(keep, chosen, x);
+        fooled = fooled.logicalOr(wrong);
+      }
+    }
+    const x = chosen as Tensor;
+    torch.noGrad(() => worst.update(s.forward(x), s.backForward(x), b.y));
+  });
   return {
-    scores: meanResults(Object.values(perAttack)),
-    perAttack,
+    scores: worst.result(),
+    perAttack: Object.fromEntries(names.map((n) => [n, meters[n].result()])),
     attack: opts.attack,
     eps: opts.eps,
     steps: opts.steps,
