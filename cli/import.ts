@@ -22,7 +22,7 @@ export function registerImportCommand(program: Command): void {
     )
     .option(
       "--normalization <name|yaml>",
-      "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, or '{mean: [...], std: [...]}'",
+      "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, none ([0, 1] pixels as they are, as the reference's 32 px models), or '{mean: [...], std: [...]}'",
     )
     .option("--image-size <px>", "the side of the images it was trained on", int)
     .option("--dataset <name>", "the dataset it was trained on (stitch and iris then default to it)")

@@ -25,7 +25,7 @@ export function addModelSourceOptions(cmd: Command, role: Role): Command {
     )
     .option(
       `--${role}-normalization <name|yaml>`,
-      "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, or '{mean: [...], std: [...]}'",
+      "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, none ([0, 1] pixels as they are, as the reference's 32 px models), or '{mean: [...], std: [...]}'",
     )
     .option(`--${role}-image-size <px>`, "the side of the images it was trained on", int);
 }

@@ -20,7 +20,13 @@ export const MNIST_NORMALIZATION: Normalization = { mean: [0.1307, 0.1307, 0.130
 /** ImageNet statistics, for LS-ImageNet-10 and ImageNet-100. */
 export const IMAGENET_NORMALIZATION: Normalization = { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
 
-/** The preset for a dataset name of loadDataset. */
+/**
+ * No normalisation: the model takes [0, 1] pixels as they are, as the reference's 32 px models
+ * were trained (so their checkpoints import as they are with `normalization: none`).
+ */
+export const NO_NORMALIZATION: Normalization = { mean: [0, 0, 0], std: [1, 1, 1] };
+
+/** The preset for a dataset name of loadDataset, or "none" (NO_NORMALIZATION). */
 export function normalizationFor(dataset: string): Normalization {
   const presets: Record<string, Normalization> = {
     cifar10: CIFAR10_NORMALIZATION,
@@ -28,6 +34,7 @@ export function normalizationFor(dataset: string): Normalization {
     mnist: MNIST_NORMALIZATION,
     imagefolder: IMAGENET_NORMALIZATION,
     imagenet: IMAGENET_NORMALIZATION,
+    none: NO_NORMALIZATION,
   };
   const p = presets[dataset.split("/")[0]];
   if (!p) throw new Error(`no normalisation preset for '${dataset}' (known: ${Object.keys(presets).join(", ")})`);

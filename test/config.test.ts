@@ -14,6 +14,7 @@ import { registerTrainCommand, trainConfigFromFlags } from "../cli/train.js";
 import { taskKey } from "../experiments/cache.js";
 import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
+import { modelSourceSchema, resolveNormalization } from "../models/checkpoint.js";
 import { stitchConfig } from "../stitch/config.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-config-"));
@@ -179,4 +180,10 @@ test("settings that mean nothing alone are refused, on the command line and in a
   assert.equal(stitch("--adversarial").adversarial?.fraction, 1, "stitching's attack ratio is 1");
   assert.equal(stitch("--robust-eval", "--robust-eval-steps", "20").robustEval?.steps, 20);
   assert.equal(stitch().robustEval, null);
+});
+
+test("normalization none: [0, 1] pixels as they are (the reference's 32 px models), wherever a model source takes one", () => {
+  assert.deepEqual(resolveNormalization("none"), { mean: [0, 0, 0], std: [1, 1, 1] });
+  assert.deepEqual(modelSourceSchema.parse({ checkpoint: "x.pt", normalization: "none" }).normalization, "none");
+  assert.throws(() => resolveNormalization("nones"), /no normalisation preset for 'nones' \(known: .*none/);
 });
