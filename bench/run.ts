@@ -10,6 +10,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   stitch: () => import("./stitch.js"),
   slurm: () => import("./slurm.js"),
   overhead: () => import("./overhead.js"),
+  "iri-tightness": () => import("./iri-tightness.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);
