@@ -18,8 +18,7 @@ export interface ImportResult {
 }
 
 /** Logits of the model on a fixed batch of two seeded images of its size (eval mode, no gradients). */
-function probe(model: StitchableModel): torch.Tensor {
-  const side = Number(model.config.imageSize);
+function probe(model: StitchableModel, side: number): torch.Tensor {
   return torch.tidy(() => {
     torch.manualSeed(0);
     const x = torch.randn([2, 3, side, side]);
@@ -36,13 +35,13 @@ function probe(model: StitchableModel): torch.Tensor {
 export function importModel(source: ModelSource, outDir: string, opts: { dataset?: string } = {}): ImportResult {
   if (existsSync(outDir) && readdirSync(outDir).length > 0)
     throw new Error(`--out ${outDir} is not empty: give a new folder`);
-  const { model, meta, notes } = loadCheckpoint(source);
+  const { model, meta, notes, record } = loadCheckpoint(source);
   try {
-    const before = torch.keep(probe(model));
+    const before = torch.keep(probe(model, record.imageSize));
     try {
       const shape = before.shape;
-      const numClasses = model.config.numClasses;
-      if (shape.length !== 2 || (typeof numClasses === "number" && shape[1] !== numClasses))
+      const { numClasses } = record;
+      if (shape.length !== 2 || shape[1] !== numClasses)
         throw new Error(`forward check: logits of shape [${shape.join(", ")}], expected [2, ${numClasses}]`);
       const finite = torch.tidy(() => (torch.call("isfinite", before) as torch.Tensor).all().item());
       if (!finite) throw new Error("forward check: the logits are not finite (are the weights?)");
@@ -50,7 +49,7 @@ export function importModel(source: ModelSource, outDir: string, opts: { dataset
       const path = join(outDir, "model.safetensors");
       const extra: Omit<CheckpointMeta, "arch" | "options"> = {
         ...(opts.dataset ? { dataset: opts.dataset } : {}),
-        ...(meta.normalization ? { normalization: meta.normalization } : {}),
+        ...(record.normalization ? { normalization: record.normalization } : {}),
         importedFrom: {
           file: source.checkpoint,
           sha256: createHash("sha256").update(readFileSync(source.checkpoint)).digest("hex"),
@@ -62,7 +61,7 @@ export function importModel(source: ModelSource, outDir: string, opts: { dataset
       const back = loadCheckpoint(path).model;
       let diff: number;
       try {
-        const after = probe(back);
+        const after = probe(back, record.imageSize);
         diff = torch.tidy(() => after.sub(before).abs().max().item());
         after.dispose();
       } finally {
