@@ -35,7 +35,7 @@ function probe(model: StitchableModel, side: number): torch.Tensor {
 export function importModel(source: ModelSource, outDir: string, opts: { dataset?: string } = {}): ImportResult {
   if (existsSync(outDir) && readdirSync(outDir).length > 0)
     throw new Error(`--out ${outDir} is not empty: give a new folder`);
-  const { model, meta, notes, record } = loadCheckpoint(source);
+  const { model, notes, record } = loadCheckpoint(source);
   try {
     const before = torch.keep(probe(model, record.imageSize));
     try {

@@ -8,7 +8,13 @@ import { z } from "zod";
 import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
 import type { Device } from "../torch/index.js";
-import { type AdversarialConfig, pgdRecipeSchema, type RobustEvalConfig, robustEvalSchema } from "../train/config.js";
+import {
+  type AdversarialConfig,
+  pgdRecipeSchema,
+  type RobustEvalConfig,
+  robustEvalSchema,
+  seedSchema,
+} from "../train/config.js";
 import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions, iriOptionsSchema } from "./iris.js";
 import { STITCH_INITS } from "./layer.js";
 import { formatObjective, parseObjective } from "./objectives.js";
@@ -31,6 +37,9 @@ export const defaultStitchEpochs = (dataset: string): number => (dataset === "im
  * in standard runs, "eval" in invariance-aware ones (PROTOCOL.md, "Standard versus invariance-aware").
  */
 export const defaultBnMode = (mode: StitchMode): BnMode => (mode === "standard" ? "adapt" : "eval");
+
+/** How many of the training images a job takes: the first n, or null for all. */
+const imageCount = z.number().int().min(1).nullable().default(null);
 
 /** Adversarial stitching's PGD: base training's recipe, on whole batches (the reference's attack_ratio 1). */
 const stitchAdversarialSchema = pgdRecipeSchema.extend({
@@ -71,20 +80,8 @@ export const stitchSettingsSchema = z
       .max(10_000_000, "at most 10^7")
       .default(500)
       .describe("test images for linear CKA at the point (0: skip)"),
-    seed: z
-      .number()
-      .int()
-      .min(0)
-      .max(2 ** 31 - 1, "at most 2^31 - 1")
-      .default(0)
-      .describe("seed of the batch order and the least-squares draw"),
-    limit: z
-      .number()
-      .int()
-      .min(1)
-      .nullable()
-      .default(null)
-      .describe("real training images for standard mode and the init pool (null: all)"),
+    seed: seedSchema.default(0).describe("seed of the batch order and the least-squares draw"),
+    limit: imageCount.describe("real training images for standard mode and the init pool (null: all)"),
     adversarial: stitchAdversarialSchema
       .optional()
       .describe(
@@ -207,13 +204,7 @@ export function resolveStitchConfig(
 export const irisSettingsSchema = iriOptionsSchema
   .partial()
   .extend({
-    limit: z
-      .number()
-      .int()
-      .min(1)
-      .nullable()
-      .default(null)
-      .describe("IRIs per (front, point): the first n training images (null: all)"),
+    limit: imageCount.describe("IRIs per (front, point): the first n training images (null: all)"),
   })
   .strict();
 export type IrisSettings = z.infer<typeof irisSettingsSchema>;

@@ -24,14 +24,13 @@ import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
 import { STEP_SCHEDULE_FRACTIONS, stepScheduleMilestones } from "../nn/schedule.js";
-import { stitchConfig as resolvedStitch } from "../stitch/config.js";
 import { IRI_STEP_SIZE_224 } from "../stitch/iris.js";
 import { loadSource, runStitch, type StitchConfig } from "../stitch/jobs.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
-import { stitchTrainOptions } from "./helpers/stitch.js";
+import { smallStitchConfig, stitchTrainOptions } from "./helpers/stitch.js";
 
 const skip = skipUnlessFashionMnist();
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-fidelity-"));
@@ -335,43 +334,7 @@ test("each network normalises its own input: a CIFAR-normalised front and a Fash
 });
 
 function stitchConfig(frontPath: string, backPath: string, over: Partial<StitchConfig>): StitchConfig {
-  // Through the resolver, as the CLI and the planner go: the mode decides the batch-norm default.
-  const mode = over.mode ?? "standard";
-  const {
-    front = frontPath,
-    back = backPath,
-    frontPoint = "layer1.0",
-    backPoint,
-    objective = "slm",
-    iris = null,
-    bnMode,
-    adversarial,
-    robustEval,
-    dataset = "fashion-mnist",
-    shortcut = null,
-    excess = null,
-    testLimit = 64,
-    mode: _m,
-    device: _d,
-    root: _r,
-    imageSize: _i,
-    ...settings
-  } = over;
-  return resolvedStitch(
-    { front, back, frontPoint, backPoint, objective, mode, iris },
-    {
-      limit: 64,
-      epochs: 1,
-      batchSize: 32,
-      initImages: 32,
-      ckaImages: 0,
-      ...settings,
-      ...(bnMode ? { bnMode: { [mode]: bnMode } } : {}),
-      ...(adversarial ? { adversarial } : {}),
-      ...(robustEval ? { robustEval } : {}),
-    },
-    { dataset, shortcut, excess, testLimit },
-  );
+  return smallStitchConfig(frontPath, backPath, over, { ckaImages: 0 });
 }
 
 test("a marked pair is scored on a marked test set, recorded as test_data; the identical pair's soft kappa is 1", {

@@ -6,22 +6,20 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { type Dataset, datasetSize, disposeDataset, loadDataset, normalizationFor, subset } from "../data/index.js";
+import { type Dataset, disposeDataset, loadDataset, normalizationFor } from "../data/index.js";
 import { torchLoad, torchSave } from "../io/torchsave.js";
-import { loadCheckpoint, modelFingerprint, saveCheckpoint } from "../models/checkpoint.js";
-import { createModel } from "../models/registry.js";
+import { loadCheckpoint, modelFingerprint } from "../models/checkpoint.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import { generateIriBatch, IRI_DEFAULTS, type IriOptions, perImageResidual } from "../stitch/iris.js";
-import { checkIriSetFor, generateIriSet, type IriSetSettings, loadIriSet, readIriSetInfo } from "../stitch/iriset.js";
+import { checkIriSetFor, generateIriSet, loadIriSet, readIriSetInfo } from "../stitch/iriset.js";
 import { relativeDistance } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
-import { trainConfig } from "../train/config.js";
-import { trainModel } from "../train/trainer.js";
+import { firstImages, irisSettingsFor, saveSmallPair, tinyResnet } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { PYTHON, skipUnlessPytorch } from "./helpers/pytorch.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
@@ -33,41 +31,20 @@ const norm = normalizationFor("fashion-mnist");
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-iris-"));
 const WIDTH = 0.125;
 
-function tiny(seed: number): StitchableModel {
-  torch.manualSeed(seed);
-  return createModel("resnet18", { width: WIDTH, numClasses: 10 });
-}
+const _tiny = (seed: number): StitchableModel => tinyResnet(seed, WIDTH);
 
 let train: Dataset;
 let a: StitchableModel;
 let b: StitchableModel;
-const ckpt = { a: join(tmp, "a", "model.safetensors"), b: join(tmp, "b", "model.safetensors") };
+let ckpt: { a: string; b: string };
 
 before(async () => {
   if (!HAVE_DATA) return;
   train = await loadDataset("fashion-mnist", { split: "train", limit: 64 });
-  a = tiny(0);
   // B is trained a little, so that its answers depend on the image (the mode-rule test needs a
   // back model whose outputs on x and x' differ); A may stay random.
-  const r = await trainModel(
-    {
-      ...trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }),
-      model: "resnet18",
-      modelOptions: { width: WIDTH },
-      dataset: "fashion-mnist",
-      limit: 1000,
-      testLimit: 100,
-      epochs: 1,
-      batchSize: 64,
-      lr: 0.05,
-      seed: 1,
-      robustEvalSteps: 0,
-    },
-    dirname(ckpt.b),
-  );
-  b = loadCheckpoint(r.checkpoint).model;
-  mkdirSync(dirname(ckpt.a), { recursive: true });
-  saveCheckpoint(ckpt.a, a, { dataset: "fashion-mnist", seed: 0 });
+  ({ a, ckpt } = await saveSmallPair(tmp));
+  b = loadCheckpoint(ckpt.b).model;
 });
 
 after(() => {
@@ -77,26 +54,8 @@ after(() => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-const first = (n: number) =>
-  subset(
-    train,
-    Array.from({ length: n }, (_, i) => i),
-  );
-
-function settingsFor(model: StitchableModel, ds: Dataset, point: string, options: IriOptions): IriSetSettings {
-  return {
-    front: { arch: model.arch, options: model.config as Record<string, unknown>, fingerprint: modelFingerprint(model) },
-    point,
-    dataset: "fashion-mnist",
-    shortcut: null,
-    limit: datasetSize(ds),
-    count: datasetSize(ds),
-    classes: ds.classes,
-    imageShape: ds.images.shape.slice(1),
-    normalization: norm,
-    options,
-  };
-}
+const first = (n: number) => firstImages(train, n);
+const settingsFor = irisSettingsFor;
 
 const mean = (r: Float32Array) => r.reduce((s, v) => s + v, 0) / r.length;
 

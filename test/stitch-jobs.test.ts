@@ -8,23 +8,22 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
-import { type Dataset, datasetSize, disposeDataset, loadDataset, normalizationFor, subset } from "../data/index.js";
+import { type Dataset, disposeDataset, loadDataset, normalizationFor } from "../data/index.js";
 import { loadSafetensors } from "../io/safetensors.js";
-import { loadCheckpoint, modelFingerprint, saveCheckpoint } from "../models/checkpoint.js";
+import { loadCheckpoint, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
-import { stitchConfig as resolvedStitch } from "../stitch/config.js";
-import { IRI_DEFAULTS, type IriOptions } from "../stitch/iris.js";
-import { generateIriSet, type IriSetSettings } from "../stitch/iriset.js";
+import { IRI_DEFAULTS } from "../stitch/iris.js";
+import { generateIriSet } from "../stitch/iriset.js";
 import { runStitch, type StitchConfig } from "../stitch/jobs.js";
 import { adversarialBatch } from "../stitch/robust.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
-import { trainConfig } from "../train/config.js";
-import { trainModel } from "../train/trainer.js";
+import { firstImages, irisSettingsFor, saveSmallPair, tinyResnet } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { assertLeavesNothing } from "./helpers/memory.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+import { smallStitchConfig } from "./helpers/stitch.js";
 
 const skip = skipUnlessFashionMnist();
 const HAVE_DATA = !skip;
@@ -32,41 +31,21 @@ const norm = normalizationFor("fashion-mnist");
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-stitch-jobs-"));
 const WIDTH = 0.125;
 
-function tiny(seed: number): StitchableModel {
-  torch.manualSeed(seed);
-  return createModel("resnet18", { width: WIDTH, numClasses: 10 });
-}
+const tiny = (seed: number): StitchableModel => tinyResnet(seed, WIDTH);
 
 let train: Dataset;
 let b: StitchableModel;
-const ckpt = { a: join(tmp, "a", "model.safetensors"), b: join(tmp, "b", "model.safetensors") };
+let ckpt: { a: string; b: string };
 
 before(async () => {
   if (!HAVE_DATA) return;
   train = await loadDataset("fashion-mnist", { split: "train", limit: 64 });
   // B is trained a little, so that its answers depend on the image (adversarial examples lower
   // its accuracy); A, a random model, is only ever read from its checkpoint.
-  const r = await trainModel(
-    {
-      ...trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" }),
-      model: "resnet18",
-      modelOptions: { width: WIDTH },
-      dataset: "fashion-mnist",
-      limit: 1000,
-      testLimit: 100,
-      epochs: 1,
-      batchSize: 64,
-      lr: 0.05,
-      seed: 1,
-      robustEvalSteps: 0,
-    },
-    dirname(ckpt.b),
-  );
-  b = loadCheckpoint(r.checkpoint).model;
-  const a = tiny(0);
-  mkdirSync(dirname(ckpt.a), { recursive: true });
-  saveCheckpoint(ckpt.a, a, { dataset: "fashion-mnist", seed: 0 });
-  a.dispose();
+  const pair = await saveSmallPair(tmp);
+  pair.a.dispose();
+  ckpt = pair.ckpt;
+  b = loadCheckpoint(ckpt.b).model;
 });
 
 after(() => {
@@ -75,65 +54,11 @@ after(() => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-const first = (n: number) =>
-  subset(
-    train,
-    Array.from({ length: n }, (_, i) => i),
-  );
-
-function settingsFor(model: StitchableModel, ds: Dataset, point: string, options: IriOptions): IriSetSettings {
-  return {
-    front: { arch: model.arch, options: model.config as Record<string, unknown>, fingerprint: modelFingerprint(model) },
-    point,
-    dataset: "fashion-mnist",
-    shortcut: null,
-    limit: datasetSize(ds),
-    count: datasetSize(ds),
-    classes: ds.classes,
-    imageShape: ds.images.shape.slice(1),
-    normalization: norm,
-    options,
-  };
-}
+const first = (n: number) => firstImages(train, n);
+const settingsFor = irisSettingsFor;
 
 function stitchConfig(over: Partial<StitchConfig>): StitchConfig {
-  // Through the resolver, as the CLI and the planner go: the mode decides the batch-norm default.
-  const mode = over.mode ?? "standard";
-  const {
-    front = ckpt.b,
-    back = ckpt.a,
-    frontPoint = "layer1.0",
-    backPoint,
-    objective = "slm",
-    iris = null,
-    bnMode,
-    adversarial,
-    robustEval,
-    dataset = "fashion-mnist",
-    shortcut = null,
-    excess = null,
-    testLimit = 64,
-    mode: _m,
-    device: _d,
-    root: _r,
-    imageSize: _i,
-    ...settings
-  } = over;
-  return resolvedStitch(
-    { front, back, frontPoint, backPoint, objective, mode, iris },
-    {
-      limit: 64,
-      epochs: 1,
-      batchSize: 32,
-      initImages: 32,
-      ckaImages: 32,
-      ...settings,
-      ...(bnMode ? { bnMode: { [mode]: bnMode } } : {}),
-      ...(adversarial ? { adversarial } : {}),
-      ...(robustEval ? { robustEval } : {}),
-    },
-    { dataset, shortcut, excess, testLimit },
-  );
+  return smallStitchConfig(ckpt.b, ckpt.a, over);
 }
 
 test("A alone (the curves' front end) is scored as it is, before 'adapt' moves its statistics: the same at every point", {
