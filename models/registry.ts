@@ -8,60 +8,51 @@ import { VisionTransformer, type VitOptions } from "./vit.js";
 export type ModelOptions = ResNetOptions & VggOptions & VitOptions;
 
 /**
- * An architecture's facts, as timm's pretrained config keeps them: what it is, the side it takes
- * by default, and the base learning rate of PROTOCOL's recipe (0.1 for ResNets; 0.01 for VGG and
+ * An architecture's facts, as timm's pretrained config keeps them: what it is, and the base learning
+ * rate of PROTOCOL's recipe (0.1 for ResNets; 0.01 for VGG and
  * the ViTs, the reference's configs/baselines/{low,high}_resolution). The one place they live.
  */
 export interface ArchRecord {
   arch: string;
   describe: string;
-  /** The input side a model of this architecture is built for unless told otherwise. */
-  imageSize: number;
   defaultLr: number;
 }
 
 const REGISTRY: Record<string, Omit<ArchRecord, "arch"> & { create: (o: ModelOptions) => StitchableModel }> = {
   resnet18: {
-    imageSize: 32,
     defaultLr: 0.1,
     describe: "ResNet-18, CIFAR stem by default (stem: 'imagenet' for 224 px); 9 points: stem + 8 blocks",
     create: (o) => new ResNet(RESNET18, o),
   },
   resnet50: {
-    imageSize: 32,
     defaultLr: 0.1,
     describe:
       "ResNet-50 (Bottleneck blocks 3-4-6-3, torchvision's layout), CIFAR stem by default; 9 points: stem + the first and last block of each stage",
     create: (o) => new ResNet(RESNET50, o),
   },
   vgg16_bn: {
-    imageSize: 32,
     defaultLr: 0.01,
     describe: "VGG-16 with batch norm, torchvision's layout; 6 points: features.2, .5, .12, .22, .32, .42 (post-ReLU)",
     create: (o) => new Vgg16Bn(o),
   },
   vit_tiny_patch4_32: {
-    imageSize: 32,
     defaultLr: 0.01,
     describe: "ViT-Tiny, patch 4, 32 px, dim 192, depth 12, 3 heads; 13 points: 12 blocks + the head input",
     create: (o) =>
       new VisionTransformer("vit_tiny_patch4_32", { imageSize: 32, patchSize: 4, embedDim: 192, numHeads: 3, ...o }),
   },
   vit_base_patch16_224: {
-    imageSize: 224,
     defaultLr: 0.01,
     describe: "ViT-Base, patch 16, 224 px, dim 768, depth 12, 12 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
     create: (o) => vit224("vit_base_patch16_224", 768, 12, o),
   },
   vit_small_patch16_224: {
-    imageSize: 224,
     defaultLr: 0.01,
     describe:
       "timm's ViT-Small, patch 16, 224 px, dim 384, depth 12, 6 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
     create: (o) => vit224("vit_small_patch16_224", 384, 6, o),
   },
   vit_tiny_patch16_224: {
-    imageSize: 224,
     defaultLr: 0.01,
     describe:
       "timm's ViT-Tiny, patch 16, 224 px, dim 192, depth 12, 3 heads; 7 points: blocks 0,2,4,6,8,10 + the head input",
@@ -73,7 +64,6 @@ const REGISTRY: Record<string, Omit<ArchRecord, "arch"> & { create: (o: ModelOpt
 function vit224(name: string, embedDim: number, numHeads: number, o: ModelOptions): StitchableModel {
   const depth = o.depth ?? 12;
   return new VisionTransformer(name, {
-    imageSize: 224,
     patchSize: 16,
     embedDim,
     numHeads,
@@ -89,7 +79,7 @@ export const describeModel = (name: string): string => REGISTRY[name]?.describe 
 export function modelRecordOf(name: string): ArchRecord {
   const entry = REGISTRY[name];
   if (!entry) throw new Error(`unknown model '${name}'; known models: ${modelNames().join(", ")}`);
-  return { arch: name, describe: entry.describe, imageSize: entry.imageSize, defaultLr: entry.defaultLr };
+  return { arch: name, describe: entry.describe, defaultLr: entry.defaultLr };
 }
 
 /** Builds a zoo model; an unknown name is a clear error listing the known ones. */

@@ -15,6 +15,9 @@ import { AUTOCAST_MODES, type AutocastMode, type Device } from "../torch/index.j
 
 export const PIXEL_UNITS = "pixel units are in [0, 1]; did you mean 8/255?";
 
+/** PROTOCOL's L-inf radius on CIFAR-sized images, pixel units: of adversarial training and robust evaluation. */
+export const CIFAR_EPS = 8 / 255;
+
 /** A seed: what libtorch's manual_seed and our generators take. */
 export const seedSchema = z
   .number()
@@ -34,7 +37,7 @@ export const pgdRecipeSchema = z
       .number()
       .positive()
       .max(1, PIXEL_UNITS)
-      .default(8 / 255)
+      .default(CIFAR_EPS)
       .describe("L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR)"),
     step: z
       .number()
@@ -68,7 +71,7 @@ export const adversarialSchema = pgdRecipeSchema;
 export const ROBUST_EVAL_ATTACKS = ["apgd", "pgd"] as const;
 export type RobustEvalAttack = (typeof ROBUST_EVAL_ATTACKS)[number];
 /** AutoAttack's budget: 100 iterations of each attack, at PROTOCOL's CIFAR radius. */
-export const ROBUST_EVAL_DEFAULTS = { attack: "apgd", eps: 8 / 255, steps: 100 } as const;
+export const ROBUST_EVAL_DEFAULTS = { attack: "apgd", eps: CIFAR_EPS, steps: 100 } as const;
 
 /** A robust evaluation: the attack, its iterations and its radius (pixel units). */
 export const robustEvalSchema = z
