@@ -3,7 +3,7 @@
 // through its schema and resolve through resolveStitchConfig, as an experiment file's stitch: does.
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { ensureWritableDir } from "../io/files.js";
+import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import {
   resolveStitchConfig,
@@ -144,6 +144,7 @@ export function registerStitchCommand(program: Command): void {
         "identically represented inputs of the front model)",
     )
     .requiredOption("--out <dir>", "run folder: scores.json and layer.safetensors")
+    .option("--force", "stitch into --out even when it holds files (they are overwritten)")
     .option(
       "--iris <dir>",
       "IRI set (identically represented inputs) of the front model at the point, made by stitchlab iris (invariance-aware mode)",
@@ -204,6 +205,8 @@ export function registerStitchCommand(program: Command): void {
   cmd.action(async (o) => {
     requireDevice(o.device);
     const cfg = stitchConfigFromFlags(o);
+    // A finished stitch (scores.json, layer.safetensors) is never overwritten by accident.
+    refuseNonEmptyDir(o.out, "--out", Boolean(o.force), "a stitch made before");
     const sink = progressSink("stitch", (f) => `epoch ${f.epoch}/${f.epochs} loss ${f.loss}`);
     // Before any training: a trained T that cannot be written is lost work.
     ensureWritableDir(o.out, "--out");

@@ -1,9 +1,9 @@
 // `stitchlab train`: trains a base model (clean, with a pixel shortcut, or adversarially).
 // The flags are the training layer's settings (train/config.ts) under their CLI names: they parse
 // through its schema and resolve through resolveTrainConfig, as an experiment file's model entry does.
-import { existsSync, readdirSync } from "node:fs";
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
+import { refuseNonEmptyDir } from "../io/files.js";
 import type { Device } from "../torch/index.js";
 import {
   PGD_DEFAULTS,
@@ -149,10 +149,7 @@ export function registerTrainCommand(program: Command): void {
     requireDevice(o.device);
     const cfg = trainConfigFromFlags(o);
     // A finished model is never overwritten by accident.
-    if (!o.force && existsSync(o.out) && readdirSync(o.out).length > 0)
-      throw new Error(
-        `--out ${o.out} is not empty (a model trained before?): give a new folder, or --force to overwrite it`,
-      );
+    refuseNonEmptyDir(o.out, "--out", Boolean(o.force), "a model trained before");
     const sink = progressSink("train", (f) =>
       f.phase === "simclr"
         ? `simclr epoch ${f.epoch}/${f.epochs} loss ${f.loss} ${f.imagesPerSecond} img/s`

@@ -12,7 +12,7 @@ import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/ch
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import { type IrisConfig, resolveIrisConfig, resolveStitchConfig, type StitchConfig } from "../stitch/config.js";
-import { parseObjective } from "../stitch/objectives.js";
+import { formatObjective, parseObjective } from "../stitch/objectives.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { type TaskKind, taskKey } from "./cache.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
@@ -185,6 +185,28 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     high("iris.seed", exp.iris.seed);
   }
 
+  // The same pair, seed, objective or point twice would count its runs twice (doubled rows in
+  // results.csv, a summary over copies): refused, naming both places.
+  const twice = <T>(what: string, items: readonly T[], key: (x: T) => string) => {
+    const seen = new Map<string, number>();
+    for (const [i, x] of items.entries()) {
+      const k = key(x);
+      const j = seen.get(k);
+      if (j !== undefined)
+        problems.push(`${what}[${i}]: the same as ${what}[${j}] (each would be run and counted twice)`);
+      else seen.set(k, i);
+    }
+  };
+  twice("pairs", exp.pairs, (p) => JSON.stringify([p.front, p.back, p.shortcut ?? null, p.points ?? null]));
+  twice("seeds", exp.seeds, String);
+  twice("objectives", exp.objectives, (o) => {
+    try {
+      return formatObjective(parseObjective(o));
+    } catch {
+      return `unparsed ${o}`;
+    }
+  });
+  if (Array.isArray(exp.points)) twice("points", exp.points, String);
   // Objectives that do not parse are reported here, and planned nowhere.
   const objectives = exp.objectives.filter((o, i) => {
     try {

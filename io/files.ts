@@ -7,6 +7,7 @@ import {
   fsyncSync,
   mkdirSync,
   openSync,
+  readdirSync,
   readFileSync,
   renameSync,
   rmSync,
@@ -88,6 +89,15 @@ export function readJsonFile<T>(path: string, what: string): T {
  * had to make for the proof are removed again, so a command refused later leaves nothing behind.
  * `what` names it in the error ("--out").
  */
+/**
+ * Refuses an output folder that already holds files (an earlier run's results), unless `force`:
+ * finished work is never overwritten by accident. Checked before any work.
+ */
+export function refuseNonEmptyDir(dir: string, what: string, force: boolean, holds: string): void {
+  if (!force && existsSync(dir) && readdirSync(dir).length > 0)
+    throw new Error(`${what} ${dir} is not empty (${holds}?): give a new folder, or --force to overwrite it`);
+}
+
 export function ensureWritableDir(dir: string, what: string): void {
   const probe = join(dir, `.stitchlab-probe-${process.pid}`);
   let made: string | undefined;

@@ -27,6 +27,8 @@ export interface CheckpointMeta {
   [key: string]: unknown;
 }
 
+const UNIT_RANGE = "normalisation statistics are in [0, 1] pixel units (divide 0-255 values by 255)";
+
 export const sidecarPath = (path: string): string => `${path.replace(/\.safetensors$/, "")}.json`;
 
 /**
@@ -80,7 +82,14 @@ export const modelSourceSchema = z
     normalization: z
       .union([
         z.string(),
-        z.object({ mean: z.array(z.number()).min(1), std: z.array(z.number().positive()).min(1) }).strict(),
+        z
+          .object({
+            // In [0, 1] pixel units, as the images are: 0-255 values (mean 125.3) would normalise
+            // every input to nonsense without a word.
+            mean: z.array(z.number().min(0, UNIT_RANGE).max(1, UNIT_RANGE)).min(1),
+            std: z.array(z.number().positive().max(1, UNIT_RANGE)).min(1),
+          })
+          .strict(),
       ])
       .optional()
       .describe(

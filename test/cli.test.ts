@@ -202,3 +202,17 @@ test("--help marks required options and expands the objectives and IRI", () => {
   assert.match(help, /identically represented inputs/);
   assert.doesNotMatch(help, /PROTOCOL\.md/, "help points inside the repository");
 });
+
+test("stitch refuses an --out that holds an earlier stitch, before any work, unless --force", () => {
+  const out = mkdtempSync(join(tmpdir(), "stitchlab-stitch-out-"));
+  try {
+    writeFileSync(join(out, "scores.json"), "{}");
+    const args = ["stitch", "--front", "f.safetensors", "--back", "b.safetensors", "--point", "layer1.0"];
+    const r = runCli([...args, "--objective", "slm", "--mode", "standard", "--dataset", "fashion-mnist", "--out", out]);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /--out .* is not empty \(a stitch made before\?\): give a new folder, or --force/);
+    assert.equal(readFileSync(join(out, "scores.json"), "utf8"), "{}", "the earlier stitch is kept");
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});

@@ -187,3 +187,42 @@ test("normalization none: [0, 1] pixels as they are (the reference's 32 px model
   assert.deepEqual(modelSourceSchema.parse({ checkpoint: "x.pt", normalization: "none" }).normalization, "none");
   assert.throws(() => resolveNormalization("nones"), /no normalisation preset for 'nones' \(known: .*none/);
 });
+
+test("normalisation in 0-255 units is refused, naming the flag or key", () => {
+  const r = modelSourceSchema.safeParse({
+    checkpoint: "x.pt",
+    normalization: { mean: [125.3, 123, 113.9], std: [63, 62, 66.7] },
+  });
+  assert.equal(r.success, false);
+  assert.match(JSON.stringify(r.error?.issues), /\[0, 1\] pixel units \(divide 0-255 values by 255\)/);
+  assert.equal(
+    modelSourceSchema.safeParse({
+      checkpoint: "x.pt",
+      normalization: { mean: [0.49, 0.48, 0.45], std: [0.25, 0.24, 0.26] },
+    }).success,
+    true,
+  );
+  const flags = new Command();
+  registerStitchCommand(flags);
+  const stitch = flags.commands.find((c) => c.name() === "stitch");
+  stitch?.parseOptions([
+    "--front",
+    "f.pt",
+    "--front-arch",
+    "resnet18",
+    "--front-normalization",
+    "{mean: [128, 128, 128], std: [64, 64, 64]}",
+  ]);
+  assert.throws(
+    () =>
+      stitchConfigFromFlags({
+        ...stitch?.opts(),
+        back: "b",
+        point: "layer1.0",
+        objective: "slm",
+        mode: "standard",
+        dataset: "fashion-mnist",
+      }),
+    /--front-normalization: .*\[0, 1\] pixel units/,
+  );
+});

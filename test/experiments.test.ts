@@ -488,3 +488,20 @@ test("the paper's presets run three replicates at every scale, as the reference 
     for (const scale of scales) assert.equal(parseExperiment(text, file, scale).replicates, 3, `${name} at ${scale}`);
   }
 });
+
+test("a pair, seed, objective or point given twice is refused, naming both places (it would double the rows)", () => {
+  const p = problems(
+    TINY.replace(
+      "  - { front: b, back: a, relation: cross-seed }",
+      "  - { front: b, back: a, relation: cross-seed }\n  - { front: b, back: a, relation: cross-seed-again }",
+    )
+      .replace("objectives: [slm]", "objectives: [slm, SLM]\nseeds: [0, 0]")
+      .replace("[layer1.0, layer4.1]", "[layer1.0, layer4.1, layer1.0]"),
+  );
+  assert.deepEqual(p.sort(), [
+    "objectives[1]: the same as objectives[0] (each would be run and counted twice)",
+    "pairs[2]: the same as pairs[1] (each would be run and counted twice)",
+    "points[2]: the same as points[0] (each would be run and counted twice)",
+    "seeds[1]: the same as seeds[0] (each would be run and counted twice)",
+  ]);
+});
