@@ -9,7 +9,7 @@ import { runIris } from "../stitch/jobs.js";
 import type { Device } from "../torch/index.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, fraction, int, MARKER_SCALE_HELP, markerScaleFrom, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -41,6 +41,7 @@ export function irisConfigFromFlags(o: Record<string, unknown>): IrisConfig {
       dataset,
       root: (o.root as string | undefined) ?? null,
       imageSize: (o.imageSize as number | undefined) ?? null,
+      markerScale: markerScaleFrom(o),
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
     },
     (o.device as Device | undefined) ?? "cpu",
@@ -64,6 +65,7 @@ export function registerIrisCommand(program: Command): void {
     .option("--dataset <name>", "source images (default: the dataset the front model was trained on)")
     .option("--root <path>", "dataset location")
     .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
+    .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
     .option("--limit <n>", "only the first n training images", int)
     .option("--shortcut <kind>", `mark the source images with a shortcut: ${SHORTCUT_KINDS.join(", ")}`)
     .option("--steps <n>", `descent steps (default ${d.steps})`, int)

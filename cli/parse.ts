@@ -41,6 +41,17 @@ export function oneOf<T extends string>(what: string, allowed: readonly T[], v: 
   return v as T;
 }
 
+/** --marker-scale: the shortcut markers' strength (data/shortcuts.ts markerCell). */
+export const MARKER_SCALE_HELP =
+  "shortcut markers' strength: their cell size times k (default 1, the protocol's 4x4 px square at 32 px; 2: 8x8 px)";
+
+/** --marker-scale's value: a positive integer, 1 when not given. */
+export function markerScaleFrom(o: Record<string, unknown>): number {
+  const k = (o.markerScale as number | undefined) ?? 1;
+  if (!(Number.isInteger(k) && k >= 1)) throw new Error(`--marker-scale must be a positive integer, not ${k}`);
+  return k;
+}
+
 /** `{ [key]: value }` when value is defined, else `{}`: spread into a config so an absent option stays absent. */
 export function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
   return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };

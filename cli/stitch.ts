@@ -20,7 +20,7 @@ import type { Device } from "../torch/index.js";
 import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../train/config.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, fraction, int, MARKER_SCALE_HELP, markerScaleFrom, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -106,6 +106,7 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
       dataset,
       root: (o.root as string | undefined) ?? null,
       imageSize: (o.imageSize as number | undefined) ?? null,
+      markerScale: markerScaleFrom(o),
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
       testLimit: (o.testLimit as number | undefined) ?? null,
       excess: oneOf("--excess", SHORTCUT_KINDS, o.excess as string | undefined) ?? null,
@@ -163,6 +164,7 @@ export function registerStitchCommand(program: Command): void {
       `also score on marked and rolled test sets (excess agreement): ${SHORTCUT_KINDS.join(", ")}`,
     )
     .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
+    .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
     .option("--epochs <n>", "epochs (default 30; 12 for image folders)", int)
     .option("--batch-size <n>", `batch size (default ${d.batchSize})`, int)
     .option("--lr <lr>", `Adam learning rate (default ${d.lr})`, num)

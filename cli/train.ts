@@ -18,7 +18,7 @@ import {
 import { trainModel } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, num, optional } from "./parse.js";
+import { checkedFlags, fraction, int, MARKER_SCALE_HELP, markerScaleFrom, num, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 /** The PGD flags, which mean something only with --adversarial. */
@@ -88,6 +88,7 @@ export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
       dataset: o.dataset as string,
       root: (o.root as string | undefined) ?? null,
       imageSize: (o.imageSize as number | undefined) ?? null,
+      markerScale: markerScaleFrom(o),
       limit: (o.limit as number | undefined) ?? null,
       testLimit: (o.testLimit as number | undefined) ?? null,
     },
@@ -113,6 +114,7 @@ export function registerTrainCommand(program: Command): void {
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)")
     .option("--root <path>", "dataset location (Fashion-MNIST defaults to Debian's)")
     .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
+    .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
     .option("--limit <n>", "train on the first n images only", int)
     .option("--test-limit <n>", "evaluate on the first n test images only", int)
     .option("--shortcut <kind>", `pixel shortcut in the training images: ${SHORTCUT_KINDS.join(", ")}`)

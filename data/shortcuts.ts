@@ -65,14 +65,21 @@ export function markerColors(k: number, seed = COLOR_PERMUTATION_SEED): RGB[] {
   return Array.from(perm, (j) => fps[j]);
 }
 
-/** Cell size min(H, W) // 32, at least 1 so that images under 32 px still get a marker. */
-export function markerCell(h: number, w: number): number {
-  return Math.max(1, Math.floor(Math.min(h, w) / 32));
+/**
+ * Cell size min(H, W) // 32, at least 1 so that images under 32 px still get a marker, times
+ * `scale`: the marker's strength (1, the protocol's; 2 doubles its side, 4x its area). Narrow
+ * models trained briefly lean on a 4 px marker by chance, from seed to seed; a larger one makes
+ * every one of them rely on it (docs/experiments.md, the demo).
+ */
+export function markerCell(h: number, w: number, scale = 1): number {
+  if (!(Number.isInteger(scale) && scale >= 1))
+    throw new RangeError(`marker scale must be a positive integer, got ${scale}`);
+  return scale * Math.max(1, Math.floor(Math.min(h, w) / 32));
 }
 
 /** Side of the marker square: 4 cells. */
-export function markerSide(h: number, w: number): number {
-  return 4 * markerCell(h, w);
+export function markerSide(h: number, w: number, scale = 1): number {
+  return 4 * markerCell(h, w, scale);
 }
 
 /**
@@ -81,8 +88,8 @@ export function markerSide(h: number, w: number): number {
  * classes never overlap at 32 px with 10 classes (top-left corners 0, 9, 19, 28 across and
  * 0, 14, 28 down). Returns the top-left corner [y, x].
  */
-export function classLocation(k: number, numClasses: number, h: number, w: number): [number, number] {
-  const side = markerSide(h, w);
+export function classLocation(k: number, numClasses: number, h: number, w: number, scale = 1): [number, number] {
+  const side = markerSide(h, w, scale);
   const cols = Math.ceil(Math.sqrt(numClasses));
   const rows = Math.ceil(numClasses / cols);
   const at = (i: number, n: number, span: number) => (n > 1 ? Math.round((i * span) / (n - 1)) : 0);
@@ -97,6 +104,8 @@ export interface ShortcutOptions {
   rolled?: boolean;
   /** Seed of the colour permutation over classes; default COLOR_PERMUTATION_SEED. */
   colorSeed?: number;
+  /** The marker's strength: its cell size times this (default 1, the protocol's size; markerCell). */
+  scale?: number;
   /**
    * The read of the data these markers are for (a training epoch): each read draws places (and
    * rand colours) anew from (seed, draw). Absent: one fixed draw (test sets, IRI sources).
@@ -130,7 +139,7 @@ export function planMarkers(
   if (opts.rolled && opts.kind === "rand")
     throw new Error("a rolled set shifts class colours (pixel, pixel-loc); rand markers have none to roll");
   const n = labels.length;
-  const side = markerSide(h, w);
+  const side = markerSide(h, w, opts.scale);
   if (side > h || side > w) throw new RangeError(`a ${side}px marker does not fit in ${h}x${w} images`);
   const seed = opts.seed ?? 0;
   // Separate streams: locations are the same for pixel and rand with the same seed, so the
@@ -148,7 +157,7 @@ export function planMarkers(
       throw new RangeError(`marker plan: label ${label} of image ${i} is outside 0..${numClasses - 1}`);
     // The class whose marker this image carries: its own, or the previous one when rolled.
     const k = opts.rolled ? (label + numClasses - 1) % numClasses : label;
-    if (opts.kind === "pixel-loc") [ys[i], xs[i]] = classLocation(k, numClasses, h, w);
+    if (opts.kind === "pixel-loc") [ys[i], xs[i]] = classLocation(k, numClasses, h, w, opts.scale);
     else {
       ys[i] = locRng.int(h - side + 1);
       xs[i] = locRng.int(w - side + 1);

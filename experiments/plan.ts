@@ -158,6 +158,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           imageSize: d.imageSize ?? null,
           limit: d.limit ?? null,
           testLimit: d.testLimit ?? null,
+          markerScale: d.markerScale,
         });
         // (Its device is the runner's choice at run time: experiments/tasks.ts; never in a key.)
         models[name] = {
@@ -224,6 +225,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     root: data.root ?? null,
     imageSize: data.imageSize ?? null,
     testLimit: data.testLimit ?? null,
+    markerScale: data.markerScale,
   };
   for (const [i, pair] of exp.pairs.entries()) {
     const where = `pairs[${i}]`;

@@ -26,6 +26,12 @@ const datasetSchema = z
     root: z.string().optional().describe("where the files are (Fashion-MNIST defaults to Debian's)"),
     limit: int(1).optional().describe("first n training images only"),
     testLimit: int(1).optional().describe("first n test images only"),
+    markerScale: int(1)
+      .max(8, "at most 8")
+      .default(1)
+      .describe(
+        "shortcut markers' strength: their cell size times this (1: the protocol's 4x4 px square at 32 px; 2: 8x8 px). Narrow, briefly trained models need 2 to rely on their marker at every seed (docs/experiments.md)",
+      ),
     imageSize: int(1)
       .optional()
       .describe("image folders: the side images are resized to (default 32, as LS-ImageNet-10; ImageNet-100: 224)"),

@@ -509,6 +509,9 @@ export function settingsLines(plan: Plan): string[] {
       (exp.seedShift ? ` Every seed shifted by ${exp.seedShift} (--seed ${exp.seedShift}).` : "") +
       (marked.length
         ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? exp.stitch.shortcut})`).join(", ")}.`
+        : "") +
+      (exp.dataset.markerScale !== 1
+        ? ` Shortcut markers at ${exp.dataset.markerScale}x the protocol's cell size (${4 * exp.dataset.markerScale} px squares at 32 px).`
         : ""),
   ];
 }

@@ -158,6 +158,7 @@ async function makeTask(
         root: spec.root,
         imageSize: spec.imageSize,
         shortcut: spec.shortcut,
+        markerScale: spec.markerScale,
         limit: spec.limit,
         options: spec.options,
         device,

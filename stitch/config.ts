@@ -111,6 +111,8 @@ export interface StitchData {
   imageSize: number | null;
   /** Shortcut markers on the real training and init images and on the test set (the IRI set must come from the same marked images). */
   shortcut: ShortcutKind | null;
+  /** The markers' strength: their cell size times this (1: the protocol's; data/shortcuts.ts markerCell). */
+  markerScale: number;
   testLimit: number | null;
   /** Also score on the test set with class-consistent markers of this kind and with rolled ones. */
   excess: ShortcutKind | null;
@@ -218,6 +220,7 @@ export interface IrisConfig {
   root: string | null;
   imageSize: number | null;
   shortcut: ShortcutKind | null;
+  markerScale: number;
   limit: number | null;
   options: IriOptions;
   device: Device;
@@ -230,7 +233,13 @@ export interface IrisConfig {
 export function resolveIrisConfig(
   what: { front: ModelSourceLike; point: string },
   s: IrisSettings,
-  data: { dataset: string; root: string | null; imageSize: number | null; shortcut: ShortcutKind | null },
+  data: {
+    dataset: string;
+    root: string | null;
+    imageSize: number | null;
+    shortcut: ShortcutKind | null;
+    markerScale: number;
+  },
   device: Device = "cpu",
 ): IrisConfig {
   const { limit, ...given } = s;
@@ -239,8 +248,8 @@ export function resolveIrisConfig(
     ...(data.imageSize !== null ? { stepSize: defaultIriStepSize(data.imageSize) } : {}),
     ...Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)),
   };
-  const { dataset, root, imageSize, shortcut } = data;
-  return { ...what, dataset, root, imageSize, shortcut, limit, options, device };
+  const { dataset, root, imageSize, shortcut, markerScale } = data;
+  return { ...what, dataset, root, imageSize, shortcut, markerScale, limit, options, device };
 }
 
 /**
@@ -256,7 +265,7 @@ export function stitchConfig(
   return resolveStitchConfig(
     what,
     stitchSettingsSchema.parse(settings),
-    { root: null, imageSize: null, shortcut: null, testLimit: null, excess: null, ...data },
+    { root: null, imageSize: null, shortcut: null, markerScale: 1, testLimit: null, excess: null, ...data },
     device,
   );
 }

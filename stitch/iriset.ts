@@ -27,6 +27,8 @@ export interface IriSetSettings {
   /** Source images: the training split of this dataset, with this shortcut, first `limit` images. */
   dataset: string;
   shortcut: ShortcutKind | null;
+  /** The markers' strength when the sources are marked (absent: 1, the protocol's). */
+  markerScale?: number;
   limit: number | null;
   count: number;
   classes: string[];

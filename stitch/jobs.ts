@@ -67,6 +67,8 @@ export interface Source {
   dataset: string;
   root: string | null;
   shortcut: ShortcutKind | null;
+  /** The markers' strength (data/shortcuts.ts markerCell). */
+  markerScale: number;
   limit: number | null;
   /** Image folders only: the side the images are resized to (null: the dataset's own). */
   imageSize: number | null;
@@ -88,7 +90,7 @@ export async function loadSource(src: Source, split: "train" | "test", limit = s
     imageSize: src.imageSize ?? undefined,
   });
   if (!src.shortcut) return clean;
-  const marked = applyShortcut(clean, { kind: src.shortcut, seed: markerSeed(split) });
+  const marked = applyShortcut(clean, { kind: src.shortcut, seed: markerSeed(split), scale: src.markerScale });
   disposeDataset(clean);
   return marked;
 }
@@ -132,6 +134,7 @@ export async function runIris(
           point: cfg.point,
           dataset,
           shortcut: cfg.shortcut,
+          ...(cfg.shortcut ? { markerScale: cfg.markerScale } : {}),
           limit: cfg.limit,
           count: datasetSize(images),
           classes: images.classes,
@@ -226,7 +229,15 @@ export async function runStitch(
     });
     layer = s.layer;
     s.layer.to(cfg.device);
-    const source = { dataset, root: cfg.root, imageSize: cfg.imageSize, shortcut: cfg.shortcut, limit: cfg.limit };
+    const source = {
+      dataset,
+      root: cfg.root,
+      imageSize: cfg.imageSize,
+      shortcut: cfg.shortcut,
+      markerScale: cfg.markerScale,
+      limit: cfg.limit,
+    };
+    const scale = cfg.markerScale;
 
     // Check the IRI set before any work: made by this front, at this point, from these images.
     let irisInfo: StitchResult["iris"] = null;
@@ -239,7 +250,7 @@ export async function runStitch(
     owned.push(clean);
     checkInputSize(front.model, clean.images.shape, "the front");
     checkInputSize(back.model, clean.images.shape, "the back");
-    const shortcut = cfg.shortcut ? { kind: cfg.shortcut, seed: markerSeed("train") } : null;
+    const shortcut = cfg.shortcut ? { kind: cfg.shortcut, seed: markerSeed("train"), scale } : null;
     const markers = shortcut ? planDatasetMarkers(clean, shortcut) : null;
     if (cfg.mode === "iris") {
       const dir = cfg.iris as string;
@@ -250,6 +261,10 @@ export async function runStitch(
       if ((set.info.shortcut ?? null) !== cfg.shortcut)
         throw new Error(
           `IRI set ${dir} was made from images with shortcut ${set.info.shortcut ?? "none"}, this run uses ${cfg.shortcut ?? "none"}`,
+        );
+      if (cfg.shortcut && (set.info.markerScale ?? 1) !== scale)
+        throw new Error(
+          `IRI set ${dir} was made from images with markers of scale ${set.info.markerScale ?? 1}, this run uses ${scale}`,
         );
       irisInfo = { dir, residuals: set.info.residuals };
       train = set.dataset;
@@ -263,7 +278,7 @@ export async function runStitch(
       owned.push(d);
       return d;
     };
-    const test = cfg.shortcut ? markTest({ kind: cfg.shortcut, seed: markerSeed("test") }) : cleanTest;
+    const test = cfg.shortcut ? markTest({ kind: cfg.shortcut, seed: markerSeed("test"), scale }) : cleanTest;
     // Every model normalises its own input (StitchedModel): batches are float pixels in [0, 1].
     const norm = pixelScale(test.images.shape[1]);
 
@@ -301,11 +316,13 @@ export async function runStitch(
       const kind = cfg.excess;
       // When the stitching data carry these markers, the marked set is the test set, already scored.
       const same = kind === cfg.shortcut;
-      const marked = same ? test : markTest({ kind, seed: markerSeed("test") });
+      const marked = same ? test : markTest({ kind, seed: markerSeed("test"), scale });
       // Rand markers carry no class to roll: their baseline is another draw of random markers, as
       // the reference's shuffled Rand set (dataloaders/shortcut_markers.py) holds no class link either.
       const rolled =
-        kind === "rand" ? markTest({ kind, seed: 2 }) : markTest({ kind, seed: markerSeed("test"), rolled: true });
+        kind === "rand"
+          ? markTest({ kind, seed: 2, scale })
+          : markTest({ kind, seed: markerSeed("test"), rolled: true, scale });
       const m = same ? scores : evaluateStitch(s, marked, evalOpts);
       const r = evaluateStitch(s, rolled, evalOpts);
       excess = { kind, marked: m, rolled: r, excessAgreement: excessAgreement(m, r) };

@@ -226,3 +226,22 @@ test("normalisation in 0-255 units is refused, naming the flag or key", () => {
     /--front-normalization: .*\[0, 1\] pixel units/,
   );
 });
+
+test("the markers' strength is a data setting: --marker-scale and a file's dataset.markerScale resolve alike, into every task that marks", () => {
+  const fromFile = plan(FILE("", ", shortcut: pixel").replace("testLimit: 256 }", "testLimit: 256, markerScale: 2 }"));
+  const train = fromFile.tasks.find((t) => t.kind === "train");
+  assert.ok(train?.spec.kind === "train");
+  assert.equal(train.spec.config.markerScale, 2);
+  const argv = ["--model", "resnet18", "--dataset", "fashion-mnist", "--out", "x", "--width", "0.125", "--seed", "0"];
+  const fromFlags = trainConfigFromFlags(
+    flags(registerTrainCommand, "train", [
+      ...argv,
+      ...["--epochs", "4", "--limit", "1024", "--test-limit", "256", "--shortcut", "pixel", "--marker-scale", "2"],
+    ]),
+  );
+  assert.equal(taskKey("train", { kind: "train", config: fromFlags }), train.key);
+  for (const t of fromFile.tasks)
+    if (t.spec.kind !== "train")
+      assert.equal(t.spec.kind === "iris" ? t.spec.markerScale : t.spec.config.markerScale, 2);
+  assert.notEqual(plan(FILE("", ", shortcut: pixel")).tasks.find((t) => t.kind === "train")?.key, train.key);
+});

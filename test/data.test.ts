@@ -24,6 +24,7 @@ import {
   holdOut,
   loadDataset,
   type MarkerPlan,
+  markerCell,
   markerColors,
   markerDraws,
   markerSide,
@@ -845,4 +846,23 @@ test("image folder: limit draws its images at random (fixed seed) from every cla
     [...labels].sort((a, b) => a - b),
   );
   assert.deepEqual(await load(), labels, "the same draw every time");
+});
+
+test("marker strength: scale k multiplies the cell, so at 32 px scale 2 paints 8x8 px squares that fit, pixel-loc included", () => {
+  const ds = fakeDataset(40, 10);
+  assert.equal(markerCell(32, 32), 1);
+  assert.equal(markerCell(32, 32, 2), 2);
+  assert.equal(markerCell(224, 224, 2), 14);
+  assert.throws(() => markerCell(32, 32, 0), /marker scale must be a positive integer, got 0/);
+  for (const kind of ["pixel", "pixel-loc"] as const) {
+    const plan = planMarkers(labelsOf(ds), 10, 32, 32, { kind, seed: 3, scale: 2 });
+    assert.equal(plan.side, 8);
+    for (let i = 0; i < 40; i++) assert.ok(plan.ys[i] + 8 <= 32 && plan.xs[i] + 8 <= 32, `${kind} marker ${i} fits`);
+    // Painted: each image differs from its clean self in at most the 8x8 square (64 pixels x 3 channels).
+    const out = applyShortcut(ds, { kind, seed: 3, scale: 2 });
+    const changed = torch.tidy(() => out.images.ne(ds.images).sum([1, 2, 3]).max().item());
+    assert.ok(changed > 16 * 3 && changed <= 64 * 3, `${kind}: ${changed} values changed`);
+    disposeDataset(out);
+  }
+  disposeDataset(ds);
 });

@@ -347,7 +347,7 @@ test("a marked pair is scored on a marked test set, recorded as test_data; the i
   a.dispose();
   // The test images of a pixel-marked pair carry every image's class-colour square.
   const test = await loadSource(
-    { dataset: "fashion-mnist", root: null, imageSize: null, shortcut: "pixel", limit: 32 },
+    { dataset: "fashion-mnist", root: null, imageSize: null, shortcut: "pixel", markerScale: 1, limit: 32 },
     "test",
   );
   const labels = Array.from(test.labels.toTypedArray() as BigInt64Array, Number);

@@ -173,6 +173,8 @@ export interface TrainData {
   /** Only the first `limit` training images (and `testLimit` test images); null: all. */
   limit: number | null;
   testLimit: number | null;
+  /** Shortcut markers' strength: their cell size times this (1: the protocol's; data/shortcuts.ts markerCell). */
+  markerScale: number;
 }
 
 /** A base-training run, every setting resolved (resolveTrainConfig); the cache key hashes it. */
@@ -254,7 +256,7 @@ export function trainConfig(
 ): TrainConfig {
   return resolveTrainConfig(
     trainSettingsSchema.parse(settings),
-    { root: null, imageSize: null, limit: null, testLimit: null, ...data },
+    { root: null, imageSize: null, limit: null, testLimit: null, markerScale: 1, ...data },
     device,
   );
 }

@@ -88,7 +88,9 @@ export async function trainModel(
     // every epoch, as the reference's loader draws one on every read
     // (dataloaders/shortcut_markers.py), seeded by (seed, epoch); it is painted onto the batch
     // after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
-    const markers = cfg.shortcut ? markerDraws(trainSet, { kind: cfg.shortcut, seed: cfg.seed }) : null;
+    const markers = cfg.shortcut
+      ? markerDraws(trainSet, { kind: cfg.shortcut, seed: cfg.seed, scale: cfg.markerScale })
+      : null;
 
     torch.manualSeed(cfg.seed);
     // The model is built for the images it is trained on (its recorded imageSize is checked
@@ -248,12 +250,17 @@ export async function trainModel(
       clean: evaluate(model, test, { normalization: norm, device: cfg.device }).accuracy,
     };
     if (cfg.shortcut) {
-      const marked = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1 });
+      const marked = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1, scale: cfg.markerScale });
       own({ dispose: () => disposeDataset(marked) });
       accuracies.marked = evaluate(model, marked, { normalization: norm, device: cfg.device }).accuracy;
       disposeDataset(marked);
       if (cfg.shortcut !== "rand") {
-        const rolled = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1, rolled: true });
+        const rolled = applyShortcut(test, {
+          kind: cfg.shortcut,
+          seed: cfg.seed + 1,
+          rolled: true,
+          scale: cfg.markerScale,
+        });
         own({ dispose: () => disposeDataset(rolled) });
         accuracies.rolled = evaluate(model, rolled, { normalization: norm, device: cfg.device }).accuracy;
         disposeDataset(rolled);
@@ -281,6 +288,7 @@ export async function trainModel(
     saveCheckpoint(checkpoint, model, {
       dataset: cfg.dataset,
       shortcut: cfg.shortcut,
+      ...(cfg.shortcut ? { markerScale: cfg.markerScale } : {}),
       // randomStart is a boolean: CheckpointMeta types `adversarial` as numbers only.
       adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
       seed: cfg.seed,
