@@ -8,12 +8,15 @@
 // markdown table.
 //
 //   npm run bench -- iri-tightness --run DIR --cache DIR [--work DIR]
-//     --run, --cache: the demo's run folder (runs/demo) and its cache
+//     --run, --cache: the demo's run folder (runs/demo) and its cache (its replicate 0's models)
+//   npm run bench -- iri-tightness --back F --cross-seed F --cross-bias F --cache DIR [--work DIR]
+//     the three models' checkpoints given directly; the data settings are presets/demo.yaml's
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parse as parseYaml } from "yaml";
 import { taskDir } from "../experiments/cache.js";
 import { cliCommand } from "../experiments/tasks.js";
 import { writeFileAtomic } from "../io/files.js";
@@ -30,17 +33,33 @@ const RECIPES = {
 
 export async function main(args: string[]): Promise<void> {
   const opt: Record<string, string> = {};
+  const known = ["--run", "--cache", "--work", "--back", "--cross-seed", "--cross-bias"];
   for (let i = 0; i < args.length; i += 2) {
-    if (!["--run", "--cache", "--work"].includes(args[i]))
-      throw new Error(`iri-tightness: unknown option '${args[i]}'; options: --run DIR --cache DIR [--work DIR]`);
+    if (!known.includes(args[i]))
+      throw new Error(`iri-tightness: unknown option '${args[i]}'; options: ${known.join(", ")}`);
     opt[args[i].slice(2)] = args[i + 1];
   }
-  if (!opt.run || !opt.cache) throw new Error("iri-tightness: give --run (a demo run folder) and --cache (its cache)");
-  const plan = JSON.parse(readFileSync(join(opt.run, "plan.json"), "utf8")) as {
-    experiment: { dataset: { name: string; limit?: number; testLimit?: number }; iris: { limit: number } };
-    tasks: { key: string; label: string }[];
+  if (!opt.cache || !(opt.run || (opt.back && opt["cross-seed"] && opt["cross-bias"])))
+    throw new Error(
+      "iri-tightness: give --cache and --run (a demo run folder), or --back, --cross-seed and --cross-bias",
+    );
+  type Exp = {
+    dataset: { name: string; limit?: number; testLimit?: number; markerScale?: number };
+    iris: { limit: number };
+  };
+  const plan = opt.run
+    ? (JSON.parse(readFileSync(join(opt.run, "plan.json"), "utf8")) as {
+        experiment: Exp;
+        tasks: { key: string; label: string }[];
+      })
+    : { experiment: parseYaml(readFileSync(join(here, "..", "presets", "demo.yaml"), "utf8")) as Exp, tasks: [] };
+  const given: Record<string, string | undefined> = {
+    "clean-s0": opt.back,
+    "clean-s1": opt["cross-seed"],
+    "pixel-s1": opt["cross-bias"],
   };
   const model = (name: string) => {
+    if (given[name]) return given[name];
     const t = plan.tasks.find((x) => x.label === `train ${name}`);
     if (!t) throw new Error(`iri-tightness: ${opt.run} has no model ${name}`);
     return join(taskDir(opt.cache, "train", t.key), "model.safetensors");
@@ -58,7 +77,7 @@ export async function main(args: string[]): Promise<void> {
         file,
         [
           `name: iri-tightness-${name}`,
-          `dataset: { name: ${d.name}, limit: ${d.limit}, testLimit: ${d.testLimit} }`,
+          `dataset: { name: ${d.name}, limit: ${d.limit}, testLimit: ${d.testLimit}, markerScale: ${d.markerScale ?? 1} }`,
           "models:",
           `  clean-s0: { checkpoint: ${model("clean-s0")} }`,
           `  clean-s1: { checkpoint: ${model("clean-s1")} }`,
