@@ -14,7 +14,7 @@
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml } from "yaml";
 import { taskDir } from "../experiments/cache.js";
@@ -59,7 +59,7 @@ export async function main(args: string[]): Promise<void> {
     "pixel-s1": opt["cross-bias"],
   };
   const model = (name: string) => {
-    if (given[name]) return given[name];
+    if (given[name]) return resolve(given[name]);
     const t = plan.tasks.find((x) => x.label === `train ${name}`);
     if (!t) throw new Error(`iri-tightness: ${opt.run} has no model ${name}`);
     return join(taskDir(opt.cache, "train", t.key), "model.safetensors");
