@@ -3,7 +3,8 @@
 // least-squares start drawn at random from the whole split, the dropped last batch, and the
 // identical pair's soft error consistency of 1.
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, test } from "node:test";
@@ -11,25 +12,30 @@ import {
   CIFAR10_NORMALIZATION,
   type Dataset,
   disposeDataset,
+  epochOrder,
   FASHION_MNIST_NORMALIZATION,
   markerColors,
   normalize,
+  pixelScale,
   planMarkers,
 } from "../data/index.js";
 import { type IrisTask, planExperiment, type StitchTask, type TrainTask } from "../experiments/plan.js";
 import { parseExperiment, readExperiment } from "../experiments/spec.js";
+import { torchSave } from "../io/torchsave.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
 import { STEP_SCHEDULE_FRACTIONS, stepScheduleMilestones } from "../nn/schedule.js";
+import { evaluateStitch } from "../stitch/evaluate.js";
 import { IRI_STEP_SIZE_224 } from "../stitch/iris.js";
 import { loadSource, runStitch, type StitchConfig } from "../stitch/jobs.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
-import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+import { skipUnlessPytorch } from "./helpers/pytorch.js";
+import { PYTHON, skipUnlessFashionMnist } from "./helpers/requirements.js";
 import { smallStitchConfig, stitchTrainOptions } from "./helpers/stitch.js";
 
 const skip = skipUnlessFashionMnist();
@@ -463,4 +469,67 @@ objectives: [slm]
     assert.equal(side, null, t.label);
     if (spec.kind === "iris") assert.equal(spec.options.stepSize, 1 / 255);
   }
+});
+
+test("an independent plain-PyTorch stitcher (test/helpers/stitch_reference.py) gives our invariance-aware SLM scores to 3 decimals", {
+  skip: skipUnlessPytorch(),
+}, () => {
+  // Random networks of two seeds, a random "IRI set" (its content does not matter to the check:
+  // B's targets are computed on it, as invariance-aware stitching does) and a random test set.
+  const front = tiny(0);
+  const back = tiny(1);
+  const point = "layer1.1";
+  const s = new StitchedModel(front, back, point, point, {
+    normalization: { front: FASHION_MNIST_NORMALIZATION, back: FASHION_MNIST_NORMALIZATION },
+  });
+  const iris = randomImages(96, 5);
+  const test = randomImages(200, 6);
+  const settings = { epochs: 6, batch: 32, lr: 1e-2, weight_decay: 1e-4 };
+  const ours = (() => {
+    trainStitch(
+      s,
+      iris,
+      iris,
+      stitchTrainOptions({
+        objective: { slm: 1 },
+        normalization: pixelScale(3),
+        epochs: settings.epochs,
+        batchSize: settings.batch,
+        lr: settings.lr,
+        weightDecay: settings.weight_decay,
+        bnMode: "eval",
+        init: "identity",
+      }),
+    );
+    return evaluateStitch(s, test, { normalization: pixelScale(3), device: "cpu" });
+  })();
+  const dir = join(tmp, "stitch-reference");
+  mkdirSync(dir, { recursive: true });
+  torchSave(join(dir, "front.pt"), front.stateDict());
+  torchSave(join(dir, "back.pt"), back.stateDict());
+  const orders = Array.from({ length: settings.epochs }, (_, epoch) =>
+    BigInt64Array.from(epochOrder(96, { shuffle: true, seed: 0, epoch }), BigInt),
+  );
+  const order = torch.tensor(BigInt64Array.from(orders.flatMap((o) => [...o]))).reshape(settings.epochs, 96);
+  torchSave(join(dir, "data.pt"), { iris: iris.images, test: test.images, test_labels: test.labels, order });
+  writeFileSync(
+    join(dir, "settings.json"),
+    JSON.stringify({ ...settings, width: 0.125, point, ...FASHION_MNIST_NORMALIZATION }),
+  );
+  const r = spawnSync(PYTHON, [join(import.meta.dirname, "helpers", "stitch_reference.py"), dir], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  const py = JSON.parse(readFileSync(join(dir, "py_scores.json"), "utf8"));
+  assert.ok(ours.agreementProbability < 0.99, `a check that can fail: agreement ${ours.agreementProbability}`);
+  for (const [k, mine] of [
+    ["agreement_prob", ours.agreementProbability],
+    ["accuracy", ours.accuracy],
+    ["back_accuracy", ours.backAccuracy],
+  ] as const)
+    assert.ok(Math.abs(py[k] - mine) < 5e-4, `${k}: ours ${mine}, plain PyTorch ${py[k]}`);
+  order.dispose();
+  disposeDataset(iris);
+  disposeDataset(test);
+  s.layer.dispose();
+  front.dispose();
+  back.dispose();
 });
