@@ -64,6 +64,7 @@ const REGISTRY: Record<string, Omit<ArchRecord, "arch"> & { create: (o: ModelOpt
 function vit224(name: string, embedDim: number, numHeads: number, o: ModelOptions): StitchableModel {
   const depth = o.depth ?? 12;
   return new VisionTransformer(name, {
+    imageSize: 224,
     patchSize: 16,
     embedDim,
     numHeads,
