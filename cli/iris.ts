@@ -2,6 +2,7 @@
 // point (stitch/iriset.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
+import { IRI_VERDICT_MAX_RESIDUAL } from "../experiments/summary.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { type IrisConfig, irisSettingsSchema, resolveIrisConfig } from "../stitch/config.js";
 import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
@@ -127,7 +128,7 @@ export function registerIrisCommand(program: Command): void {
     printDone(o, { out: o.out, count: info.count, residuals: res, seconds: info.seconds }, [
       `${info.count} IRIs of the front model at ${o.point}, in ${Math.round(info.seconds)} s`,
       `  relative residual ||A(x') - A(x)|| / ||A(x)||: mean ${score(res.mean)}, median ${score(res.median)}, 90th percentile ${score(res.p90)}`,
-      `  ${(100 * res.below01).toFixed(0)}% at most 0.1 (a good IRI)${res.mean > 0.1 ? "; a mean above 0.1 makes conclusions from this set loose" : ""}`,
+      `  ${(100 * res.below01).toFixed(0)}% at most 0.1 (a good IRI)${res.mean > IRI_VERDICT_MAX_RESIDUAL ? `; a mean above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge invariance-aware agreement (docs/method.md)` : ""}`,
       `wrote ${o.out}/iris.safetensors, iris.json and preview.png (--json for the JSON line)`,
     ]);
   });

@@ -145,9 +145,11 @@ export interface Warning {
 /**
  * The mean IRI residual up to which invariance-aware agreement may be judged at a point (issue
  * 27): beyond it A does not represent x' as it represents x, and the reading says "IRIs too loose
- * to judge" there instead of a verdict. How it was chosen: docs/method.md, "How tight an IRI must be".
+ * to judge" there instead of a verdict. Measured (bench iri-tightness, docs/method.md "How tight an
+ * IRI must be"): the cross-seed/cross-bias gap stays within 0.025 of its value at the tightest IRIs
+ * while every IRI set's mean residual is at most 0.31, and moves by 0.08 to 0.14 at 0.43-0.44.
  */
-export const IRI_VERDICT_MAX_RESIDUAL = 0.1;
+export const IRI_VERDICT_MAX_RESIDUAL = 0.3;
 
 /**
  * Sanity warnings, each naming the rows it affects:

@@ -376,23 +376,23 @@ test("IRIs too loose to judge: no verdict at a point whose IRI sets' mean residu
     ],
   );
   const text = reading(loose).join("\n");
-  assert.match(text, /layer4\.1 .*\(IRIs too loose to judge: residual up to 0\.15 > 0\.1\)/);
+  const limit = IRI_VERDICT_MAX_RESIDUAL;
+  assert.ok(text.includes(`(IRIs too loose to judge: residual up to ${(limit + 0.05).toFixed(2)} > ${limit})`), text);
   assert.match(text, /apart at 1 of 2 points, not told apart at the others \(1 point too loose to judge\)/);
 });
 
 test("the reading: repeated warnings collapse into one line per kind; shortcut fronts' reliance is shown and a front that does not rely on its marker is named", () => {
   const ws = warnings([
-    row({ point: "layer2.1", iri_residual: 0.12 }),
-    row({ point: "layer4.1", iri_residual: 0.2 }),
-    row({ point: "layer4.1", replicate: 1, iri_residual: 0.15 }),
+    row({ point: "layer2.1", iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.02 }),
+    row({ point: "layer4.1", iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.1 }),
+    row({ point: "layer4.1", replicate: 1, iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.05 }),
     row({ train_steps: 20 }),
   ]);
   const lines = warningLines(ws);
   assert.equal(lines.length, 2, lines.join("\n"));
-  assert.match(
-    lines[0],
-    /^Warning, 3 times: mean IRI residual above 0\.1 .*\(0\.120-0\.200\): f @ layer2\.1; f @ layer4\.1; f \(replicate 1\) @ layer4\.1\.$/,
-  );
+  const range = `(${(IRI_VERDICT_MAX_RESIDUAL + 0.02).toFixed(3)}-${(IRI_VERDICT_MAX_RESIDUAL + 0.1).toFixed(3)})`;
+  assert.ok(lines[0].startsWith(`Warning, 3 times: mean IRI residual above ${IRI_VERDICT_MAX_RESIDUAL} `), lines[0]);
+  assert.ok(lines[0].endsWith(`${range}: f @ layer2.1; f @ layer4.1; f (replicate 1) @ layer4.1.`), lines[0]);
   assert.match(lines[1], /^Warning: cross-seed slm iris: T trained for only 20 optimiser steps/);
   const model = (name: string, rolled: number): ModelRow => ({
     name,
