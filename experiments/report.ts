@@ -13,7 +13,7 @@ import type { Plan } from "./plan.js";
 import { writeResults } from "./results.js";
 import type { RunSummary } from "./runner.js";
 import { readSlurmRun, slurmRunPath } from "./slurm.js";
-import { agreementTable, residualTable } from "./summary.js";
+import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable, verdictLines } from "./summary.js";
 
 /** A summary read from the cache alone (a run made by Slurm jobs, or reported again): done, failed, or not run. */
 export function summaryFromCache(plan: Plan, cache: string): RunSummary {
@@ -80,11 +80,18 @@ export function reportText(r: RunReport): { text: string; stream: "stdout" | "st
       stream: "stderr",
       text: `no stitch finished: ${r.out} keeps the report of an earlier run (report.html, results.csv); fix what failed above and run again`,
     };
+  const verdicts = verdictLines(r.rows, r.summary);
   const parts = [
+    ...(verdicts.length ? [verdicts.join("\n"), ""] : []),
     `agreement probability (larger = more similar; mean ± 95% half-width over replicates):\n${agreementTable(r.rows, r.summary)}`,
   ];
-  if (r.iris.length) parts.push(`\nIRI residuals (relative; 0.1 or less is a good IRI):\n${residualTable(r.iris)}`);
-  parts.push(`\nReading:\n${r.reading.map((l) => `- ${l}`).join("\n")}`);
+  if (r.iris.length)
+    parts.push(
+      `\nIRI residuals (relative; 0.1 or less is a good IRI; a set's mean above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge):\n${residualTable(r.iris)}`,
+    );
+  // The verdict lines open the reading too (the report's); here they were printed first.
+  const details = r.reading.filter((l) => !verdicts.includes(l));
+  parts.push(`\nReading:\n${details.map((l) => `- ${l}`).join("\n")}`);
   parts.push(
     `\n${r.out}: report.html, results.csv (${r.rows.length} runs); ${r.seconds.toFixed(0)} s` +
       (r.failed ? `; ${r.failed} task(s) failed or not run, see run.json` : ""),

@@ -296,6 +296,47 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
 }
 
 /**
+ * The answer first, one line per pair compared with cross-seed (the paper's baseline of
+ * functional similarity), per objective, from the middle point on: told apart, not told apart, or
+ * IRIs too loose to judge, with the intervals. What the terminal and the report open with; the
+ * reading below gives the details.
+ */
+export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summarize(rows)): string[] {
+  const out: string[] = [];
+  const pairs = [...new Set(rows.map((r) => r.pair))];
+  const n = Math.max(0, ...summary.map((s) => s.n));
+  const standard = (pair: string) => {
+    const v = summary
+      .filter((s) => s.pair === pair && s.mode === "standard")
+      .map((s) => s.scores.agreement_prob.mean)
+      .filter(Number.isFinite);
+    return v.length ? Math.min(...v) : null;
+  };
+  if (pairs.includes("cross-seed"))
+    for (const other of pairs.filter((p) => p !== "cross-seed" && p !== "identical"))
+      for (const objective of [...new Set(rows.map((r) => r.objective))]) {
+        const c = contrast(rows, "cross-seed", other, objective);
+        if (!c) continue;
+        const loose = c.points.every((p) => p.loose);
+        const word = c.apart
+          ? `told apart: ${other} is less similar to the back model than a model of another seed`
+          : loose
+            ? "no verdict: the IRIs are too loose to judge"
+            : "not told apart";
+        const std = [standard("cross-seed"), standard(other)].filter((v): v is number => v !== null);
+        out.push(
+          `Verdict, ${other} vs cross-seed (invariance-aware ${objective.toUpperCase()}, ${n} replicate${n === 1 ? "" : "s"}): ${word} (${c.points
+            .map((p) => `${p.point} ${formatInterval(p.higher, 2)} vs ${formatInterval(p.lower, 2)}`)
+            .join(", ")})` +
+            (std.length === 2
+              ? `; standard stitching ${Math.min(...std) >= 0.7 ? "calls both similar" : "does not call both similar"} (${Math.min(...std).toFixed(2)} or more).`
+              : "."),
+        );
+      }
+  return out;
+}
+
+/**
  * The reading in words. Every number is a mean over replicates with its 95% interval; pairs are
  * compared point by point on invariance-aware agreement, and a difference is stated only where
  * the intervals separate.
@@ -305,6 +346,8 @@ export function reading(
   opts: { settings?: string[]; warnings?: Warning[]; summary?: SummaryRow[]; reliance?: string | null } = {},
 ): string[] {
   const out: string[] = [...(opts.settings ?? [])];
+  // The answer first (one line per pair), then the settings and the details.
+  if (rows.length) out.unshift(...verdictLines(rows, opts.summary ?? summarize(rows)));
   if (rows.length === 0) return [...out, "No stitch has finished: nothing to read."];
   // summarize(rows), passed in where the report already made it (experiments/results.ts).
   const summary = opts.summary ?? summarize(rows);

@@ -17,6 +17,7 @@ import {
   relianceLine,
   relianceWarnings,
   settingsLines,
+  verdictLines,
   warningLines,
   warnings,
 } from "../experiments/summary.js";
@@ -415,4 +416,40 @@ test("the reading: repeated warnings collapse into one line per kind; shortcut f
   );
   assert.match(w[0].what, /does not rely on its marker: rolled accuracy 0\.45 > 0\.3/);
   assert.equal(relianceLine([{ ...model("clean", 0), shortcut: null }]), null, "no shortcut fronts, no line");
+});
+
+test("the reading opens with the answer: one verdict line per pair against cross-seed, then the rest", () => {
+  const apart = rows(
+    [
+      [0.8, 0.6],
+      [0.82, 0.62],
+      [0.84, 0.64],
+    ],
+    [
+      [0.3, 0.2],
+      [0.32, 0.22],
+      [0.34, 0.24],
+    ],
+  );
+  const text = reading(apart, { settings: ["Settings: ..."] });
+  assert.match(
+    text[0],
+    /^Verdict, cross-bias vs cross-seed \(invariance-aware SLM, 3 replicates\): told apart: cross-bias is less similar .* \(layer2\.1 0\.82 ± 0\.05 vs 0\.32 ± 0\.05, layer4\.1 0\.62 ± 0\.05 vs 0\.22 ± 0\.05\)\.$/,
+  );
+  assert.equal(text[1], "Settings: ...");
+  const close = rows(
+    [
+      [0.8, 0.6],
+      [0.3, 0.2],
+      [0.84, 0.64],
+    ],
+    [
+      [0.3, 0.2],
+      [0.82, 0.62],
+      [0.34, 0.24],
+    ],
+  );
+  assert.match(verdictLines(close)[0], /: not told apart \(/);
+  const loose = apart.map((r) => ({ ...r, iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.1 }));
+  assert.match(verdictLines(loose)[0], /: no verdict: the IRIs are too loose to judge \(/);
 });
