@@ -179,6 +179,8 @@ export function resolveStitchConfig(
   if (what.mode === "standard" && iris) throw new Error("--iris is for iris mode; standard mode trains on real images");
   return {
     ...data,
+    // The markers' strength matters only where data are marked: unmarked stitches share keys.
+    markerScale: data.shortcut || data.excess ? data.markerScale : 1,
     front: what.front,
     back: what.back,
     frontPoint: what.frontPoint,
@@ -248,7 +250,9 @@ export function resolveIrisConfig(
     ...(data.imageSize !== null ? { stepSize: defaultIriStepSize(data.imageSize) } : {}),
     ...Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)),
   };
-  const { dataset, root, imageSize, shortcut, markerScale } = data;
+  const { dataset, root, imageSize, shortcut } = data;
+  // The markers' strength matters only where the sources are marked.
+  const markerScale = shortcut ? data.markerScale : 1;
   return { ...what, dataset, root, imageSize, shortcut, markerScale, limit, options, device };
 }
 

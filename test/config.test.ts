@@ -240,8 +240,25 @@ test("the markers' strength is a data setting: --marker-scale and a file's datas
     ]),
   );
   assert.equal(taskKey("train", { kind: "train", config: fromFlags }), train.key);
-  for (const t of fromFile.tasks)
-    if (t.spec.kind !== "train")
-      assert.equal(t.spec.kind === "iris" ? t.spec.markerScale : t.spec.config.markerScale, 2);
+  const scaleOf = (p: Plan) =>
+    p.tasks
+      .filter((t) => t.spec.kind !== "train")
+      .map((t) =>
+        t.spec.kind === "iris" ? t.spec.markerScale : t.spec.kind === "stitch" ? t.spec.config.markerScale : 0,
+      );
+  // The identical pair's data are clean: its IRI and stitch tasks ignore the strength (shared keys).
+  assert.deepEqual([...new Set(scaleOf(fromFile))], [1]);
+  const marked = plan(
+    FILE("", ", shortcut: pixel")
+      .replace("testLimit: 256 }", "testLimit: 256, markerScale: 2 }")
+      .replace("relation: identical }", "relation: identical, shortcut: pixel }"),
+  );
+  assert.deepEqual([...new Set(scaleOf(marked))], [2]);
   assert.notEqual(plan(FILE("", ", shortcut: pixel")).tasks.find((t) => t.kind === "train")?.key, train.key);
+  // A clean model's key does not depend on the markers' strength.
+  const cleanKey = (scale: number) =>
+    plan(FILE().replace("testLimit: 256 }", `testLimit: 256, markerScale: ${scale} }`)).tasks.find(
+      (t) => t.kind === "train",
+    )?.key;
+  assert.equal(cleanKey(2), cleanKey(1));
 });

@@ -221,6 +221,8 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
   const record = modelRecordOf(s.arch);
   return {
     ...data,
+    // The markers' strength matters only where there are markers: a clean model's key leaves it out.
+    markerScale: s.shortcut ? data.markerScale : 1,
     model: s.arch,
     modelOptions: { ...(s.options as ModelOptions), ...(s.width !== undefined ? { width: s.width } : {}) },
     shortcut: s.shortcut,
