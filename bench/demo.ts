@@ -203,12 +203,11 @@ export async function main(args: string[]): Promise<void> {
     calibration_s: Number(unit.toFixed(2)),
     first_in_calibration_units: Number((r.first_s / unit).toFixed(1)),
   }));
-  // Seeds run by an earlier invocation on the same demo (the same preset, byte for byte) are kept,
-  // so that `--seeds 0` and then `--seeds 1,2` give one record of the three.
+  // Seeds run by an earlier invocation on the same demo (the same preset settings; comments aside)
+  // are kept, so that `--seeds 0` and then `--seeds 1,2` give one record of the three.
   const path = join(here, "results", "demo.json");
-  const preset = createHash("sha256")
-    .update(readFileSync(join(here, "..", "presets", "demo.yaml")))
-    .digest("hex");
+  const settings = parseYaml(readFileSync(join(here, "..", "presets", "demo.yaml"), "utf8"));
+  const preset = createHash("sha256").update(JSON.stringify(settings)).digest("hex");
   const before = existsSync(path) ? JSON.parse(readFileSync(path, "utf8")) : null;
   const kept =
     before?.preset_sha256 === preset ? (before.runs as { seed: number }[]).filter((r) => !seeds.includes(r.seed)) : [];
