@@ -10,7 +10,7 @@ import { runIris } from "../stitch/jobs.js";
 import type { Device } from "../torch/index.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, MARKER_SCALE_HELP, markerScaleFrom, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -40,9 +40,7 @@ export function irisConfigFromFlags(o: Record<string, unknown>): IrisConfig {
     settings,
     {
       dataset,
-      root: (o.root as string | undefined) ?? null,
-      imageSize: (o.imageSize as number | undefined) ?? null,
-      markerScale: markerScaleFrom(o),
+      ...dataFlags(o),
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
     },
     (o.device as Device | undefined) ?? "cpu",

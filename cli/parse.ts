@@ -52,6 +52,22 @@ export function markerScaleFrom(o: Record<string, unknown>): number {
   return k;
 }
 
+/**
+ * The data flags every job takes, as its resolved config wants them (absent: null): --root,
+ * --image-size, --marker-scale (1 when not given).
+ */
+export function dataFlags(o: Record<string, unknown>): {
+  root: string | null;
+  imageSize: number | null;
+  markerScale: number;
+} {
+  return {
+    root: (o.root as string | undefined) ?? null,
+    imageSize: (o.imageSize as number | undefined) ?? null,
+    markerScale: markerScaleFrom(o),
+  };
+}
+
 /** `{ [key]: value }` when value is defined, else `{}`: spread into a config so an absent option stays absent. */
 export function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
   return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };

@@ -20,7 +20,7 @@ import type { Device } from "../torch/index.js";
 import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../train/config.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, MARKER_SCALE_HELP, markerScaleFrom, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, oneOf, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -104,9 +104,7 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
     settings,
     {
       dataset,
-      root: (o.root as string | undefined) ?? null,
-      imageSize: (o.imageSize as number | undefined) ?? null,
-      markerScale: markerScaleFrom(o),
+      ...dataFlags(o),
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
       testLimit: (o.testLimit as number | undefined) ?? null,
       excess: oneOf("--excess", SHORTCUT_KINDS, o.excess as string | undefined) ?? null,

@@ -18,7 +18,7 @@ import {
 import { trainModel } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, fraction, int, MARKER_SCALE_HELP, markerScaleFrom, num, optional } from "./parse.js";
+import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, optional } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 /** The PGD flags, which mean something only with --adversarial. */
@@ -86,9 +86,7 @@ export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
     settings,
     {
       dataset: o.dataset as string,
-      root: (o.root as string | undefined) ?? null,
-      imageSize: (o.imageSize as number | undefined) ?? null,
-      markerScale: markerScaleFrom(o),
+      ...dataFlags(o),
       limit: (o.limit as number | undefined) ?? null,
       testLimit: (o.testLimit as number | undefined) ?? null,
     },
