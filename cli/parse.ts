@@ -1,7 +1,7 @@
 // Option parsers shared by the commands: each names the bad value in its error. They throw
 // commander's InvalidArgumentError, so that the message names the option too:
 // "option '--epochs <n>' argument 'abc' is invalid. expected a non-negative integer".
-import { InvalidArgumentError, Option } from "commander";
+import { InvalidArgumentError } from "commander";
 
 export const num = (v: string): number => {
   const n = Number(v);
@@ -26,12 +26,10 @@ export const fraction = (v: string): number => {
 };
 
 /**
- * An option in pixel units whose default is k/255: --help shows "(default: 8/255)", not
- * "(default: 0.03137254901960784)".
+ * A default in pixel units as --help shows it: "8/255", not "0.03137254901960784". (The
+ * defaults themselves live in the schemas, so the options carry none.)
  */
-export function pixelOption(flags: string, description: string, over255: number): Option {
-  return new Option(flags, description).argParser(fraction).default(over255 / 255, `${over255}/255`);
-}
+export const over255 = (v: number): string => `${Math.round(v * 255)}/255`;
 
 /** The value if it is one of `allowed`, else an error listing them. */
 export function oneOf<T extends string>(what: string, allowed: readonly T[], v: string | undefined): T | undefined {

@@ -20,7 +20,7 @@ import type { Device } from "../torch/index.js";
 import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../train/config.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, oneOf, optional } from "./parse.js";
+import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, oneOf, optional, over255 } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -112,9 +112,6 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
     (o.device as Device | undefined) ?? "cpu",
   );
 }
-
-/** A pixel-unit value as k/255 for --help. */
-const over255 = (v: number): string => `${Math.round(v * 255)}/255`;
 
 export function registerStitchCommand(program: Command): void {
   // The defaults --help shows are the schema's own.

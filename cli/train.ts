@@ -18,7 +18,7 @@ import {
 import { trainModel } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, optional } from "./parse.js";
+import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, optional, over255 } from "./parse.js";
 import { progressSink } from "./progress.js";
 
 /** The PGD flags, which mean something only with --adversarial. */
@@ -93,9 +93,6 @@ export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
     (o.device as Device | undefined) ?? "cpu",
   );
 }
-
-/** A pixel-unit value as k/255 for --help. */
-const over255 = (v: number): string => `${Math.round(v * 255)}/255`;
 
 export function registerTrainCommand(program: Command): void {
   // The defaults --help shows are the schema's own.
