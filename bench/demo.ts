@@ -21,8 +21,14 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml } from "yaml";
-import { taskDir } from "../experiments/cache.js";
-import { contrast, IRI_VERDICT_MAX_RESIDUAL, MARKER_RELIANCE_MAX_ROLLED } from "../experiments/summary.js";
+import { readLocalRun } from "../experiments/local.js";
+import { modelRows } from "../experiments/results.js";
+import {
+  contrast,
+  IRI_VERDICT_MAX_RESIDUAL,
+  MARKER_RELIANCE_MAX_ROLLED,
+  shortcutFronts,
+} from "../experiments/summary.js";
 import { writeFileAtomic } from "../io/files.js";
 import { type StitchRow, summarize } from "../report/index.js";
 import { csvRows } from "../test/helpers/csv.js";
@@ -103,27 +109,11 @@ function calibrate(): number {
   return JSON.parse(r.stdout.trim().split("\n").pop() as string).seconds;
 }
 
-/** Each shortcut front's accuracies, from the run's plan and the cache (the models' sidecars). */
-function shortcutFronts(
-  out: string,
-  cache: string,
-): { label: string; clean: number; marked: number; rolled: number }[] {
-  const plan = JSON.parse(readFileSync(join(out, "plan.json"), "utf8")) as {
-    tasks: { key: string; label: string }[];
-  };
-  const fronts = [];
-  for (const t of plan.tasks.filter((t) => t.key.startsWith("train-"))) {
-    const path = join(taskDir(cache, "train", t.key), "model.json");
-    if (!existsSync(path)) continue;
-    const m = JSON.parse(readFileSync(path, "utf8")) as {
-      shortcut?: string | null;
-      accuracies?: Record<string, number>;
-    };
-    if (!m.shortcut || m.accuracies?.rolled === undefined) continue;
-    const a = m.accuracies;
-    fronts.push({ label: t.label.replace(/^train /, ""), clean: a.clean, marked: a.marked, rolled: a.rolled });
-  }
-  return fronts;
+/** Each shortcut front's accuracies, from the run's record and the cache (the report's model rows). */
+function pixelFronts(out: string, cache: string): { label: string; clean: number; marked: number; rolled: number }[] {
+  const run = readLocalRun(out);
+  if (!run) throw new Error(`demo: ${out} holds no run record`);
+  return shortcutFronts(modelRows(run.plan, cache)).map(({ name, ...a }) => ({ label: name, ...a }));
 }
 
 /** What one seed's demo shows, against the requirements. */
@@ -143,7 +133,7 @@ function judge(out: string, cache: string) {
   const residuals = rows
     .filter((r) => r.mode === "iris" && judged.has(r.point) && r.iri_residual !== null)
     .map((r) => r.iri_residual as number);
-  const fronts = shortcutFronts(out, cache);
+  const fronts = pixelFronts(out, cache);
   const identicalMin = Math.min(...means((s) => s.pair === "identical"));
   const standardMin = Math.min(
     ...means((s) => s.pair !== "identical" && s.mode === "standard" && s.objective === "slm"),

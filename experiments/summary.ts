@@ -474,7 +474,7 @@ export function warningLines(ws: Warning[]): string[] {
 }
 
 /** The shortcut fronts whose rolled accuracy is known: name, clean, marked, rolled. */
-function shortcutFronts(models: ModelRow[]): { name: string; clean: number; marked: number; rolled: number }[] {
+export function shortcutFronts(models: ModelRow[]): { name: string; clean: number; marked: number; rolled: number }[] {
   return models
     .filter((m) => m.shortcut && m.shortcut !== "rand" && m.accuracies.rolled !== undefined)
     .map((m) => ({
