@@ -295,6 +295,13 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
   return { higher, lower, objective, points: per, apart: per.every((p) => p.apart), perReplicate: verdicts };
 }
 
+/** A pair's standard-stitching agreement means, point by point (finite ones only). */
+const standardMeans = (summary: SummaryRow[], pair: string): number[] =>
+  summary
+    .filter((s) => s.pair === pair && s.mode === "standard")
+    .map((s) => s.scores.agreement_prob.mean)
+    .filter(Number.isFinite);
+
 /**
  * The answer first, one line per pair compared with cross-seed (the paper's baseline of
  * functional similarity), per objective, from the middle point on: told apart, not told apart, or
@@ -306,10 +313,7 @@ export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summariz
   const pairs = [...new Set(rows.map((r) => r.pair))];
   const n = Math.max(0, ...summary.map((s) => s.n));
   const standard = (pair: string) => {
-    const v = summary
-      .filter((s) => s.pair === pair && s.mode === "standard")
-      .map((s) => s.scores.agreement_prob.mean)
-      .filter(Number.isFinite);
+    const v = standardMeans(summary, pair);
     return v.length ? Math.min(...v) : null;
   };
   if (pairs.includes("cross-seed"))
@@ -374,10 +378,7 @@ export function reading(
     );
   }
   for (const pair of pairs.filter((p) => p !== "identical")) {
-    const std = summary
-      .filter((s) => s.pair === pair && s.mode === "standard")
-      .map((s) => s.scores.agreement_prob.mean)
-      .filter(Number.isFinite);
+    const std = standardMeans(summary, pair);
     if (std.length)
       out.push(
         `${pair}: standard stitching agrees at ${fmt(Math.min(...std))}-${fmt(Math.max(...std))}` +
