@@ -49,6 +49,71 @@ export interface SafetensorsFile {
   metadata: Record<string, string>;
 }
 
+interface HeaderEntry {
+  name: string;
+  dtype: DType;
+  shape: number[];
+  begin: number;
+  end: number;
+}
+
+const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0;
+
+/**
+ * The tensors a header describes, checked against the data section before any is read: each
+ * entry is {dtype, shape, data_offsets} with a byte count that fits its dtype and shape, and the
+ * byte ranges, sorted, tile the data section exactly (each starts where the one before ends, the
+ * first at 0, the last at the section's end), as the format requires (safetensors' own
+ * validate()): overlapping tensors would share bytes, and a hole holds bytes no tensor owns.
+ */
+function checkHeader(header: unknown, dataBytes: number, bad: (why: string) => Error): HeaderEntry[] {
+  if (typeof header !== "object" || header === null || Array.isArray(header))
+    throw bad("the header is not a JSON object of tensors");
+  const entries: HeaderEntry[] = [];
+  for (const [name, raw] of Object.entries(header)) {
+    if (name === "__metadata__") continue;
+    const e = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
+    if (typeof e !== "object" || e === null)
+      throw bad(`tensor '${name}' is ${JSON.stringify(e)}, not {dtype, shape, data_offsets}`);
+    const dtype = typeof e.dtype === "string" ? FROM_ST.get(e.dtype) : undefined;
+    if (!dtype) throw bad(`tensor '${name}' has unsupported dtype ${JSON.stringify(e.dtype)}`);
+    if (!Array.isArray(e.shape) || !e.shape.every(isCount))
+      throw bad(`tensor '${name}' has shape ${JSON.stringify(e.shape)}, not a list of sizes`);
+    const offsets = e.data_offsets;
+    if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every(isCount))
+      throw bad(`tensor '${name}' has data_offsets ${JSON.stringify(offsets)}, not [begin, end] byte offsets`);
+    const [begin, end] = offsets as [number, number];
+    const shape = e.shape as number[];
+    const numel = shape.reduce((a, x) => a * x, 1);
+    if (!(begin <= end && end <= dataBytes && end - begin === numel * ITEM_SIZE[dtype]))
+      throw bad(
+        `tensor '${name}' (${e.dtype} [${shape}]) has data offsets [${begin}, ${end}] outside the file or of the wrong size`,
+      );
+    entries.push({ name, dtype, shape, begin, end });
+  }
+  const sorted = [...entries].sort((a, b) => a.begin - b.begin || a.end - b.end);
+  const range = (e: HeaderEntry) => `'${e.name}' [${e.begin}, ${e.end}]`;
+  let prev: HeaderEntry | undefined;
+  let at = 0;
+  for (const e of sorted) {
+    if (e.begin < at)
+      throw bad(
+        `tensors ${range(prev as HeaderEntry)} and ${range(e)} overlap: each byte of the data belongs to one tensor`,
+      );
+    if (e.begin > at)
+      throw bad(
+        `bytes [${at}, ${e.begin}) of the data section, ${prev ? `between '${prev.name}' and '${e.name}'` : `before '${e.name}'`}, belong to no tensor (the format allows no holes)`,
+      );
+    prev = e;
+    at = e.end;
+  }
+  if (at !== dataBytes)
+    throw bad(
+      `bytes [${at}, ${dataBytes}) of the data section${prev ? `, after '${prev.name}',` : ""} belong to no tensor (the tensors must cover the data exactly)`,
+    );
+  return entries;
+}
+
 /** Loads every tensor of a safetensors file onto the CPU; a corrupt file gives one clear error. */
 export function loadSafetensors(path: string): SafetensorsFile {
   const buf = readFileNamed(path, "safetensors");
@@ -56,28 +121,19 @@ export function loadSafetensors(path: string): SafetensorsFile {
   if (buf.byteLength < 8) throw bad("shorter than its 8-byte header length");
   const n = Number(buf.readBigUInt64LE(0));
   if (n > buf.byteLength - 8) throw bad(`header length ${n} exceeds the file size ${buf.byteLength}`);
-  let header: Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+  let header: Record<string, unknown>;
   try {
     header = JSON.parse(buf.subarray(8, 8 + n).toString("utf8"));
   } catch (e) {
     throw bad(`header is not JSON (${(e as Error).message})`);
   }
   const data = buf.subarray(8 + n);
-  const metadata = (header.__metadata__ ?? {}) as unknown as Record<string, string>;
+  // Every entry is checked before any tensor is made.
+  const entries = checkHeader(header, data.byteLength, bad);
+  const metadata = (header.__metadata__ ?? {}) as Record<string, string>;
   const tensors: Record<string, Tensor> = {};
   try {
-    for (const [name, e] of Object.entries(header)) {
-      if (name === "__metadata__") continue;
-      const dtype = FROM_ST.get(e.dtype);
-      if (!dtype) throw bad(`tensor '${name}' has unsupported dtype ${e.dtype}`);
-      const [b, end] = e.data_offsets;
-      const numel = e.shape.reduce((a, x) => a * x, 1);
-      if (!(b >= 0 && end <= data.byteLength && end - b === numel * ITEM_SIZE[dtype]))
-        throw bad(
-          `tensor '${name}' (${e.dtype} [${e.shape}]) has data offsets [${b}, ${end}] outside the file or of the wrong size`,
-        );
-      tensors[name] = fromBytes(data.subarray(b, end), dtype, e.shape);
-    }
+    for (const e of entries) tensors[e.name] = fromBytes(data.subarray(e.begin, e.end), e.dtype, e.shape);
   } catch (err) {
     for (const t of Object.values(tensors)) t.dispose();
     throw err;

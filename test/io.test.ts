@@ -78,6 +78,61 @@ test("a non-contiguous tensor is saved in logical (row-major) order", () => {
   ]);
 });
 
+/** A safetensors file by hand: the header as given (tensors of float32 [n] at the given offsets) over `dataBytes` bytes. */
+function handMadeSafetensors(name: string, tensors: Record<string, [number, number]>, dataBytes: number): string {
+  const header: Record<string, unknown> = {};
+  for (const [k, [a, b]] of Object.entries(tensors))
+    header[k] = { dtype: "F32", shape: [(b - a) / 4], data_offsets: [a, b] };
+  const json = Buffer.from(JSON.stringify(header));
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(json.byteLength));
+  const path = join(dir, name);
+  writeFileSync(path, Buffer.concat([len, json, Buffer.alloc(dataBytes)]));
+  return path;
+}
+
+test("a safetensors file whose tensors overlap, leave holes or do not cover the data is refused, naming the tensors", () => {
+  // The format (safetensors' validate) wants the tensors' byte ranges, sorted, to tile the data
+  // section exactly: each starts where the one before ends, the first at 0, the last at its end.
+  const cases: [string, Record<string, [number, number]>, number, RegExp][] = [
+    // fc.weight's bytes overlap conv1's (the hostile case of issue 25).
+    [
+      "overlap",
+      { "conv1.weight": [0, 64], "fc.weight": [32, 96] },
+      96,
+      /'conv1\.weight' \[0, 64\].*'fc\.weight' \[32, 96\].*overlap/,
+    ],
+    ["same bytes", { a: [0, 16], b: [0, 16] }, 16, /'a' \[0, 16\].*'b' \[0, 16\].*overlap/],
+    ["hole between", { a: [0, 16], b: [32, 48] }, 48, /bytes \[16, 32\).*between 'a' and 'b'.*no tensor/],
+    ["hole before", { a: [8, 24] }, 24, /bytes \[0, 8\).*before 'a'.*no tensor/],
+    ["tail", { a: [0, 16], b: [16, 32] }, 40, /bytes \[32, 40\).*after 'b'.*no tensor/],
+  ];
+  for (const [what, tensors, size, want] of cases) {
+    const path = handMadeSafetensors(`${what.replace(/ /g, "-")}.safetensors`, tensors, size);
+    assert.throws(
+      () => loadSafetensors(path),
+      (e: Error) => {
+        assert.ok(e.message.includes(path), `${what}: ${e.message}`);
+        assert.match(e.message, want, what);
+        return true;
+      },
+      `${what} was loaded`,
+    );
+  }
+  // Tiled exactly, in any order in the header, with an empty tensor between: loads.
+  const ok = handMadeSafetensors("tiled.safetensors", { b: [16, 32], e: [16, 16], a: [0, 16] }, 32);
+  const back = loadSafetensors(ok).tensors;
+  assert.deepEqual(Object.keys(back).sort(), ["a", "b", "e"]);
+  torch.dispose(back);
+  // An entry that is not {dtype, shape, data_offsets} says which.
+  const bad = join(dir, "no-offsets.safetensors");
+  const json = Buffer.from(JSON.stringify({ w: { dtype: "F32", shape: [2] } }));
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(json.byteLength));
+  writeFileSync(bad, Buffer.concat([len, json, Buffer.alloc(8)]));
+  assert.throws(() => loadSafetensors(bad), /tensor 'w'.*data_offsets/);
+});
+
 const skip = skipUnlessPytorch();
 
 test("torch.save / torch.load between stitchlab and Python's PyTorch, both directions", { skip }, () => {
