@@ -94,6 +94,9 @@ export function loadTorchArchive(buf: Buffer): unknown {
   const pkl = [...zip.keys()].find((k) => k.endsWith("/data.pkl") || k === "data.pkl");
   if (!pkl) throw new Error("the archive has no data.pkl (not written by torch.save)");
   const prefix = pkl.slice(0, pkl.length - "data.pkl".length);
+  // Every record of the archive against its CRC-32 before anything is unpickled or allocated, so
+  // that damage is named as such (and by entry), not met half-way as a pickle error.
+  for (const e of zip.values()) if (e.name.startsWith(prefix)) e.data();
   const storages = new Map<string, Tensor>();
   // The storages themselves: a tensor is rebuilt only from one of them, never from another view.
   const isStorage = new Set<Tensor>();

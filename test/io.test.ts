@@ -133,6 +133,84 @@ test("a safetensors file whose tensors overlap, leave holes or do not cover the 
   assert.throws(() => loadSafetensors(bad), /tensor 'w'.*data_offsets/);
 });
 
+/** Where a zip entry's data start in a torch.save archive, and its local header's offset (from the central directory). */
+function zipEntryAt(buf: Buffer, name: string): { local: number; data: number; size: number } {
+  const eocd = buf.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+  let p = buf.readUInt32LE(eocd + 16);
+  for (let i = 0; i < buf.readUInt16LE(eocd + 10); i++) {
+    const nameLen = buf.readUInt16LE(p + 28);
+    const local = buf.readUInt32LE(p + 42);
+    if (buf.toString("utf8", p + 46, p + 46 + nameLen) === name) {
+      const data = local + 30 + buf.readUInt16LE(local + 26) + buf.readUInt16LE(local + 28);
+      return { local, data, size: buf.readUInt32LE(p + 20) };
+    }
+    p += 46 + nameLen + buf.readUInt16LE(p + 30) + buf.readUInt16LE(p + 32);
+  }
+  throw new Error(`no zip entry ${name}`);
+}
+
+test("a torch.save file whose bytes disagree with their zip CRC-32 or stored sizes is refused, naming the file and the entry", () => {
+  const path = join(dir, "crc.pt");
+  torch.manualSeed(0);
+  const w = torch.randn([64, 64]);
+  const b = torch.randn([10]);
+  torchSave(path, { "conv.weight": w, "fc.bias": b });
+  torch.dispose([w, b]);
+  const good = readFileSync(path);
+  const damaged = (name: string, edit: (buf: Buffer) => void) => {
+    const buf = Buffer.from(good);
+    edit(buf);
+    const out = join(dir, name);
+    writeFileSync(out, buf);
+    return out;
+  };
+  // Issue 25's file: 4 KB flipped in the middle of a weight's storage loaded as weights up to 7e4.
+  const storage = zipEntryAt(good, "archive/data/0");
+  assert.ok(storage.size >= 16384);
+  const flipped = damaged("flipped.pt", (buf) => {
+    for (let i = storage.data + 4096; i < storage.data + 8192; i++) buf[i] ^= 0x5a;
+  });
+  // One byte of the pickle: read before any storage.
+  const pkl = zipEntryAt(good, "archive/data.pkl");
+  const pickleByte = damaged("pickle-byte.pt", (buf) => {
+    buf[pkl.data + Math.floor(pkl.size / 2)] ^= 1;
+  });
+  // The data descriptor after a storage (torch.save writes one: flag bit 3) gives another size.
+  const small = zipEntryAt(good, "archive/data/1");
+  assert.equal(good.readUInt16LE(small.local + 6) & 8, 8, "torch.save writes data descriptors");
+  const descriptorSize = damaged("descriptor-size.pt", (buf) => {
+    const d = small.data + small.size;
+    const at = buf.readUInt32LE(d) === 0x08074b50 ? d + 4 : d;
+    buf.writeUInt32LE(small.size + 4, at + 4); // the compressed size
+  });
+  const descriptorCrc = damaged("descriptor-crc.pt", (buf) => {
+    const d = small.data + small.size;
+    const at = buf.readUInt32LE(d) === 0x08074b50 ? d + 4 : d;
+    buf.writeUInt32LE((buf.readUInt32LE(at) ^ 1) >>> 0, at);
+  });
+  const cases: [string, RegExp][] = [
+    [
+      flipped,
+      /zip entry archive\/data\/0: its bytes have CRC-32 0x[0-9a-f]{8}, the central directory says 0x[0-9a-f]{8}/,
+    ],
+    [pickleByte, /zip entry archive\/data\.pkl: its bytes have CRC-32/],
+    [descriptorSize, /zip entry archive\/data\/1: its data descriptor says 44 bytes, the central directory 40/],
+    [descriptorCrc, /zip entry archive\/data\/1: its data descriptor says CRC-32 0x[0-9a-f]{8}, the central directory/],
+  ];
+  for (const [file, want] of cases)
+    assert.throws(
+      () => torch.dispose(torchLoad(file)),
+      (e: Error) => {
+        assert.ok(e.message.startsWith(`torch.load: cannot read ${file}: damaged zip archive: `), e.message);
+        assert.match(e.message, want);
+        return true;
+      },
+      `${file} was loaded`,
+    );
+  // The intact file still loads.
+  torch.dispose(torchLoad(path));
+});
+
 const skip = skipUnlessPytorch();
 
 test("torch.save / torch.load between stitchlab and Python's PyTorch, both directions", { skip }, () => {
