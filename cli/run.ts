@@ -194,11 +194,15 @@ export function registerRunCommands(program: Command): void {
     .description("run an experiment file (YAML or JSON): train -> iris -> stitch -> report, reusing the cache")
     .requiredOption(
       "--out <dir>",
-      "experiment folder: report.html, results.csv, figures/, plan.json, run.json, env.json",
+      "experiment folder: report.html, results.csv, figures/, plan.json, run.json, env.json; one run at a time, of one experiment (see --force)",
     )
     .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--scale <name>", "one of the file's scales (small, paper); default small when it has one")
     .option("--workers <n>", "tasks at once, each in its own process with its share of the cores", int, 1)
+    .option(
+      "--force",
+      "run into an --out that holds another experiment's run (another name, or tasks this plan lacks); its files are moved to <out>/replaced-<time>/",
+    )
     .option("--dry-run", "print the task graph (per kind: cached, to run) and stop")
     .option("--data-dir <dir>", "the experiment dataset's root (overrides the file)")
     .option("--device <d>", "where tasks run: cpu, cuda, cuda:N (not part of the cache keys)", deviceArg, "cpu")
@@ -289,6 +293,7 @@ export function registerRunCommands(program: Command): void {
     .option("--workers <n>", "tasks at once", int, 2)
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .option("--dry-run", "print the task graph and stop")
+    .option("--force", "run into an --out that holds another run (e.g. another --seed's); its files are moved aside")
     .option(
       "--seed <s>",
       "shift every seed of the study by s (models, IRI starts, stitching): another draw of the same demo",

@@ -4,7 +4,8 @@
 // make the same task in one partial folder at once. A second process waits for the holder and
 // then finds the task done (or runs it, if the holder failed). A lock whose holder is gone (a
 // killed process, a cancelled or finished Slurm job) is taken over: a killed job never gets to
-// remove its lock.
+// remove its lock. An experiment's folder has a lock of its own (`<out>/run.lock`,
+// experiments/outdir.ts), which a second run is refused rather than made to wait for.
 import { linkSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { dirname } from "node:path";
@@ -65,7 +66,8 @@ export function describeHolder(h: LockHolder): string {
 
 /**
  * Runs fn holding the lock at `path`, waiting while a live holder has it (polling every
- * `pollMs`; onWait hears of each holder once). The lock is removed when fn ends, thrown or not.
+ * `pollMs`; onWait hears of each holder once, and may throw instead of waiting: that error is
+ * withLock's, and the holder's lock is left alone). The lock is removed when fn ends, thrown or not.
  */
 export async function withLock<T>(
   path: string,
@@ -111,7 +113,13 @@ export async function withLock<T>(
     }
     if (h && !heard.has(h.at + h.pid)) {
       heard.add(h.at + h.pid);
-      onWait(h);
+      try {
+        onWait(h);
+      } catch (e) {
+        // A taker that will not wait (an experiment's --out is refused, not waited for).
+        rmSync(mine, { force: true });
+        throw e;
+      }
     }
     await new Promise((r) => setTimeout(r, h ? pollMs : 50));
   }

@@ -8,6 +8,7 @@ import { disposeDataset, loadDataset } from "../data/index.js";
 import { type Device, requireDevice } from "../torch/index.js";
 import { isDone, partials } from "./cache.js";
 import { recordLocalRun } from "./local.js";
+import { claimOut, withOutLock } from "./outdir.js";
 import { type Plan, planExperiment, type Task } from "./plan.js";
 import { type RunReport, reportRun, summaryFromCache } from "./report.js";
 import { type RunEvent, type RunSummary, runPlan } from "./runner.js";
@@ -95,6 +96,13 @@ export interface ExperimentOptions {
   slurm?: Partial<SlurmOptions>;
   /** slurm: cancel this experiment's queued or running jobs and submit them again. */
   resubmit?: boolean;
+  /**
+   * Run into an --out that holds another experiment's run (experiments/outdir.ts); its files are
+   * moved to out/replaced-<time>/ first. Without it such an --out is refused before any work.
+   */
+  force?: boolean;
+  /** Told where --force moved another experiment's files (default: stderr). */
+  onReplaced?: (message: string) => void;
   /** Shift every seed of the study by this much (models, IRI starts, stitching): another draw of it. */
   seed?: number;
   /** local: called as the tasks start, with those to run (not in the cache). */
@@ -140,30 +148,44 @@ export async function runExperiment(file: string, o: ExperimentOptions): Promise
   // The scale applied (the file's small one when none is named), as env.json and status record it.
   const scale = exp.appliedScale ?? "default";
   const device = o.device ?? "cpu";
+  const out = resolve(o.out);
   if (o.dryRun) {
+    // Told now what the run would be refused for (another experiment's --out); nothing is moved.
+    claimOut(out, plan, Boolean(o.force), false);
     await checkData(exp);
     return { kind: "dry-run", text: dryRun(plan, cache) };
   }
-  if (o.executor === "slurm") {
-    const out = resolve(o.out);
-    const options: SlurmOptions = { ...SLURM_DEFAULTS, ...o.slurm, device };
-    const submission = submitPlan(plan, { file: resolve(file), scale, cache, out, options, resubmit: o.resubmit });
-    if (submission.jobs.length || submission.reused.length) return { kind: "submitted", submission, out };
-    const report = await reportRun(plan, summaryFromCache(plan, cache), cache, out, { scale, device });
-    return { kind: "reported", report, nothingToSubmit: true };
-  }
-  requireDevice(device);
-  // Before any task: `stitchlab status` and `report` read the run from here (experiments/local.ts).
-  recordLocalRun(resolve(o.out), { plan, cache, scale, device });
-  const progress = o.progress?.(plan.tasks.filter((t) => !isDone(cache, t.key)));
-  let summary: RunSummary;
-  try {
-    summary = await runPlan(plan, { cache, workers: o.workers, device, onEvent: progress?.onEvent, signal: o.signal });
-  } catch (e) {
-    if (o.signal?.aborted) throw new RunInterrupted(o.signal.reason, cache, o.out);
-    throw e;
-  } finally {
-    progress?.stop();
-  }
-  return { kind: "reported", report: await reportRun(plan, summary, cache, o.out, { scale, device }) };
+  if (o.executor !== "slurm") requireDevice(device);
+  // The folder is this run's from here to its report (or its submission): another run into it is
+  // refused at once, and so is a folder that holds another experiment's run (unless --force).
+  return withOutLock(out, async () => {
+    const moved = claimOut(out, plan, Boolean(o.force), true);
+    if (moved) (o.onReplaced ?? ((m) => console.error(m)))(moved);
+    if (o.executor === "slurm") {
+      const options: SlurmOptions = { ...SLURM_DEFAULTS, ...o.slurm, device };
+      const submission = submitPlan(plan, { file: resolve(file), scale, cache, out, options, resubmit: o.resubmit });
+      if (submission.jobs.length || submission.reused.length) return { kind: "submitted", submission, out };
+      const report = await reportRun(plan, summaryFromCache(plan, cache), cache, out, { scale, device });
+      return { kind: "reported", report, nothingToSubmit: true };
+    }
+    // Before any task: `stitchlab status` and `report` read the run from here (experiments/local.ts).
+    recordLocalRun(out, { plan, cache, scale, device });
+    const progress = o.progress?.(plan.tasks.filter((t) => !isDone(cache, t.key)));
+    let summary: RunSummary;
+    try {
+      summary = await runPlan(plan, {
+        cache,
+        workers: o.workers,
+        device,
+        onEvent: progress?.onEvent,
+        signal: o.signal,
+      });
+    } catch (e) {
+      if (o.signal?.aborted) throw new RunInterrupted(o.signal.reason, cache, o.out);
+      throw e;
+    } finally {
+      progress?.stop();
+    }
+    return { kind: "reported", report: await reportRun(plan, summary, cache, o.out, { scale, device }) };
+  });
 }

@@ -375,6 +375,104 @@ test("a failed task is reported with its error, its dependants are skipped, inde
   assert.equal(csvRows(join(tmp, "f1", "results.csv")).length, 4, "the other pairs' runs all finished");
 });
 
+// Issue 25, case 12: a run's --out belongs to its experiment (its name and its tasks' keys, which
+// hash every setting). Another experiment, or this one with other settings, would replace its
+// report: refused before any work (the dry run too), unless --force, which keeps the earlier
+// report in a folder of its own. The same experiment reruns into its folder (served from the cache),
+// and one that keeps every task and adds some (a point more) extends it.
+test("run refuses an --out that holds another experiment's run, before any work, unless --force", { skip }, () => {
+  const cache = join(tmp, "cache");
+  const write = (name: string, text: string) => {
+    writeFileSync(join(tmp, name), text);
+    return join(tmp, name);
+  };
+  const tiny = write("tiny.yaml", TINY);
+  const other = write(
+    "other.yaml",
+    TINY.replace("name: tiny", "name: other").replace("[layer1.0, layer4.1]", "[layer1.0]"),
+  );
+  const changed = write("changed.yaml", TINY.replace("steps: 3", "steps: 4"));
+  const grown = write("grown.yaml", TINY.replace("[layer1.0, layer4.1]", "[layer1.0, layer2.1, layer4.1]"));
+  const out = join(tmp, "owned");
+  const first = stitchlab(["run", tiny, "--out", out, "--cache", cache]);
+  assert.equal(first.status, 0, first.stderr);
+  const files = () =>
+    Object.fromEntries(
+      ["results.csv", "plan.json", "run.json", "report.html", join("local", "run.json")].map((f) => [
+        f,
+        readFileSync(join(out, f), "utf8"),
+      ]),
+    );
+  const before = files();
+  for (const [file, why] of [
+    [other, /holds the run of another experiment, "tiny" \(.*plan\.json\); this one is "other"/],
+    [changed, /holds a run of "tiny" with other settings .*: 8 of its 14 tasks are not in this run's plan/],
+  ] as const)
+    for (const dry of [[], ["--dry-run"]]) {
+      const r = stitchlab(["run", file, "--out", out, "--cache", cache, ...dry]);
+      assert.equal(r.status, 1, `${file} ${dry}: ${r.stderr}`);
+      assert.equal(r.stderr.trim().split("\n").length, 1, `one line: ${r.stderr}`);
+      assert.match(r.stderr, why);
+      assert.ok(r.stderr.includes(`--out ${out} `), r.stderr);
+      assert.match(r.stderr, /another --out, or --force/);
+      assert.doesNotMatch(r.stdout, /cached/, "refused before the dry run's graph");
+    }
+  assert.deepEqual(files(), before, "the folder is as it was");
+  const extended = stitchlab(["run", grown, "--out", out, "--cache", cache, "--dry-run"]);
+  assert.equal(extended.status, 0, `every task of the run there and more: ${extended.stderr}`);
+  const again = stitchlab(["run", tiny, "--out", out, "--cache", cache]);
+  assert.equal(again.status, 0, again.stderr);
+  assert.equal(readFileSync(join(out, "results.csv"), "utf8"), before["results.csv"]);
+  const last = files();
+  // --force: the other experiment's report replaces this one's, which is moved aside, not lost.
+  const forced = stitchlab(["run", other, "--out", out, "--cache", cache, "--force"]);
+  assert.equal(forced.status, 0, forced.stderr);
+  assert.equal(JSON.parse(readFileSync(join(out, "plan.json"), "utf8")).experiment.name, "other");
+  assert.equal(csvRows(join(out, "results.csv")).length, 4);
+  const aside = readdirSync(out).filter((f) => f.startsWith("replaced-"));
+  assert.equal(aside.length, 1, readdirSync(out).join(", "));
+  assert.match(forced.stderr, new RegExp(`the run of "tiny" there is moved to .*${aside[0]}`));
+  for (const [f, text] of Object.entries(last)) assert.equal(readFileSync(join(out, aside[0], f), "utf8"), text, f);
+  assert.equal(JSON.parse(readFileSync(join(out, "local", "run.json"), "utf8")).plan.experiment.name, "other");
+});
+
+// Issue 25, case 10: two runs into one --out at once mixed their files (results.csv of one,
+// plan.json of the other). A run holds its --out's lock from before its record to its report; a
+// second run into the same folder is refused at once, naming the holder.
+test("a second run into an --out that a run is using is refused at once; the first's files are all its own", {
+  skip,
+}, async (t) => {
+  const tiny = join(tmp, "tiny.yaml");
+  writeFileSync(tiny, TINY);
+  const other = join(tmp, "other-busy.yaml");
+  writeFileSync(other, TINY.replace("name: tiny", "name: other").replace("[layer1.0, layer4.1]", "[layer1.0]"));
+  const out = join(tmp, "busy");
+  // A cache of its own: the first run trains, so it holds the folder for seconds.
+  const first = spawn(process.execPath, cliCommand("run", tiny, "--out", out, "--cache", join(tmp, "busy-cache")), {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  const ended = new Promise<number | null>((r) => first.on("close", (c) => r(c)));
+  t.after(() => first.exitCode === null && first.kill("SIGKILL"));
+  await waitFor(first, /train a \.\.\./);
+  assert.ok(existsSync(join(out, "local", "run.json")), "recorded before its first task");
+  for (const file of [other, tiny]) {
+    const second = stitchlab(["run", file, "--out", out, "--cache", join(tmp, "busy-cache-2")]);
+    assert.equal(second.status, 1, second.stderr);
+    assert.match(
+      second.stderr,
+      new RegExp(`--out ${out} is in use by another stitchlab run \\(\\S+ pid ${first.pid} since [^)]+\\)`),
+    );
+    assert.equal(second.stderr.trim().split("\n").length, 1, second.stderr);
+  }
+  assert.equal(first.exitCode, null, "refused while the first still ran");
+  assert.equal(await ended, 0);
+  assert.equal(JSON.parse(readFileSync(join(out, "plan.json"), "utf8")).experiment.name, "tiny");
+  assert.equal(JSON.parse(readFileSync(join(out, "local", "run.json"), "utf8")).plan.experiment.name, "tiny");
+  assert.equal(csvRows(join(out, "results.csv")).length, 8);
+  assert.ok(!existsSync(join(tmp, "busy-cache-2")), "the refused runs did nothing");
+  assert.ok(!existsSync(join(out, "run.lock")), "the lock goes with the run");
+});
+
 test("a missing dataset names the path looked at and how to get the data", { skip }, () => {
   const file = join(tmp, "nodata.yaml");
   writeFileSync(file, TINY);

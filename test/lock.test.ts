@@ -2,7 +2,7 @@
 // and the lock goes when the work ends, thrown or not.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -91,4 +91,31 @@ test("a lock naming nobody (empty, from a process killed as it wrote) is taken o
     [],
     "no file of its own left behind",
   );
+});
+
+test("a taker that will not wait (onWait throws) gets its error at once, leaves the holder's lock alone and nothing of its own", async () => {
+  // As `run --out DIR` takes DIR's lock (issue 25, case 10): a second run into the same folder is
+  // refused at once, naming the holder, rather than mixing its files with the first's.
+  const path = join(tmp, "k5.lock");
+  await withLock(path, async () => {
+    const held = readFileSync(path, "utf8");
+    await assert.rejects(
+      withLock(
+        path,
+        async () => assert.fail("ran without the lock"),
+        (h) => {
+          throw new Error(`in use by pid ${h.pid}`);
+        },
+        20,
+      ),
+      new RegExp(`in use by pid ${process.pid}`),
+    );
+    assert.equal(readFileSync(path, "utf8"), held, "the holder's lock is untouched");
+    assert.deepEqual(
+      readdirSync(tmp).filter((f) => f.startsWith("k5")),
+      ["k5.lock"],
+      "the refused taker left no file of its own",
+    );
+  });
+  assert.ok(!existsSync(path));
 });
