@@ -1,10 +1,10 @@
 // `stitchlab import FILE --arch NAME --out DIR`: weights made elsewhere become a stitchlab
 // checkpoint (models/import.ts), so every command and experiment file takes them by path alone.
 import type { Command } from "commander";
-import { importModel } from "../models/import.js";
+import { CHECK_IMAGES, importModel, LOGIT_SPREAD_LIMIT } from "../models/import.js";
 import { modelNames } from "../models/registry.js";
 import { printDone } from "./output.js";
-import { int } from "./parse.js";
+import { int, optional } from "./parse.js";
 import { modelSourceFrom } from "./source.js";
 
 export function registerImportCommand(program: Command): void {
@@ -25,16 +25,27 @@ export function registerImportCommand(program: Command): void {
       "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, none ([0, 1] pixels as they are, as the reference's 32 px models), or '{mean: [...], std: [...]}'",
     )
     .option("--image-size <px>", "the side of the images it was trained on", int)
-    .option("--dataset <name>", "the dataset it was trained on (stitch and iris then default to it)")
+    .option(
+      "--dataset <name>",
+      "the dataset it was trained on: the forward check runs it on that dataset's test images, and stitch and iris then default to it",
+    )
+    .option("--root <path>", "where the dataset's files are (all but fashion-mnist in its Debian place need it)")
+    .option("--check-images <n>", `test images the forward check runs on (default ${CHECK_IMAGES})`, int)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)")
-    .action((file: string, o: Record<string, unknown>) => {
+    .action(async (file: string, o: Record<string, unknown>) => {
       const source = modelSourceFrom(o, null, file);
       if (typeof source === "string") throw new Error("--arch is required");
-      if (source.normalization === undefined && o.dataset === undefined)
+      // Checked on real images: a scale bound means nothing on noise (models/import.ts, LOGIT_SPREAD_LIMIT).
+      if (o.dataset === undefined)
         throw new Error(
-          "give --normalization (the statistics its inputs were normalised with in training) or --dataset (the dataset it was trained on)",
+          "give --dataset (the dataset it was trained on, and --root where its files are): the forward check runs the model on its test images before anything is written",
         );
-      const r = importModel(source, o.out as string, { dataset: o.dataset as string | undefined });
+      const r = await importModel(source, o.out as string, {
+        dataset: o.dataset as string,
+        ...optional("root", o.root as string | undefined),
+        ...optional("checkImages", o.checkImages as number | undefined),
+      });
+      const c = r.check;
       printDone(o, { ...r }, [
         `imported ${r.arch} from ${file}`,
         ...(r.notes.unwrapped.length ? [`  unwrapped: ${r.notes.unwrapped.join("; ")}`] : []),
@@ -42,7 +53,11 @@ export function registerImportCommand(program: Command): void {
           ? [`  read from the weights: ${JSON.stringify(r.notes.inferred)}`]
           : []),
         `  options: ${JSON.stringify(r.options)}`,
-        `  forward check: logits [${r.check.logits.join(", ")}] finite; the checkpoint read back gives the same logits`,
+        `  forward check on ${c.images} ${c.data} images: logits [${c.logits.join(", ")}] finite, spread at most ${c.logitSpread.toFixed(1)} (limit ${LOGIT_SPREAD_LIMIT})`,
+        c.accuracy === null
+          ? `  accuracy: not comparable (the model has ${c.logits[1]} classes, the dataset ${c.classes})`
+          : `  accuracy ${c.accuracy.toFixed(3)} (chance ${(1 / c.classes).toFixed(3)})`,
+        "  the checkpoint read back gives the same logits",
         `  wrote ${r.checkpoint} and its sidecar`,
       ]);
     });

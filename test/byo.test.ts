@@ -131,7 +131,9 @@ test("stitchlab import writes a checkpoint after a forward check, reports the un
   assert.equal(done.event, "done");
   assert.match(done.notes.unwrapped.join("; "), /the 'module\.' prefix \(DataParallel\)/);
   assert.deepEqual(done.notes.inferred, { width: 1, stem: "cifar", numClasses: 10 });
-  assert.deepEqual(done.check, { logits: [2, 10], readBackMaxDiff: 0 });
+  assert.deepEqual(done.check.logits, [256, 10]);
+  assert.equal(done.check.data, "fashion-mnist test");
+  assert.equal(done.check.readBackMaxDiff, 0);
   const meta = JSON.parse(readFileSync(join(out, "model.json"), "utf8"));
   assert.equal(meta.arch, "resnet18");
   assert.equal(meta.dataset, "fashion-mnist");
@@ -157,7 +159,7 @@ test("stitchlab import writes a checkpoint after a forward check, reports the un
   assert.match(again.stderr, /is not empty/);
   const noStats = runCli(["import", file("plain.pt"), "--arch", "resnet18", "--out", file("x")]);
   assert.equal(noStats.status, 1);
-  assert.match(noStats.stderr, /give --normalization/);
+  assert.match(noStats.stderr, /give --dataset/);
   const badOptions = runCli([
     "import",
     file("plain.pt"),
@@ -170,6 +172,61 @@ test("stitchlab import writes a checkpoint after a forward check, reports the un
   ]);
   assert.equal(badOptions.status, 1);
   assert.match(badOptions.stderr, /--options: not YAML or JSON/);
+});
+
+test("import's forward check runs the model on real test images: logits of a sane scale, accuracy recorded; data it cannot read refused first", {
+  skip: skipUnlessFashionMnist(),
+}, () => {
+  // Weights made elsewhere (a plain state dict in a torch.save file), and the same with a head
+  // scaled by 1e4: finite, so the old check (finite logits on two noise images) let them through.
+  torch.manualSeed(0);
+  const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+  const ok = file("tiny.pt");
+  torchSave(ok, m.stateDict());
+  torch.noGrad(() => m.stateDict()["fc.weight"].mul_(1e4));
+  const scaled = file("tiny-scaled.pt");
+  torchSave(scaled, m.stateDict());
+  m.dispose();
+  const args = (from: string, out: string, ...more: string[]) => [
+    "import",
+    from,
+    "--arch",
+    "resnet18",
+    "--out",
+    file(out),
+    "--check-images",
+    "64",
+    ...more,
+  ];
+
+  const good = runCli(args(ok, "tiny-imported", "--dataset", "fashion-mnist"));
+  assert.equal(good.status, 0, good.stderr);
+  const check = JSON.parse(good.stdout).check;
+  assert.equal(check.images, 64);
+  assert.equal(check.data, "fashion-mnist test");
+  assert.ok(check.accuracy >= 0 && check.accuracy <= 1, `accuracy ${check.accuracy}`);
+  assert.ok(check.logitSpread > 0 && check.logitSpread <= 100, `spread ${check.logitSpread}`);
+  assert.equal(check.readBackMaxDiff, 0);
+  const meta = JSON.parse(readFileSync(join(file("tiny-imported"), "model.json"), "utf8"));
+  const { readBackMaxDiff: _, ...recorded } = check;
+  assert.deepEqual(meta.importedFrom.check, recorded, "the sidecar records the check");
+
+  const bad = runCli(args(scaled, "tiny-scaled-imported", "--dataset", "fashion-mnist"));
+  assert.equal(bad.status, 1, bad.stdout);
+  assert.match(
+    bad.stderr,
+    /tiny-scaled\.pt: forward check: on 64 fashion-mnist test images the logits of one image spread over [\d.e+]+ \(the limit is 100\)/,
+  );
+  assert.ok(!existsSync(file("tiny-scaled-imported")), "nothing written");
+
+  // Real images need a dataset, and a dataset that needs a root needs --root: said before any work.
+  const none = runCli(args(ok, "none", "--normalization", "cifar10"));
+  assert.equal(none.status, 1);
+  assert.match(none.stderr, /--dataset/);
+  const noRoot = runCli(args(ok, "no-root", "--dataset", "cifar10"));
+  assert.equal(noRoot.status, 1);
+  assert.match(noRoot.stderr, /dataset 'cifar10' needs a root \(--root\)/);
+  assert.ok(!existsSync(file("no-root")));
 });
 
 test("your own checkpoints from the command line and from an experiment file, end to end; another image size is refused", {

@@ -47,7 +47,8 @@ test("a finished command speaks in words on a terminal and in one JSON line into
   const words = onTerminal(args("a"));
   assert.equal(words.status, 0, words.screen);
   assert.match(words.screen, /imported resnet18 from .*model\.safetensors\n {2}options: \{/);
-  assert.match(words.screen, /forward check: logits \[2, 10\] finite/);
+  assert.match(words.screen, /forward check on 256 fashion-mnist test images: logits \[256, 10\] finite/);
+  assert.match(words.screen, /accuracy 0\.\d{3} \(chance 0\.100\)/);
   assert.doesNotMatch(words.screen, /"event":"done"/);
   const json = onTerminal([...args("b"), "--json"]);
   assert.equal(json.status, 0, json.screen);
