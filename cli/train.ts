@@ -15,6 +15,7 @@ import {
   type TrainConfig,
   trainSettingsSchema,
 } from "../train/config.js";
+import { checkTrainingMemory } from "../train/memory.js";
 import { trainModel } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
@@ -145,6 +146,8 @@ export function registerTrainCommand(program: Command): void {
   computeOptions(cmd, "cpu").action(async (o) => {
     requireDevice(o.device);
     const cfg = trainConfigFromFlags(o);
+    // A model too large for this machine is refused before it is built (issue 25).
+    checkTrainingMemory(cfg, `--model ${cfg.model}`, "--width or --batch-size");
     // A finished model is never overwritten by accident.
     refuseNonEmptyDir(o.out, "--out", Boolean(o.force), "a model trained before");
     const sink = progressSink("train", (f) =>

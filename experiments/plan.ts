@@ -14,6 +14,7 @@ import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import { type IrisConfig, resolveIrisConfig, resolveStitchConfig, type StitchConfig } from "../stitch/config.js";
 import { formatObjective, parseObjective } from "../stitch/objectives.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
+import { checkBuildMemory } from "../train/memory.js";
 import { type TaskKind, taskKey } from "./cache.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
@@ -93,10 +94,14 @@ function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: s
   let m: StitchableModel;
   if (isLoaded(spec)) m = loadCheckpoint({ ...spec, checkpoint: resolve(baseDir, spec.checkpoint) }).model;
   else {
-    m = createModel(spec.arch, {
+    const options = {
       ...(spec.options as ModelOptions),
       ...(spec.width !== undefined ? { width: spec.width } : {}),
-    });
+    };
+    // Not built when its weights alone would not fit (train/memory.ts; training's own need is
+    // checked where the run's device is known: experiments/run.ts).
+    checkBuildMemory(spec.arch, options, "its width");
+    m = createModel(spec.arch, options);
   }
   const points = m.stitchPoints.map((p) => p.name);
   const arch = m.arch;

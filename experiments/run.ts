@@ -6,6 +6,7 @@ import { homedir } from "node:os";
 import { join, resolve } from "node:path";
 import { disposeDataset, loadDataset } from "../data/index.js";
 import { type Device, requireDevice } from "../torch/index.js";
+import { trainingMemoryProblem } from "../train/memory.js";
 import { isDone, partials } from "./cache.js";
 import { recordLocalRun } from "./local.js";
 import { claimOut, withOutLock } from "./outdir.js";
@@ -13,7 +14,7 @@ import { type Plan, planExperiment, type Task } from "./plan.js";
 import { type RunReport, reportRun, summaryFromCache } from "./report.js";
 import { type RunEvent, type RunSummary, runPlan } from "./runner.js";
 import { SLURM_DEFAULTS, type SlurmOptions, type Submission, submitPlan } from "./slurm.js";
-import { type Experiment, readExperiment, shiftSeeds } from "./spec.js";
+import { type Experiment, ExperimentError, readExperiment, shiftSeeds } from "./spec.js";
 
 /** The cache experiments share: --cache, else $STITCHLAB_CACHE, else $XDG_CACHE_HOME/stitchlab (~/.cache/stitchlab). */
 export function defaultCache(): string {
@@ -64,6 +65,23 @@ async function checkData(exp: Experiment): Promise<void> {
     });
     disposeDataset(ds);
   }
+}
+
+/**
+ * Refuses, before any work, an experiment with a model too large to train on this machine
+ * (train/memory.ts), naming each one by its key in the file. Replicates train the same model with
+ * other seeds, so a model's first training task stands for all of its own.
+ */
+function checkTrainingFits(plan: Plan, device: Device, file: string): void {
+  const problems: string[] = [];
+  for (const [name, ref] of Object.entries(plan.models)) {
+    if (!("task" in ref)) continue;
+    const spec = plan.tasks.find((t) => t.key === ref.task)?.spec;
+    if (spec?.kind !== "train") continue;
+    const problem = trainingMemoryProblem({ ...spec.config, device }, "its width or batchSize");
+    if (problem) problems.push(`models.${name}: ${problem}`);
+  }
+  if (problems.length) throw new ExperimentError(file, problems);
 }
 
 /** Points the experiment's dataset (and models' own datasets of the same name) at dir. */
@@ -149,6 +167,8 @@ export async function runExperiment(file: string, o: ExperimentOptions): Promise
   const scale = exp.appliedScale ?? "default";
   const device = o.device ?? "cpu";
   const out = resolve(o.out);
+  // Run here, every model must fit this machine's memory to train; Slurm's jobs run elsewhere.
+  if (o.executor !== "slurm") checkTrainingFits(plan, device, file);
   if (o.dryRun) {
     // Told now what the run would be refused for (another experiment's --out); nothing is moved.
     claimOut(out, plan, Boolean(o.force), false);

@@ -11,7 +11,7 @@ import { kaimingNormalFanOut } from "../nn/init.js";
 import { AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Linear, MaxPool2d, runInOrder, Sequential } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import { type Stage, StitchableModel } from "./stitchable.js";
+import { type ModelSize, type Stage, StitchableModel } from "./stitchable.js";
 
 type Tensor = torch.Tensor;
 
@@ -134,6 +134,64 @@ export const RESNET50: ResNetRecipe = {
   blocks: [3, 4, 6, 3],
   isPoint: (b, n) => b === 0 || b === n - 1,
 };
+
+/**
+ * The size of `new ResNet(recipe, opts)` (ModelSize), from the same widths, strides and sizes as
+ * the constructor: convolutions without bias, batch norms (weight and bias; running mean and
+ * variance and a counter as buffers), the classifier; every conv, batch-norm, ReLU and residual
+ * output as activations.
+ */
+export function resnetSize(recipe: ResNetRecipe, opts: ResNetOptions = {}): ModelSize {
+  const numClasses = opts.numClasses ?? 10;
+  const width = opts.width ?? 1;
+  const imagenet = (opts.stem ?? "cifar") === "imagenet";
+  const imageSize = opts.imageSize ?? (imagenet ? 224 : 32);
+  const widths = [64, 128, 256, 512].map((w) => Math.max(1, Math.round(w * width)));
+  const expansion = recipe.block === "bottleneck" ? Bottleneck.expansion : 1;
+  const half = (s: number) => Math.floor((s - 1) / 2) + 1;
+  let parameters = 0;
+  let buffers = 0;
+  let activations = 0;
+  // A bias-free conv of k x k from cin to cout whose output is size x size, then its batch norm.
+  const convBn = (cin: number, cout: number, k: number, size: number) => {
+    parameters += cin * cout * k * k + 2 * cout;
+    buffers += 2 * cout + 1;
+    activations += 2 * cout * size * size;
+  };
+  let size = imagenet ? half(imageSize) : imageSize;
+  convBn(3, widths[0], imagenet ? 7 : 3, size);
+  activations += widths[0] * size * size; // the stem's ReLU
+  if (imagenet) {
+    size = half(size);
+    activations += widths[0] * size * size; // the max-pool
+  }
+  let inPlanes = widths[0];
+  widths.forEach((planes, li) => {
+    for (let bi = 0; bi < recipe.blocks[li]; bi++) {
+      const stride = bi === 0 && li > 0 ? 2 : 1;
+      const input = bi === 0 ? inPlanes : planes * expansion;
+      const inSize = size;
+      if (stride === 2) size = half(size);
+      const out = planes * expansion;
+      if (recipe.block === "bottleneck") {
+        convBn(input, planes, 1, inSize);
+        convBn(planes, planes, 3, size);
+        convBn(planes, out, 1, size);
+        activations += planes * inSize * inSize + planes * size * size; // two ReLUs
+      } else {
+        convBn(input, planes, 3, size);
+        convBn(planes, planes, 3, size);
+        activations += planes * size * size; // the ReLU between them
+      }
+      if (stride !== 1 || input !== out) convBn(input, out, 1, size);
+      activations += 2 * out * size * size; // the residual sum and its ReLU
+    }
+    inPlanes = planes * expansion;
+  });
+  parameters += widths[3] * expansion * numClasses + numClasses;
+  activations += widths[3] * expansion + numClasses;
+  return { parameters, buffers, activations };
+}
 
 export class ResNet extends StitchableModel {
   readonly arch: string;

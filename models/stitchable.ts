@@ -180,3 +180,16 @@ export function checkInputSize(model: StitchableModel, shape: number[], what: st
       `${what} model (${model.arch}) takes ${side} x ${side} images, and the data are ${h} x ${w}: use data of that size (image folders: imageSize / --image-size ${side}), or give the model's imageSize if it was trained on ${h} px images`,
     );
 }
+
+/**
+ * What a model is made of, counted from its recipe without building it (so that a model too
+ * large for the machine is refused before a byte of it is allocated: train/memory.ts).
+ * `parameters` and `buffers` are exact (tested against built models); `activations` is the
+ * number of floats of every intermediate output one image's forward pass makes (the maps that
+ * training keeps for the backward pass are most of them), an estimate.
+ */
+export interface ModelSize {
+  parameters: number;
+  buffers: number;
+  activations: number;
+}

@@ -22,7 +22,7 @@ import {
 } from "../nn/layers.js";
 import type { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import { type Stage, StitchableModel } from "./stitchable.js";
+import { type ModelSize, type Stage, StitchableModel } from "./stitchable.js";
 
 type Tensor = torch.Tensor;
 
@@ -62,6 +62,40 @@ function initLikeTorchvision(features: Module[], classifier: Module[]): void {
       if (m instanceof Conv2d) init(m, Math.sqrt(2 / (m.outChannels * m.kernelSize * m.kernelSize)));
     for (const m of classifier) if (m instanceof Linear) init(m, 0.01);
   });
+}
+
+/**
+ * The size of `new Vgg16Bn(opts)` (ModelSize), from the same configuration as the constructor:
+ * convolutions with bias, batch norms, the classifier; every conv, batch-norm, ReLU and max-pool
+ * output (a max-pool's indices too, int64: two floats each), the pool and the classifier's
+ * outputs as activations.
+ */
+export function vggSize(opts: VggOptions = {}): ModelSize {
+  const width = opts.width ?? 1;
+  const numClasses = opts.numClasses ?? 10;
+  const scaled = (v: number) => Math.max(1, Math.round(v * width));
+  let parameters = 0;
+  let buffers = 0;
+  let activations = 0;
+  let inCh = 3;
+  let size = opts.imageSize ?? 32;
+  for (const v of CFG) {
+    if (v === "M") {
+      size = Math.floor(size / 2);
+      activations += 3 * inCh * size * size;
+    } else {
+      const out = scaled(v);
+      parameters += inCh * out * 9 + out + 2 * out;
+      buffers += 2 * out + 1;
+      activations += 3 * out * size * size;
+      inCh = out;
+    }
+  }
+  const hidden = scaled(HIDDEN);
+  const pooled = inCh * POOL * POOL;
+  parameters += pooled * hidden + hidden + hidden * hidden + hidden + hidden * numClasses + numClasses;
+  activations += pooled + 6 * hidden + numClasses;
+  return { parameters, buffers, activations };
 }
 
 export class Vgg16Bn extends StitchableModel {

@@ -11,7 +11,7 @@ import { truncNormal } from "../nn/init.js";
 import { Conv2d, GELU, LayerNorm, Linear, Sequential } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import { type Stage, StitchableModel } from "./stitchable.js";
+import { type ModelSize, type Stage, StitchableModel } from "./stitchable.js";
 
 type Tensor = torch.Tensor;
 
@@ -70,6 +70,28 @@ class PatchEmbed extends Module {
   forward(x: Tensor): Tensor {
     return this.proj.forward(x).flatten(2).transpose(1, 2);
   }
+}
+
+/**
+ * The size of `new VisionTransformer(arch, opts)` (ModelSize), with the constructor's defaults:
+ * the patch embedding, class token and position embedding, the blocks (two LayerNorms, qkv and
+ * proj, the MLP), the final norm and the head. Activations per block: the norms, qkv, its
+ * heads, the attention scores and their softmax (heads x tokens^2 each), the attention output,
+ * proj, the MLP's hidden layer before and after GELU, and the two residual sums.
+ */
+export function vitSize(opts: VitOptions = {}): ModelSize {
+  const d = opts.embedDim ?? 192;
+  const depth = opts.depth ?? 12;
+  const heads = opts.numHeads ?? 3;
+  const patch = opts.patchSize ?? 4;
+  const numClasses = opts.numClasses ?? 10;
+  const hidden = Math.round(d * (opts.mlpRatio ?? 4));
+  const tokens = Math.floor((opts.imageSize ?? 32) / patch) ** 2 + 1;
+  const linear = (i: number, o: number) => i * o + o;
+  const block = 4 * d + linear(d, 3 * d) + linear(d, d) + linear(d, hidden) + linear(hidden, d);
+  const parameters = 3 * patch * patch * d + d + d + tokens * d + depth * block + 2 * d + linear(d, numClasses);
+  const perBlock = tokens * (12 * d + 2 * hidden) + 2 * heads * tokens * tokens;
+  return { parameters, buffers: 0, activations: 3 * tokens * d + depth * perBlock + d + numClasses };
 }
 
 export class VisionTransformer extends StitchableModel {

@@ -2,9 +2,18 @@
 // training steps keep resident memory flat, with scopes (tidy) and without (finalisers, driven
 // by the external-memory accounting of the addon).
 import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
+import { createModel, type ModelOptions, modelSize } from "../models/registry.js";
+import { SGD } from "../nn/optim.js";
 import * as torch from "../torch/index.js";
+import { trainConfig } from "../train/config.js";
+import { checkTrainingMemory, trainingMemory } from "../train/memory.js";
+import { runCli } from "./helpers/cli.js";
 import { settledMemory } from "./helpers/memory.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
 const MB = 1024 * 1024;
 
@@ -203,4 +212,125 @@ test("native bytes are reported once per storage, views included", () => {
   assert.ok(near(settledMemory().accountedBytes - before, MB4), "the view keeps the storage alive");
   v.dispose();
   assert.ok(near(settledMemory().accountedBytes - before, 0), "freed with its last handle");
+});
+
+// Issue 25, case 13: `train --width 64` (then the schema's maximum) allocated for half a minute,
+// printing nothing, until it was killed at 9.6 GB. The memory a model needs to train is estimated
+// from its recipe before it is built (train/memory.ts), and what cannot fit is refused with the
+// estimate; the width's bound is one a model can mean (16).
+
+test("a model's size is counted from its recipe without building it: parameters and buffers exactly", () => {
+  const cases: [string, ModelOptions][] = [
+    ["resnet18", { width: 0.0625 }],
+    ["resnet18", { width: 0.3, stem: "imagenet", imageSize: 64, numClasses: 7 }],
+    ["resnet50", { width: 0.125 }],
+    ["vgg16_bn", { width: 0.1, imageSize: 64 }],
+    ["vit_tiny_patch4_32", { depth: 2 }],
+    ["vit_tiny_patch16_224", { depth: 1, numClasses: 100 }],
+  ];
+  const numel = (ts: [string, torch.Tensor][]) => ts.reduce((n, [, t]) => n + t.shape.reduce((a, b) => a * b, 1), 0);
+  for (const [name, options] of cases) {
+    const m = createModel(name, options);
+    const size = modelSize(name, options);
+    assert.equal(size.parameters, numel(m.namedParameters()), `${name} ${JSON.stringify(options)} parameters`);
+    assert.equal(size.buffers, numel(m.namedBuffers()), `${name} ${JSON.stringify(options)} buffers`);
+    m.dispose();
+  }
+  // The width that was the bound: ResNet-18 at 64 holds 46 billion parameters (172 GB of weights).
+  assert.ok(modelSize("resnet18", { width: 64 }).parameters > 4e10);
+});
+
+test("the training memory estimate is the memory training takes, to within a factor of two (measured)", (t) => {
+  // ResNet-18 at width 1/4, batch 64 of 32 px images, SGD with Nesterov momentum, as the trainer.
+  const batch = 64;
+  const options: ModelOptions = { width: 0.25, numClasses: 10, imageSize: 32 };
+  const x = torch.keep(torch.randn([batch, 3, 32, 32]));
+  const y = torch.keep(torch.randint(0, 10, [batch]));
+  settledMemory();
+  const base = process.memoryUsage().rss;
+  let peak = base;
+  const model = createModel("resnet18", options);
+  model.train();
+  const opt = new SGD(model.parameters(), { lr: 0.01, momentum: 0.9, nesterov: true, weightDecay: 1e-4 });
+  for (let i = 0; i < 3; i++)
+    torch.tidy(() => {
+      const loss = torch.crossEntropy(model.forward(x), y);
+      peak = Math.max(peak, process.memoryUsage().rss);
+      loss.backward();
+      peak = Math.max(peak, process.memoryUsage().rss);
+      opt.step();
+      peak = Math.max(peak, process.memoryUsage().rss);
+      opt.zeroGrad();
+    });
+  opt.dispose();
+  model.dispose();
+  torch.dispose([x, y]);
+  const measured = peak - base;
+  const estimate = trainingMemory("resnet18", options, batch).bytes;
+  t.diagnostic(`measured ${(measured / MB).toFixed(0)} MB, estimated ${(estimate / MB).toFixed(0)} MB`);
+  assert.ok(measured > 50 * MB, `the measurement saw the work (${(measured / MB).toFixed(0)} MB)`);
+  assert.ok(estimate > measured / 2 && estimate < measured * 2, `${estimate / MB} MB vs ${measured / MB} MB`);
+});
+
+test("training that cannot fit the machine's memory is refused before the model is built, with the estimate", () => {
+  const machine = { total: 8 * 2 ** 30, available: 4 * 2 ** 30 };
+  const cfg = trainConfig({ arch: "resnet18", width: 16 }, { dataset: "fashion-mnist" });
+  assert.throws(
+    () => checkTrainingMemory(cfg, "--model resnet18", "--width or --batch-size", machine),
+    (e: Error) =>
+      /^--model resnet18: resnet18 at width 16 needs about \d+ GB to train with batch size 128 \(2\.9 billion parameters: \d+ GB of weights, \d+ GB of gradients and SGD momentum; [\d.]+ GB of activations for a batch\); this machine has 4\.0 GB free of 8\.0 GB: lower --width or --batch-size$/.test(
+        e.message,
+      ) || assert.fail(e.message),
+  );
+  // What fits passes; on a GPU only the weights are this machine's to hold.
+  checkTrainingMemory(trainConfig({ arch: "resnet18", width: 0.5 }, { dataset: "fashion-mnist" }), "x", "y", machine);
+  const big = trainConfig({ arch: "resnet18", width: 4, batchSize: 4096 }, { dataset: "fashion-mnist" });
+  assert.throws(() => checkTrainingMemory(big, "x", "y", machine), /needs about \d+ GB to train/);
+  checkTrainingMemory({ ...big, device: "cuda" }, "x", "y", machine);
+  // The bound: 64 meant 46 billion parameters, far beyond any machine.
+  assert.throws(() => trainConfig({ arch: "resnet18", width: 64 }, { dataset: "fashion-mnist" }), /at most 16/);
+});
+
+test("train and run refuse at once, before any work, a model too large for this machine (and a width above 16)", {
+  skip: skipUnlessFashionMnist(),
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-memory-"));
+  try {
+    // 65,536 images of ResNet-50 at width 16 a step: terabytes on any machine. Before the check it
+    // started building 6 billion parameters; the timeout ends that.
+    const out = join(dir, "out");
+    const flags = ["--model", "resnet50", "--dataset", "fashion-mnist", "--out", out];
+    const huge = runCli(["train", ...flags, "--width", "16", "--batch-size", "65536"], { timeout: 30_000 });
+    assert.equal(huge.status, 1, `${huge.signal ?? ""} ${huge.stderr}`);
+    assert.match(
+      huge.stderr,
+      /^stitchlab: --model resnet50: resnet50 at width 16 needs about \d+ GB to train with batch size 65536 .*; this machine has [\d.]+ GB free of [\d.]+ GB: lower --width or --batch-size\n$/,
+    );
+    assert.ok(!existsSync(out), "nothing written");
+    const wide = runCli(["train", ...flags, "--width", "64"], { timeout: 30_000 });
+    assert.equal(wide.status, 1, `${wide.signal ?? ""} ${wide.stderr}`);
+    assert.match(wide.stderr, /--width: at most 16/);
+    // In an experiment file: refused by the plan (the dry run too), naming the model.
+    const file = join(dir, "big.yaml");
+    writeFileSync(
+      file,
+      [
+        "name: big",
+        "dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }",
+        "models:",
+        "  a: { arch: resnet18, width: 0.0625, epochs: 1 }",
+        "  b: { arch: resnet50, width: 16, epochs: 1, batchSize: 65536 }",
+        "pairs: [{ front: b, back: a, relation: cross-seed }]",
+        "points: [layer1.0]",
+      ].join("\n"),
+    );
+    const run = runCli(["run", file, "--out", join(dir, "run"), "--cache", join(dir, "cache"), "--dry-run"], {
+      timeout: 30_000,
+    });
+    assert.equal(run.status, 1, `${run.signal ?? ""} ${run.stderr}`);
+    assert.match(run.stderr, /big\.yaml: 1 problem:\n {2}models\.b: resnet50 at width 16 needs about \d+ GB/);
+    assert.ok(!existsSync(join(dir, "cache")) && !existsSync(join(dir, "run")), "nothing written");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

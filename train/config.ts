@@ -118,7 +118,14 @@ export const trainSettingsSchema = z
   .object({
     arch: z.enum(modelNames() as [string, ...string[]]).describe("zoo model (`stitchlab layers` lists them)"),
     // Upper bounds catch typos (1e12 epochs ran until killed); each is far above any paper setting.
-    width: z.number().positive().max(64, "at most 64").optional().describe("width multiplier (CNNs)"),
+    // 64 meant 46 billion parameters for ResNet-18 (issue 25); at 16 it has 2.9 billion, and
+    // wide ResNets use 10. Whether a width fits this machine is train/memory.ts's check.
+    width: z
+      .number()
+      .positive()
+      .max(16, "at most 16 (ResNet-18 at 16 has 2.9 billion parameters)")
+      .optional()
+      .describe("width multiplier (CNNs)"),
     options: z.record(z.string(), z.unknown()).optional().describe("other createModel options"),
     seed: seedSchema.default(0).describe("seed of initialisation, order, augmentation and markers"),
     epochs: z

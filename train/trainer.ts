@@ -28,6 +28,7 @@ import { stepSchedule } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 import { PGD_DEFAULTS, ROBUST_EVAL_DEFAULTS, type TrainConfig } from "./config.js";
 import { evaluate, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
+import { checkTrainingMemory } from "./memory.js";
 import { pgdAttack } from "./pgd.js";
 import { pretrainSimclr } from "./simclr.js";
 
@@ -61,6 +62,8 @@ export async function trainModel(
   outDir: string,
   onProgress: (p: TrainProgress) => void = () => {},
 ): Promise<TrainResult> {
+  // Before anything is read, written or built: a model too large for this machine (train/memory.ts).
+  checkTrainingMemory(cfg, `training ${cfg.model}`, "the width or the batch size");
   mkdirSync(outDir, { recursive: true });
   writeFileAtomic(join(outDir, "config.json"), [`${JSON.stringify(cfg, null, 2)}\n`]);
   const norm = normalizationFor(cfg.dataset);
