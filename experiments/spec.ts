@@ -200,12 +200,42 @@ export function parseExperiment(text: string, file: string, scale?: string): Exp
   if (!r.success)
     throw new ExperimentError(
       file,
-      r.error.issues.map((i) => {
-        const missing = /expected (.+), received undefined/.exec(i.message);
-        return `${formatPath(i.path)}: ${missing ? `missing (expected ${missing[1]})` : i.message}`;
-      }),
+      r.error.issues.flatMap((i) => issueLines(i, merged)),
     );
   return chosen ? { ...r.data, appliedScale: chosen } : r.data;
+}
+
+/** The value at a zod path in the parsed file (undefined where there is none). */
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let v = root;
+  for (const k of path) v = isObject(v) || Array.isArray(v) ? (v as Record<PropertyKey, unknown>)[k] : undefined;
+  return v;
+}
+
+type Issue = z.core.$ZodIssue;
+
+/**
+ * An issue as lines `path: message`. A union that matched no alternative (zod's bare "Invalid
+ * input") is reported as the alternative the value meant, with its own paths: a model entry is
+ * loaded when it names a checkpoint and trained otherwise (so a string epochs is
+ * `models.a.epochs`, not `models.a: Invalid input`); elsewhere, the alternative with the fewest
+ * problems.
+ */
+function issueLines(issue: Issue, root: unknown): string[] {
+  if (issue.code === "invalid_union" && issue.errors.length) {
+    const value = valueAt(root, issue.path);
+    const modelEntry = issue.path.length === 2 && issue.path[0] === "models" && issue.errors.length === 2;
+    const branch = modelEntry
+      ? issue.errors[isObject(value) && "checkpoint" in value ? 1 : 0]
+      : issue.errors.reduce((a, b) => (b.length < a.length ? b : a));
+    return branch.flatMap((sub) => issueLines({ ...sub, path: [...issue.path, ...sub.path] } as Issue, root));
+  }
+  const missing = /expected (.+), received undefined/.exec(issue.message);
+  if (missing) return [`${formatPath(issue.path)}: missing (expected ${missing[1]})`];
+  // A missing key of a fixed set of values: zod says "Invalid option", not what is missing.
+  if (issue.code === "invalid_value" && valueAt(root, issue.path) === undefined)
+    return [`${formatPath(issue.path)}: missing (expected one of ${issue.values.map(String).join(", ")})`];
+  return [`${formatPath(issue.path)}: ${issue.message}`];
 }
 
 /**

@@ -82,6 +82,24 @@ test("a wrong experiment file gives one error per problem, each with its path in
   );
 });
 
+test("a model entry's wrong field is named by its path (models.a.epochs), not as the whole entry's \"Invalid input\"", () => {
+  // A model is trained (arch, ...) or loaded (checkpoint): its problems are those of the kind it is.
+  const entry = "a: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }";
+  const as = (replacement: string) => problems(TINY.replace(entry, `a: ${replacement}`));
+  assert.deepEqual(as('{ arch: resnet18, width: 0.0625, seed: 0, epochs: "3" }'), [
+    "models.a.epochs: Invalid input: expected number, received string",
+  ]);
+  assert.deepEqual(as("{ arch: resnet18, width: 0.0625, seed: 0, epochs: 1, lr: .nan }"), [
+    "models.a.lr: Invalid input: expected number, received NaN",
+  ]);
+  assert.deepEqual(as("{ arch: resnet18, widht: 0.5 }"), ['models.a: Unrecognized key: "widht"']);
+  assert.deepEqual(as("{ checkpoint: 3 }"), ["models.a.checkpoint: Invalid input: expected string, received number"]);
+  assert.deepEqual(as("{ checkpoint: a.safetensors, epochs: 3 }"), ['models.a: Unrecognized key: "epochs"']);
+  assert.deepEqual(as("{ width: 0.5 }"), [
+    "models.a.arch: missing (expected one of resnet18, resnet50, vgg16_bn, vit_tiny_patch4_32, vit_base_patch16_224, vit_small_patch16_224, vit_tiny_patch16_224)",
+  ]);
+});
+
 test("task keys hash settings and inputs, not names or paths; scales merge over the file", () => {
   const plan = (text: string) => planExperiment(parseExperiment(text, "exp.yaml"), join(tmp, "exp.yaml"));
   const base = plan(TINY);
