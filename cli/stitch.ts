@@ -15,6 +15,7 @@ import {
   stitchSettingsSchema,
 } from "../stitch/config.js";
 import { runStitch } from "../stitch/jobs.js";
+import { parseObjective } from "../stitch/objectives.js";
 import { BN_MODES } from "../stitch/train.js";
 import type { Device } from "../torch/index.js";
 import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../train/config.js";
@@ -44,6 +45,12 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
   needs(o, "robustEval", ROBUST_FLAGS, "these are for the robust evaluation: add --robust-eval");
   if (o.eps !== undefined && !o.adversarial && !o.robustEval)
     throw new Error("--eps is the radius of --adversarial stitching and of --robust-eval: add one of them");
+  // Named by its flag, and before any model file is read.
+  try {
+    parseObjective(o.objective as string);
+  } catch (e) {
+    throw new Error(`--objective: ${(e as Error).message}`);
+  }
   const mode = oneOf("--mode", STITCH_MODES, stitchModeOf(o.mode as string)) as StitchMode;
   const bnMode = oneOf("--bn-mode", BN_MODES, o.bnMode as string | undefined);
   const settings = checkedFlags(

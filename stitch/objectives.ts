@@ -31,7 +31,8 @@ export function parseObjective(spec: string): ObjectiveWeights {
     if (!(OBJECTIVES as readonly string[]).includes(name))
       throw new Error(`unknown objective '${name}'; objectives: ${OBJECTIVES.join(", ")} (weighted: hlm:1,fula:0.5)`);
     const v = weight === undefined ? 1 : Number(weight);
-    if (!Number.isFinite(v) || v < 0) throw new Error(`objective weight '${weight}' is not a non-negative number`);
+    if (!Number.isFinite(v) || v < 0)
+      throw new Error(`objective weight '${weight}' of ${name} is not a non-negative number`);
     w[name as Objective] = v;
   }
   return w;

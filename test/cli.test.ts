@@ -216,3 +216,25 @@ test("stitch refuses an --out that holds an earlier stitch, before any work, unl
     rmSync(out, { recursive: true, force: true });
   }
 });
+
+test("an unknown objective or weight names the flag (--objective), before any file is read", () => {
+  const args = ["stitch", "--front", "f.safetensors", "--back", "b.safetensors", "--point", "layer1.0"];
+  for (const [objective, message] of [
+    ["xyz", "--objective: unknown objective 'xyz'; objectives: hlm, slm, dm, fula (weighted: hlm:1,fula:0.5)"],
+    ["slm:x", "--objective: objective weight 'x' of slm is not a non-negative number"],
+  ]) {
+    const r = runCli([
+      ...args,
+      "--objective",
+      objective,
+      "--mode",
+      "standard",
+      "--dataset",
+      "fashion-mnist",
+      "--out",
+      "o",
+    ]);
+    assert.equal(r.status, 1);
+    assert.equal(r.stderr, `stitchlab: ${message}\n`);
+  }
+});
