@@ -17,24 +17,32 @@ import {
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-/** Writes chunks to path atomically: a temporary sibling file, fsync, then rename. */
+/**
+ * Writes chunks to path atomically: a temporary sibling file, fsync, then rename. A failure (a
+ * full disk's ENOSPC, a read-only file system) names `path` and keeps its code; the file that
+ * was there is left whole, and the temporary one is removed.
+ */
 export function writeFileAtomic(path: string, chunks: (Uint8Array | string)[]): void {
   const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now()}.tmp`);
-  const fd = openSync(tmp, "w");
+  let fd: number | undefined;
   try {
+    fd = openSync(tmp, "w");
     for (const c of chunks) {
       const b = typeof c === "string" ? Buffer.from(c) : c;
       let off = 0;
       while (off < b.byteLength) off += writeSync(fd, b, off, b.byteLength - off);
     }
     fsyncSync(fd);
-  } catch (e) {
     closeSync(fd);
+    fd = undefined;
+    renameSync(tmp, path);
+  } catch (e) {
+    if (fd !== undefined) closeSync(fd);
     rmSync(tmp, { force: true });
-    throw e;
+    // Node's own message names the syscall but not the file ("ENOSPC: no space left on device, write").
+    const code = (e as NodeJS.ErrnoException).code;
+    throw Object.assign(new Error(`cannot write ${path}: ${(e as Error).message}`), code ? { code } : {});
   }
-  closeSync(fd);
-  renameSync(tmp, path);
 }
 
 /** The repository root: the folder with native/binding.gyp above this file, in src (io/) and in dist (dist/io/). */

@@ -1,11 +1,13 @@
 // Bad input gives one clear Error naming what went wrong and where, and the process goes on.
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import fs, { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { syncBuiltinESMExports } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { test } from "node:test";
+import { mock, test } from "node:test";
 import { planExperiment } from "../experiments/plan.js";
 import { readExperiment } from "../experiments/spec.js";
+import { writeFileAtomic } from "../io/files.js";
 import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import { torchLoad } from "../io/torchsave.js";
 import { AgreementMeter } from "../metrics/agreement.js";
@@ -195,4 +197,28 @@ test("non-finite logits are never scored: the meter names the model", () => {
   const ok = new AgreementMeter();
   ok.update(fine, fine, labels);
   assert.equal(ok.result().agreementProbability, 1);
+});
+
+test("a full disk (ENOSPC) names the file being written, and the earlier file is kept whole", () => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-enospc-"));
+  const path = join(dir, "results.csv");
+  writeFileSync(path, "the earlier results\n");
+  // The disk fills up during the write: every write(2) fails as a full file system's does.
+  mock.method(fs, "writeSync", () => {
+    throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC", syscall: "write" });
+  });
+  syncBuiltinESMExports();
+  try {
+    assert.throws(
+      () => writeFileAtomic(path, ["new results\n"]),
+      (e: NodeJS.ErrnoException) =>
+        e.message === `cannot write ${path}: ENOSPC: no space left on device, write` && e.code === "ENOSPC",
+    );
+  } finally {
+    mock.restoreAll();
+    syncBuiltinESMExports();
+  }
+  assert.equal(readFileSync(path, "utf8"), "the earlier results\n");
+  assert.deepEqual(readdirSync(dir), ["results.csv"], "no temporary file left");
+  rmSync(dir, { recursive: true, force: true });
 });
