@@ -1,8 +1,9 @@
 // A local run's record, so that `stitchlab status DIR` and `stitchlab report DIR` work on local
 // runs as on Slurm ones: `stitchlab run` writes <out>/local/run.json (the plan, the cache, the
 // scale, the device) before any task starts, and every task's state is then read from the cache:
-// done (its folder), running (a live holder of its lock), failed (the failure it recorded), or
-// missing (not run: the run was stopped, or a task it needs failed).
+// done (its folder), running (a live holder of its lock), failed (the failure it recorded, or a
+// lock whose holder was killed under way), or missing (not run: the run was stopped, or a task it
+// needs failed).
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { readJsonFile, writeFileAtomic } from "../io/files.js";
@@ -50,6 +51,14 @@ export function localStatus(run: LocalRun): LocalTaskReport[] {
     if (holder && holderAlive(holder)) return { ...base, status: "running", detail: describeHolder(holder) };
     const failure = readFailure(run.cache, t.key);
     if (failure) return { ...base, status: "failed", detail: failure.error };
+    // A lock whose holder is gone: the task was under way when its process was killed outright
+    // (a process that ends otherwise removes its lock, or records its error).
+    if (holder)
+      return {
+        ...base,
+        status: "failed",
+        detail: `its process (${describeHolder(holder)}) ended without finishing it or recording an error: killed (SIGKILL, or the kernel's out-of-memory killer)`,
+      };
     return { ...base, status: "missing", detail: null };
   });
 }

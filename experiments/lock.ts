@@ -123,11 +123,18 @@ export async function withLock<T>(
     }
     await new Promise((r) => setTimeout(r, h ? pollMs : 50));
   }
+  // Ours unless it was broken as stale meanwhile (then whoever holds it now keeps it).
+  const release = () => {
+    const h = readHolder(path);
+    if (h && h.pid === me.pid && h.at === me.at && h.host === me.host) rmSync(path, { force: true });
+  };
+  // A process that exits while fn runs (process.exit after Ctrl-C) lets go too; only one killed
+  // outright leaves its lock, which then says that its work was cut short (`stitchlab status`).
+  process.on("exit", release);
   try {
     return await fn();
   } finally {
-    // Ours unless it was broken as stale meanwhile (then whoever holds it now keeps it).
-    const h = readHolder(path);
-    if (h && h.pid === me.pid && h.at === me.at && h.host === me.host) rmSync(path, { force: true });
+    process.removeListener("exit", release);
+    release();
   }
 }

@@ -4,9 +4,11 @@
 // Stopped (RunOptions.signal), it ends its worker processes before it returns, so that none is
 // left holding a task's lock for the next run to wait on.
 import { type ChildProcess, spawn } from "node:child_process";
-import { availableParallelism } from "node:os";
+import { rmSync } from "node:fs";
+import { availableParallelism, hostname } from "node:os";
 import type { Device } from "../torch/index.js";
-import { isDone, saveTasks } from "./cache.js";
+import { isDone, lockPath, recordFailure, saveTasks } from "./cache.js";
+import { readHolder } from "./lock.js";
 import type { Plan, Task } from "./plan.js";
 import { runTask, taskCommand } from "./tasks.js";
 
@@ -120,12 +122,33 @@ export function progressFields(line: string): Record<string, number | string> | 
   return parsed as Record<string, number | string>;
 }
 
+/** A worker ended by a signal: it never got to record its failure, so the runner records it. */
+class WorkerKilled extends Error {
+  constructor(readonly signal: NodeJS.Signals) {
+    super(`killed by ${signal}${signal === "SIGKILL" ? " (by hand, or by the kernel's out-of-memory killer)" : ""}`);
+  }
+}
+
+/**
+ * Removes the locks of the tasks whose workers a stopped run ended (theirs, by pid), once they
+ * have ended: a stopped task is not run, not failed (`stitchlab status` reads a lock whose holder
+ * is gone as a task killed under way).
+ */
+function releaseStopped(cache: string, stopped: Map<ChildProcess, string>): void {
+  for (const [child, key] of stopped) {
+    const path = lockPath(cache, key);
+    const h = readHolder(path);
+    if (h && h.pid === child.pid && h.host === hostname()) rmSync(path, { force: true });
+  }
+}
+
 function runChild(
   cache: string,
   task: Task,
   threads: number,
   device: Device,
   workers: Workers,
+  taskOf: Map<ChildProcess, string>,
   onLine: (line: string) => void,
 ): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -138,11 +161,13 @@ function runChild(
       stdio: ["ignore", "pipe", "pipe"],
       detached: true,
     });
+    taskOf.set(child, task.key);
     workers.set(
       child,
       new Promise((r) =>
         child.on("close", () => {
           workers.delete(child);
+          taskOf.delete(child);
           r();
         }),
       ),
@@ -159,13 +184,17 @@ function runChild(
     child.on("error", (e) => {
       // Not started (no 'close' follows): nothing to wait for.
       workers.delete(child);
+      taskOf.delete(child);
       reject(e);
     });
     child.on("close", (code, signal) => {
       if (code === 0) resolve();
+      else if (signal)
+        // Killed: whatever it printed last is not why (a worker killed outright records nothing).
+        reject(new WorkerKilled(signal));
       else {
         const last = err.trim().split("\n").pop() ?? "";
-        reject(new Error(last.replace(/^stitchlab: /, "") || `exited with ${signal ?? code}`));
+        reject(new Error(last.replace(/^stitchlab: /, "") || `exited with ${code}`));
       }
     });
   });
@@ -189,6 +218,8 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
   const pending = plan.tasks.filter((t) => !states[t.key]);
   const running = new Set<Promise<void>>();
   const children: Workers = new Map();
+  /** The task each running worker makes. */
+  const taskOf = new Map<ChildProcess, string>();
   const threads = Math.max(1, Math.floor(availableParallelism() / workers));
   const stopped = new Promise<void>((r) => signal?.addEventListener("abort", () => r(), { once: true }));
   while (pending.length || running.size) {
@@ -214,7 +245,7 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
           if (workers === 1)
             await runTask(cache, t, (fields) => emit({ kind: "progress", task: t, index: n, total, fields }), device);
           else
-            await runChild(cache, t, threads, device, children, (line) => {
+            await runChild(cache, t, threads, device, children, taskOf, (line) => {
               const fields = progressFields(line);
               if (fields) emit({ kind: "progress", task: t, index: n, total, fields });
             });
@@ -225,6 +256,8 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
           if (signal?.aborted) return;
           states[t.key] = "failed";
           errors[t.key] = (e as Error).message;
+          // For `stitchlab status`, which otherwise would find no failure and call it missing.
+          if (e instanceof WorkerKilled) recordFailure(cache, t.key, errors[t.key]);
           emit({ kind: "failed", task: t, index: n, total, error: errors[t.key] });
         }
       })();
@@ -241,7 +274,9 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
       }
     }
     if (signal?.aborted) {
+      const stopped = new Map(taskOf);
       await stopWorkers(children);
+      releaseStopped(cache, stopped);
       signal.throwIfAborted();
     }
   }

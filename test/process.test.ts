@@ -175,16 +175,16 @@ function killAll(cache: string): void {
 async function runningWithTwoWorkers(
   t: TestContext,
   name: string,
-): Promise<{ parent: ChildProcess; cache: string; err: () => string }> {
+): Promise<{ parent: ChildProcess; cache: string; out: string; err: () => string }> {
   const file = join(tmp, "slow.yaml");
   writeFileSync(file, SLOW);
   const cache = join(tmp, `${name}-cache`);
   t.after(() => killAll(cache));
-  const parent = spawn(
-    process.execPath,
-    cliCommand("run", file, "--out", join(tmp, `${name}-out`), "--cache", cache, "--workers", "2"),
-    { cwd: tmp, stdio: ["ignore", "ignore", "pipe"] },
-  );
+  const out = join(tmp, `${name}-out`);
+  const parent = spawn(process.execPath, cliCommand("run", file, "--out", out, "--cache", cache, "--workers", "2"), {
+    cwd: tmp,
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   let err = "";
   parent.stderr?.setEncoding("utf8").on("data", (d: string) => {
     err += d;
@@ -199,14 +199,18 @@ async function runningWithTwoWorkers(
     },
     120_000,
   );
-  return { parent, cache, err: () => err };
+  return { parent, cache, out, err: () => err };
 }
 
-/** No process names the cache any more, and no lock has a live holder: a rerun takes each at once. */
-async function nothingLeft(cache: string, parentPid: number): Promise<void> {
+/**
+ * No process names the cache any more, and no lock has a live holder: a rerun takes each at once.
+ * `left`: the locks still there (a run stopped by a signal removes its stopped workers' locks; the
+ * workers of a run killed outright end themselves without removing theirs).
+ */
+async function nothingLeft(cache: string, parentPid: number, left: number): Promise<void> {
   await until("the workers to end", () => processesNaming(cache, [parentPid]).length === 0, 10_000);
   const held = locks(cache);
-  assert.equal(held.length, 2, "the killed workers never removed their locks");
+  assert.equal(held.length, left, held.join(", "));
   for (const lock of held) {
     const h = readHolder(lock);
     assert.ok(h && !holderAlive(h), `${lock}: ${JSON.stringify(h)} is not alive`);
@@ -233,7 +237,7 @@ for (const [signal, code] of [
   test(`run --workers 2 stopped by ${signal}: the workers end with it, it exits ${code}, and a rerun waits on no lock`, {
     skip: (!LINUX && "no /proc here") || (!HAVE_DATA && "Fashion-MNIST is not installed"),
   }, async (t) => {
-    const { parent, cache, err } = await runningWithTwoWorkers(t, signal);
+    const { parent, cache, out, err } = await runningWithTwoWorkers(t, signal);
     const closed = new Promise<number | null>((r) => parent.on("close", (c) => r(c)));
     parent.kill(signal);
     assert.equal(await closed, code, err());
@@ -241,17 +245,47 @@ for (const [signal, code] of [
     assert.doesNotMatch(err(), /FAILED/, "a worker stopped with the run has not failed");
     // The parent waited for its workers before exiting: none is left even now.
     assert.deepEqual(processesNaming(cache, [parent.pid ?? -1]), []);
-    await nothingLeft(cache, parent.pid ?? -1);
+    await nothingLeft(cache, parent.pid ?? -1, 0);
+    // Stopped, not failed: the two trainings are missing (to be run), and nothing failed.
+    const status = runCli(["status", out], { cwd: tmp });
+    assert.match(status.stdout, /3 tasks: 0 done, 0 running, 0 failed, 3 missing/, status.stdout);
   });
 
 test("run --workers 2 killed with SIGKILL: its workers notice and end, and a rerun waits on no lock", {
   skip: (!LINUX && "no /proc here") || (!HAVE_DATA && "Fashion-MNIST is not installed"),
 }, async (t) => {
-  const { parent, cache } = await runningWithTwoWorkers(t, "sigkill");
+  const { parent, cache, out } = await runningWithTwoWorkers(t, "sigkill");
   const closed = new Promise<NodeJS.Signals | null>((r) => parent.on("close", (_, s) => r(s)));
   parent.kill("SIGKILL");
   assert.equal(await closed, "SIGKILL");
-  await nothingLeft(cache, parent.pid ?? -1);
+  // Issue 25: status said "missing" of tasks killed under way; they failed, and it says how.
+  await until("the workers to end", () => processesNaming(cache, [parent.pid ?? -1]).length === 0, 10_000);
+  const status = runCli(["status", out], { cwd: tmp });
+  assert.match(status.stdout, /3 tasks: 0 done, 0 running, 2 failed, 1 missing/, status.stdout);
+  assert.match(
+    status.stdout,
+    /failed:\n {2}train a: its process \(\S+ pid \d+ since [^)]+\) ended without finishing it or recording an error: killed \(SIGKILL, or the kernel's out-of-memory killer\)\n {2}train b: its process/,
+  );
+  await nothingLeft(cache, parent.pid ?? -1, 2);
+});
+
+test("a worker killed with SIGKILL (as the out-of-memory killer does) is a failed task, in the run and in status", {
+  skip: (!LINUX && "no /proc here") || (!HAVE_DATA && "Fashion-MNIST is not installed"),
+}, async (t) => {
+  const { parent, cache, out, err } = await runningWithTwoWorkers(t, "oom");
+  const closed = new Promise<number | null>((r) => parent.on("close", (c) => r(c)));
+  const [worker] = processesNaming(cache, [parent.pid ?? -1]);
+  process.kill(worker, "SIGKILL");
+  await until("the run to report the failure", () => /FAILED/.test(err()), 30_000);
+  assert.match(err(), /train [ab]: FAILED: killed by SIGKILL \(by hand, or by the kernel's out-of-memory killer\)/);
+  parent.kill("SIGTERM");
+  assert.equal(await closed, 143, err());
+  const status = runCli(["status", out], { cwd: tmp });
+  assert.match(status.stdout, /3 tasks: 0 done, 0 running, 1 failed, 2 missing/, status.stdout);
+  assert.match(
+    status.stdout,
+    /failed:\n {2}train [ab]: killed by SIGKILL \(by hand, or by the kernel's out-of-memory killer\)\n/,
+  );
 });
 
 test("the worker script (and `stitchlab task`) reports a bad task as the runner reads it: status 1, the error last on stderr", () => {
