@@ -8,6 +8,7 @@ import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { DATASET_NAMES } from "../data/index.js";
 import { modelSourceSchema } from "../models/checkpoint.js";
+import { modelOptionsIssue } from "../models/options.js";
 import {
   irisSettingsSchema,
   STITCH_MODE_NAMES,
@@ -46,7 +47,12 @@ const trainedModelSchema = trainSettingsSchema
       .optional()
       .describe("train on another dataset than the experiment's (e.g. a front from LS-ImageNet-10)"),
   })
-  .strict();
+  .strict()
+  .superRefine((m, ctx) => {
+    // An option the architecture does not take, or a value it cannot use (models/options.ts).
+    const issue = m.options ? modelOptionsIssue(m.arch, m.options) : null;
+    if (issue) ctx.addIssue({ code: "custom", path: ["options", issue.key], message: issue.message });
+  });
 
 // A model loaded from a file: a stitchlab checkpoint, or weights made elsewhere with their
 // architecture, options and input statistics (the schema is the loader's: models/checkpoint.ts).

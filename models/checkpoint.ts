@@ -10,6 +10,7 @@ import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import { torchLoad } from "../io/torchsave.js";
 import * as torch from "../torch/index.js";
 import { describeMismatch, inferOptions, recogniseStateDict, type StateDict, unwrapStateDict } from "./foreign.js";
+import { checkModelOptions, modelOptionsIssue } from "./options.js";
 import { type ModelRecord, modelRecord } from "./record.js";
 import { createModel, type ModelOptions, modelNames } from "./registry.js";
 import type { StitchableModel } from "./stitchable.js";
@@ -103,7 +104,20 @@ export const modelSourceSchema = z
       .optional()
       .describe("input channels (3; grey data are fed as 3 equal channels)"),
   })
-  .strict();
+  .strict()
+  .superRefine((s, ctx) => {
+    // The architecture and its options, checked before any weights are read (models/options.ts).
+    if (s.arch !== undefined && !modelNames().includes(s.arch))
+      ctx.addIssue({
+        code: "custom",
+        path: ["arch"],
+        message: `unknown model '${s.arch}'; known models: ${modelNames().join(", ")}`,
+      });
+    else if (s.arch !== undefined && s.options) {
+      const issue = modelOptionsIssue(s.arch, s.options);
+      if (issue) ctx.addIssue({ code: "custom", path: ["options", issue.key], message: issue.message });
+    }
+  });
 export type ModelSource = z.infer<typeof modelSourceSchema>;
 
 /** A checkpoint path or a source: the path alone is a stitchlab checkpoint. */
@@ -146,6 +160,15 @@ export function loadCheckpoint(source: ModelSourceLike): {
   const src = asModelSource(source);
   const path = src.checkpoint;
   if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
+  // Options that mean nothing to the architecture are refused before any weights are read.
+  if (src.options) {
+    const arch =
+      src.arch ??
+      (isStitchlabCheckpoint(path)
+        ? readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar").arch
+        : undefined);
+    if (arch) checkModelOptions(arch, src.options, path);
+  }
   const notes: LoadNotes = { unwrapped: [], inferred: {} };
   let meta: CheckpointMeta | undefined;
   let sd: StateDict;
@@ -204,6 +227,7 @@ export function loadCheckpoint(source: ModelSourceLike): {
   };
   let model: StitchableModel;
   try {
+    checkModelOptions(meta.arch, options as Record<string, unknown>);
     model = createModel(meta.arch, options);
   } catch (e) {
     torch.dispose(owned);

@@ -1,5 +1,6 @@
 // The model zoo: createModel(name, options), as timm's create_model. Each entry documents its
 // stitch points (PROTOCOL.md, "Stitch points").
+import { checkModelOptions } from "./options.js";
 import { RESNET18, RESNET50, ResNet, type ResNetOptions, resnetSize } from "./resnet.js";
 import type { ModelSize, StitchableModel } from "./stitchable.js";
 import { Vgg16Bn, type VggOptions, vggSize } from "./vgg.js";
@@ -111,11 +112,15 @@ export function modelSize(name: string, options: ModelOptions = {}): ModelSize {
   return REGISTRY[name].size(given);
 }
 
-/** Builds a zoo model; an unknown name is a clear error listing the known ones. */
+/**
+ * Builds a zoo model; an unknown name is a clear error listing the known ones, and an option the
+ * model does not take, or a value it cannot use, one naming the key and what is allowed.
+ */
 export function createModel(name: string, options: ModelOptions = {}): StitchableModel {
   modelRecordOf(name);
   const entry = REGISTRY[name];
   // Options left undefined must not override an entry's own defaults when spread.
   const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as ModelOptions;
+  checkModelOptions(name, given as Record<string, unknown>);
   return entry.create(given);
 }

@@ -5,13 +5,15 @@
 // end; and a model of another image size refused before any work.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { modelSourceFrom } from "../cli/source.js";
+import { parseExperiment } from "../experiments/spec.js";
 import { saveSafetensors } from "../io/safetensors.js";
 import { torchLoad, torchSave } from "../io/torchsave.js";
-import { loadCheckpoint } from "../models/checkpoint.js";
+import { loadCheckpoint, modelSourceSchema, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
@@ -227,6 +229,104 @@ test("import's forward check runs the model on real test images: logits of a san
   assert.equal(noRoot.status, 1);
   assert.match(noRoot.stderr, /dataset 'cifar10' needs a root \(--root\)/);
   assert.ok(!existsSync(file("no-root")));
+});
+
+test("options that mean nothing are refused before any weights are read, naming the key and what is allowed", () => {
+  torch.manualSeed(0);
+  const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+  const weights = file("options.pt");
+  torchSave(weights, m.stateDict());
+  const ckpt = file("options-ckpt/model.safetensors");
+  mkdirSync(file("options-ckpt"));
+  saveCheckpoint(ckpt, m, { dataset: "fashion-mnist" });
+  m.dispose();
+  const flags =
+    (options: string, arch = "resnet18") =>
+    () =>
+      modelSourceFrom({ frontArch: arch, frontOptions: options }, "front", weights);
+  const cases: [() => unknown, RegExp][] = [
+    // timm's create_model: "__init__() got an unexpected keyword argument 'foo'".
+    [
+      flags("{foo: 1}"),
+      /^--front-options: resnet18 has no option 'foo' \(its options: numClasses, width, stem, imageSize\)$/,
+    ],
+    [
+      flags("{stem: weird}"),
+      /^--front-options: resnet18's option stem is "weird": expected one of "cifar", "imagenet"$/,
+    ],
+    [flags("{numClasses: 0}"), /^--front-options: resnet18's option numClasses is 0: expected a whole number >= 1$/],
+    [flags("{width: -1}"), /^--front-options: resnet18's option width is -1: expected a number > 0$/],
+    [
+      flags("{stem: imagenet}", "vgg16_bn"),
+      /vgg16_bn has no option 'stem' \(its options: numClasses, width, imageSize\)/,
+    ],
+    [
+      flags("{numHeads: 2.5}", "vit_tiny_patch4_32"),
+      /vit_tiny_patch4_32's option numHeads is 2\.5: expected a whole number >= 1/,
+    ],
+    [
+      flags("{pointBlocks: [0, x]}", "vit_tiny_patch4_32"),
+      /option pointBlocks is \[0,"x"\]: expected a list of block indices/,
+    ],
+    [flags("{}", "resnet19"), /^--front-arch: unknown model 'resnet19'; known models: resnet18/],
+    // A stitchlab checkpoint's options are checked against its sidecar's architecture, before its weights are read.
+    [
+      () => loadCheckpoint({ checkpoint: ckpt, options: { foo: 1 } }),
+      /options-ckpt\/model\.safetensors: resnet18 has no option 'foo'/,
+    ],
+    // The same schema reads an experiment file's model entry.
+    [
+      () => {
+        const r = modelSourceSchema.safeParse({ checkpoint: weights, arch: "resnet18", options: { stem: "weird" } });
+        if (!r.success) throw new Error(`${r.error.issues[0]?.path.join(".")}: ${r.error.issues[0]?.message}`);
+      },
+      /^options\.stem: resnet18's option stem is "weird"/,
+    ],
+  ];
+  // An experiment file names the model and the key (its models are trained here or loaded: the
+  // entry with a checkpoint is read as loaded, and only that reading's problem is reported).
+  const exp = (model: string) => () =>
+    parseExperiment(
+      `name: t\ndataset: { name: fashion-mnist }\nmodels:\n  a: ${model}\npairs:\n  - { front: a, back: a, relation: identical }\n`,
+      "t.yaml",
+    );
+  cases.push(
+    [
+      exp(`{ checkpoint: ${weights}, arch: resnet18, options: { foo: 1 } }`),
+      /^t\.yaml: 1 problem:\n {2}models\.a\.options\.foo: resnet18 has no option 'foo'/,
+    ],
+    [
+      exp("{ arch: resnet18, options: { stem: weird } }"),
+      /^t\.yaml: 1 problem:\n {2}models\.a\.options\.stem: resnet18's option stem is "weird": expected one of/,
+    ],
+    // And createModel itself, whoever calls it.
+    [() => createModel("resnet18", { foo: 1 } as object), /^resnet18 has no option 'foo'/],
+    [() => createModel("vgg16_bn", { width: 0 }), /^vgg16_bn's option width is 0: expected a number > 0$/],
+  );
+  for (const [run, want] of cases)
+    assert.throws(run, (e: Error) => {
+      assert.match(e.message, want);
+      return true;
+    });
+  // The command refuses it before anything is read or written.
+  const r = runCli([
+    "import",
+    weights,
+    "--arch",
+    "resnet18",
+    "--options",
+    "{foo: 1}",
+    "--dataset",
+    "fashion-mnist",
+    "--out",
+    file("options-out"),
+  ]);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /--options: resnet18 has no option 'foo'/);
+  assert.ok(!existsSync(file("options-out")));
+  // Options that mean something still load.
+  const ok = loadCheckpoint({ checkpoint: weights, arch: "resnet18", options: { numClasses: 10, stem: "cifar" } });
+  ok.model.dispose();
 });
 
 test("your own checkpoints from the command line and from an experiment file, end to end; another image size is refused", {
