@@ -87,6 +87,7 @@ function toRow(r: Record<string, string>): StitchRow {
     robust_agreement_prob: orNull("robust_agreement_prob"),
     front_alone_accuracy: orNull("front_alone_accuracy"),
     front_alone_agreement_prob: orNull("front_alone_agreement_prob"),
+    threads: r.threads ?? "",
   };
 }
 

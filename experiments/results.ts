@@ -11,7 +11,7 @@ import { summarize, writeReport } from "../report/index.js";
 import type { IriSetInfo } from "../stitch/iriset.js";
 import type { StitchResult } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
-import { taskDir } from "./cache.js";
+import { readManifest, taskDir } from "./cache.js";
 import type { ModelRef, Plan } from "./plan.js";
 import type { RunSummary } from "./runner.js";
 import { reading, relianceLine, relianceWarnings, settingsLines, type Warning, warnings } from "./summary.js";
@@ -32,6 +32,40 @@ function numClassesOf(plan: Plan, cache: string): number {
     if (existsSync(path)) return readJson<StitchResult>(path).scores.numClasses;
   }
   return 10;
+}
+
+/**
+ * The thread counts a task and every task it depends on ran with, from their cache manifests
+ * (sorted, distinct; a task not made yet adds nothing). The thread count is not in the cache key
+ * (docs/experiments.md, "Threads"), so a result can rest on tasks made with different counts.
+ */
+function lineageThreads(plan: Plan, cache: string, key: string): number[] {
+  const byKey = new Map(plan.tasks.map((t) => [t.key, t]));
+  const seen = new Set<string>();
+  const counts = new Set<number>();
+  const visit = (k: string) => {
+    if (seen.has(k)) return;
+    seen.add(k);
+    const made = readManifest(cache, k)?.made.threads;
+    if (typeof made === "number") counts.add(made);
+    for (const d of byKey.get(k)?.deps ?? []) visit(d);
+  };
+  visit(key);
+  return [...counts].sort((a, b) => a - b);
+}
+
+/** How many of the plan's made tasks ran with each thread count, e.g. "1 (40 tasks), 2 (9 tasks)". */
+export function taskThreads(plan: Plan, cache: string): string {
+  const n = new Map<number, number>();
+  for (const t of plan.tasks) {
+    const made = readManifest(cache, t.key)?.made.threads;
+    if (typeof made === "number") n.set(made, (n.get(made) ?? 0) + 1);
+  }
+  if (n.size === 0) return "not recorded";
+  return [...n.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([threads, tasks]) => `${threads} (${tasks} task${tasks === 1 ? "" : "s"})`)
+    .join(", ");
 }
 
 /** One row per finished stitch task. */
@@ -69,6 +103,7 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       front_alone_accuracy: r.frontAlone?.accuracy ?? null,
       front_alone_agreement_prob: r.frontAlone?.agreementProbability ?? null,
       train_steps: r.config.epochs * Math.floor(r.training.trainImages / r.config.batchSize),
+      threads: lineageThreads(plan, cache, s.key).join("/"),
     });
   }
   return rows;
@@ -171,7 +206,6 @@ export function environment(
     commit: gitCommit(),
     libtorch: b.torch,
     node: process.version,
-    threads: torch.getNumThreads(),
     cores: availableParallelism(),
     cuda: torch.cuda.isAvailable(),
     ...extra,
@@ -212,7 +246,9 @@ export async function writeResults(
     summary: summarized,
     reliance: relianceLine(models),
   });
-  const env = environment({ cache, ...extra });
+  // The runner's own thread count says nothing of the tasks' (each worker gets cores / workers):
+  // env.json and the report give the counts the tasks recorded in their manifests.
+  const env = { ...environment({ cache, ...extra }), threads: taskThreads(plan, cache) };
   const failed = Object.entries(summary.errors).map(([k, e]) => `${k}: ${e}`);
   writeFileAtomic(join(out, "plan.json"), [
     `${JSON.stringify({ experiment: plan.experiment, tasks: plan.tasks.map((t) => ({ key: t.key, label: t.label, deps: t.deps })) }, null, 2)}\n`,

@@ -221,6 +221,22 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
           r,
         );
   }
+  // Tasks made with different thread counts (a cache filled by runs with other --workers, or
+  // STITCHLAB_THREADS): sums run in another order, so scores differ in their last digits, and
+  // briefly trained models, whose training is chaotic, can differ by much more.
+  const counts = [...new Set(rows.flatMap((r) => (r.threads ? r.threads.split("/") : [])))].sort(
+    (a, b) => Number(a) - Number(b),
+  );
+  if (counts.length > 1)
+    for (const r of rows)
+      add(
+        {
+          where: "this run's tasks",
+          what: `made with different thread counts (${counts.join(", ")}): results can differ from a run made with one count (docs/experiments.md, "Threads")`,
+          tag: "mixed threads",
+        },
+        r,
+      );
   return [...out.values()];
 }
 

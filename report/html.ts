@@ -140,6 +140,7 @@ function resultsSection(rows: StitchRow[]): string {
     "epochs",
     "seed",
     "replicate",
+    "threads",
   ];
   const body = sortedRows(rows).map((r) => [
     cell(r.pair),
@@ -161,6 +162,7 @@ function resultsSection(rows: StitchRow[]): string {
     cell(String(r.epochs), true),
     cell(String(r.seed), true),
     cell(String(r.replicate), true),
+    cell(r.threads),
   ]);
   // A table that fits: the columns a reader compares first, then every column on demand.
   const compact = [

@@ -50,6 +50,12 @@ export interface StitchRow {
   front_alone_agreement_prob: number | null;
   /** Optimiser steps T was trained for (epochs x full batches). */
   train_steps: number;
+  /**
+   * The thread counts the row's tasks ran with (its base models' training, its IRI set, its
+   * stitch), from their cache manifests: "1", or "1/2" when they differ; "" when not recorded.
+   * Not part of the cache key (docs/experiments.md, "Threads"): recorded so that it is seen.
+   */
+  threads: string;
 }
 
 /** A base model and its accuracies, by test set name ("clean", "pgd", ...). */

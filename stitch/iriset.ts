@@ -52,6 +52,8 @@ export interface IriSetInfo extends IriSetSettings {
   /** The relative residual of each image in preview.png, left to right (absent in sets made before). */
   previewResiduals?: number[];
   seconds: number;
+  /** The thread count the set was made with (absent in sets made before it was recorded). */
+  threads?: number;
   stitchlabFormat: 1;
 }
 
@@ -203,6 +205,7 @@ export async function generateIriSet(
     residuals: residualSummary(residuals),
     previewResiduals: Array.from(residuals.subarray(0, Math.min(PREVIEW_IMAGES, n)), (r) => Number(r.toFixed(4))),
     seconds: elapsed,
+    threads: torch.getNumThreads(),
     stitchlabFormat: 1,
   };
   writeFileAtomic(done, [`${JSON.stringify(info, null, 2)}\n`]);

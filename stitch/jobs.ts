@@ -163,7 +163,14 @@ export interface StitchResult {
   /** T's weight: rank, relative rank (larger = T keeps more directions), condition number (smaller = better conditioned). */
   spectrum: Omit<WeightSpectrum, "singularValues"> & { singularValues: number[] };
   excess: { kind: ShortcutKind; marked: AgreementResult; rolled: AgreementResult; excessAgreement: number } | null;
-  training: { epochLosses: number[]; initResidual: number | null; trainImages: number; seconds: number };
+  /** threads: the thread count T was trained and scored with (not in any cache key: recorded so it is seen). */
+  training: {
+    epochLosses: number[];
+    initResidual: number | null;
+    trainImages: number;
+    seconds: number;
+    threads: number;
+  };
   iris: { dir: string; residuals: ResidualSummary } | null;
   /** Scores on adversarial test images made against the stitched model (config.robustEval), or null. */
   robust: StitchRobustResult | null;
@@ -342,6 +349,7 @@ export async function runStitch(
         initResidual: trained.initResidual,
         trainImages: datasetSize(train),
         seconds: (performance.now() - started) / 1000,
+        threads: torch.getNumThreads(),
       },
       iris: irisInfo,
       robust,

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { parse as parseYaml } from "yaml";
@@ -165,6 +165,13 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
     assert.ok(Number(r.agreement_prob) > 0.95, JSON.stringify(r));
   for (const f of ["report.html", "plan.json", "run.json", "env.json"]) assert.ok(existsSync(join(tmp, "out1", f)), f);
   assert.match(first.stdout, /agreement probability/);
+  // The thread count every task really ran with (cores / workers), in results.csv and env.json,
+  // not the runner's own (issue 25: env.json said 2 where the workers ran 1).
+  const perWorker = Math.max(1, Math.floor(availableParallelism() / 2));
+  for (const r of rows) assert.equal(r.threads, String(perWorker), JSON.stringify(r));
+  const env = JSON.parse(readFileSync(join(tmp, "out1", "env.json"), "utf8"));
+  assert.equal(env.threads, `${perWorker} (14 tasks)`);
+  assert.doesNotMatch(first.stdout, /thread counts/);
 
   // `stitchlab status --json` on the finished run: every planned task, each done.
   const planned = JSON.parse(readFileSync(join(tmp, "out1", "plan.json"), "utf8")).tasks as { key: string }[];
@@ -228,6 +235,16 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   // Made again with the same settings (in this process's two threads rather than a worker's one:
   // the same numbers up to float rounding).
   const remade = csvRows(join(tmp, "out3", "results.csv"));
+  // That row now rests on tasks made with two thread counts: it says so, and the reading warns.
+  if (availableParallelism() >= 2) {
+    const mixed = remade.filter((r) => r.threads.includes("/"));
+    assert.equal(mixed.length, 1, JSON.stringify(remade.map((r) => r.threads)));
+    assert.match(third.stdout, /made with different thread counts \(1, 2\)/);
+    assert.match(
+      JSON.parse(readFileSync(join(tmp, "out3", "env.json"), "utf8")).threads,
+      /^1 \(13 tasks\), 2 \(1 task\)$/,
+    );
+  }
   for (const [i, r] of remade.entries())
     for (const c of ["accuracy", "agreement_prob", "hard_agreement"])
       assert.ok(

@@ -73,6 +73,7 @@ function row(over: Partial<StitchRow> = {}): StitchRow {
     replicate: 0,
     front_accuracy: 0.9,
     train_steps: 300,
+    threads: "1",
     robust_accuracy: null,
     robust_agreement_prob: null,
     front_alone_accuracy: 0.88,

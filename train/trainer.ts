@@ -296,6 +296,8 @@ export async function trainModel(
       adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
       seed: cfg.seed,
       epochs: cfg.epochs,
+      // Not in any cache key, recorded so it is seen (docs/experiments.md, "Threads").
+      threads: torch.getNumThreads(),
       accuracies,
       ...(robustEval ? { robustEval } : {}),
       ...(cfg.simclr ? { method: "simclr", simclr: cfg.simclr } : {}),
