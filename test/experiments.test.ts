@@ -453,6 +453,13 @@ test("run refuses an --out that holds another experiment's run, before any work,
       assert.doesNotMatch(r.stdout, /cached/, "refused before the dry run's graph");
     }
   assert.deepEqual(files(), before, "the folder is as it was");
+  // Results of a run that no record names (made by hand, or elsewhere) are not known to be this one's.
+  const unnamed = join(tmp, "unnamed");
+  mkdirSync(unnamed);
+  writeFileSync(join(unnamed, "results.csv"), "front,back\na,b\n");
+  const refused = stitchlab(["run", tiny, "--out", unnamed, "--cache", cache, "--dry-run"]);
+  assert.equal(refused.status, 1);
+  assert.match(refused.stderr, /holds results\.csv of a run that no plan\.json or run\.json names; .* or --force/);
   const extended = stitchlab(["run", grown, "--out", out, "--cache", cache, "--dry-run"]);
   assert.equal(extended.status, 0, `every task of the run there and more: ${extended.stderr}`);
   const again = stitchlab(["run", tiny, "--out", out, "--cache", cache]);
@@ -524,9 +531,11 @@ test("a missing dataset names the path looked at and how to get the data", { ski
   assert.equal(r.status, 1);
   assert.match(r.stderr, new RegExp(`${join(tmp, "no-such-dir")}`));
   assert.match(r.stderr, /dataset-fashion-mnist/);
-  // The same failing run into a folder that holds an earlier report leaves that report as it was.
+  // The same failing run into a folder that holds an earlier report (of this experiment: its
+  // plan.json names it) leaves that report as it was.
   const good = join(tmp, "good");
   mkdirSync(good, { recursive: true });
+  writeFileSync(join(good, "plan.json"), JSON.stringify({ experiment: { name: "tiny" }, tasks: [] }));
   writeFileSync(join(good, "results.csv"), "front,back\na,b\n");
   writeFileSync(join(good, "report.html"), "<p>an earlier report</p>");
   const again = stitchlab([
