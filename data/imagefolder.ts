@@ -13,7 +13,8 @@
 // any image is decoded, naming the folder and the extra classes: the model has no output for
 // them. With no train/ folder (an evaluation-only root), the label space is the sorted union of
 // the sub-folders of val/, test/ and the split folder read, so that every split of the root
-// still gets the same labels.
+// still gets the same labels. A class folder without images is refused where a missing one would
+// be (train/ without a list, every split with one), naming it: see readImageFolder.
 //
 // Resizing, as the reference's test transform Resize(resize) + CenterCrop(size)
 // (athaioan/invariance-aware-stitching, dataloaders/dataset.py, the 'imagenet' configs): the
@@ -33,7 +34,7 @@
 
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { totalmem } from "node:os";
-import { extname, join } from "node:path";
+import { basename, extname, join } from "node:path";
 import sharp from "sharp";
 import * as torch from "../torch/index.js";
 import { type Dataset, DEFAULT_IMAGE_SIZE, type Split } from "./dataset.js";
@@ -173,6 +174,7 @@ export async function readImageFolder(root: string, split: Split, opts: ImageFol
   }
 
   const files: { path: string; label: number }[] = [];
+  const empty: string[] = [];
   wnids.forEach((wnid, label) => {
     const cdir = join(dir, wnid);
     if (!isDirectory(cdir)) {
@@ -180,9 +182,28 @@ export async function readImageFolder(root: string, split: Split, opts: ImageFol
       if (!listPath) return;
       throw new DataError(cdir, `folder of class '${wnid}' not found`, IMAGEFOLDER_HOW_TO_GET);
     }
+    const before = files.length;
     for (const f of readdirSync(cdir).sort())
       if (EXTENSIONS.has(extname(f).toLowerCase())) files.push({ path: join(cdir, f), label });
+    if (files.length === before) empty.push(cdir);
   });
+  // A class of the label space without images is refused, not repaired, before anything is
+  // decoded: kept, it is an output no image trains (a 5-class model learnt from 4 classes);
+  // dropped, every later class's label would move, and train and val would no longer agree on
+  // them. An empty folder is most often a copy that failed, which only the user can put right.
+  // Refused where a missing folder is: in train/ (whose folders are the label space) without a
+  // class list, in every split with one; an evaluation split may lack a class, and an empty folder
+  // there is the same as none.
+  const definesLabels = listPath !== null || dir === join(root, "train");
+  if (definesLabels && empty.length) {
+    const one = empty.length === 1;
+    throw new DataError(
+      one ? empty[0] : dir,
+      `${one ? `class folder '${basename(empty[0])}' holds` : `class folders ${empty.join(", ")} hold`} no images ` +
+        `(${[...EXTENSIONS].join(", ")}): a class without images would be an output that nothing trains. Add ${one ? "its" : "their"} images, remove the folder${one ? "" : "s"}, or give a class list without ${one ? "it" : "them"}`,
+      IMAGEFOLDER_HOW_TO_GET,
+    );
+  }
   // A limit draws its images at random (fixed seed) from the whole split, kept in class order:
   // the first n of a class-ordered folder would hold only the first classes.
   if (opts.limit !== undefined && opts.limit < files.length) {

@@ -120,3 +120,41 @@ test("with a class list, the list selects the classes and fixes their order, as 
   assert.deepEqual(labelsOf(v), [0, 0, 1, 1]);
   disposeDataset(v);
 });
+
+test("a class folder that holds no images is refused, naming it, before any image is decoded", async () => {
+  // Issue 25: train/n04 empty gave a model one output no image trains, without a word.
+  const r = await makeRoot("empty", { train: ["n01", "n02", "n03"], val: ["n01", "n02", "n03", "n04"] });
+  mkdirSync(join(r, "train", "n04"));
+  // A broken image: decoding anything would fail with "cannot decode" instead.
+  writeFileSync(join(r, "train", "n01", "broken.png"), "not a png");
+  const refused = async (split: "train" | "test", opts: object, folders: string[], why: RegExp) =>
+    assert.rejects(readImageFolder(r, split, { size: 8, ...opts }), (e: Error) => {
+      assert.equal(e.name, "DataError");
+      for (const f of folders) assert.ok(e.message.includes(join(r, f)), `${f} not named: ${e.message}`);
+      assert.match(e.message, why);
+      assert.doesNotMatch(e.message, /cannot decode/);
+      return true;
+    });
+  await refused("train", {}, ["train/n04"], /class folder 'n04' holds no images \(\.jpeg, \.jpg, \.png/);
+  // A folder of other files only is as empty; every such folder is named, and a limit changes nothing.
+  mkdirSync(join(r, "train", "n05"));
+  writeFileSync(join(r, "train", "n05", "README.txt"), "to do: copy the images");
+  await refused("train", { limit: 2 }, ["train/n04", "train/n05"], /class folders .*n04, .*n05 hold no images/);
+  // An evaluation split may lack a class of train's, and an empty folder there is the same as none.
+  mkdirSync(join(r, "val", "n05"));
+  const val = await readImageFolder(r, "test", { size: 8 });
+  assert.deepEqual(val.classes, ["n01", "n02", "n03", "n04", "n05"]);
+  assert.deepEqual(labelsOf(val), [0, 0, 1, 1, 2, 2, 3, 3]);
+  disposeDataset(val);
+  // A class list that names an empty folder is refused in every split, as one naming a missing
+  // folder is; one that leaves it out reads the rest.
+  const list = join(r, "list.txt");
+  writeFileSync(list, "n01\nn04\n");
+  await refused("train", { classList: list }, ["train/n04"], /holds no images/);
+  writeFileSync(list, "n01\nn05\n");
+  await refused("test", { classList: list }, ["val/n05"], /holds no images/);
+  writeFileSync(list, "n02\nn03\n");
+  const ok = await readImageFolder(r, "train", { size: 8, classList: list });
+  assert.deepEqual(labelsOf(ok), [0, 0, 1, 1]);
+  disposeDataset(ok);
+});
