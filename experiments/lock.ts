@@ -87,7 +87,14 @@ export async function withLock<T>(
   // to its name (link fails if the name exists, on NFS too). Created empty and then written, a
   // process killed in between would leave a lock naming nobody.
   const mine = `${path}.${me.host}.${me.pid}`;
-  writeFileSync(mine, `${JSON.stringify(me)}\n`);
+  try {
+    writeFileSync(mine, `${JSON.stringify(me)}\n`);
+  } catch (e) {
+    // Node names the syscall, not the file ("ENOSPC: no space left on device, write").
+    rmSync(mine, { force: true });
+    const code = (e as NodeJS.ErrnoException).code;
+    throw Object.assign(new Error(`cannot write ${mine}: ${(e as Error).message}`), code ? { code } : {});
+  }
   for (;;) {
     try {
       linkSync(mine, path);

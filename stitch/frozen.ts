@@ -72,9 +72,13 @@ class MemoryRows implements RowStore {
   }
 }
 
+/** What a named row set holds, in words (for an error about its file). */
+const describeRows = (k: string): string =>
+  k === "front" ? "A's features" : k === "logits" ? "B's logits" : `B's features at ${k.replace(/^feature:/, "")}`;
+
 class FileRows implements RowStore {
   readonly #dir: string;
-  #files: Record<string, { fd: number; shape: number[]; rowFloats: number }> = {};
+  #files: Record<string, { fd: number; path: string; shape: number[]; rowFloats: number }> = {};
   constructor(
     scratchDir: string,
     readonly device: torch.Device,
@@ -85,11 +89,26 @@ class FileRows implements RowStore {
     for (const [k, t] of Object.entries(named)) {
       if (!this.#files[k]) {
         const shape = t.shape.slice(1);
-        const fd = openSync(join(this.#dir, `${Object.keys(this.#files).length}.f32`), "w+");
-        this.#files[k] = { fd, shape, rowFloats: shape.reduce((a, b) => a * b, 1) };
+        const path = join(this.#dir, `${Object.keys(this.#files).length}.f32`);
+        const fd = openSync(path, "w+");
+        this.#files[k] = { fd, path, shape, rowFloats: shape.reduce((a, b) => a * b, 1) };
       }
       const data = t.contiguous().to("cpu").toTypedArray() as Float32Array;
-      writeSync(this.#files[k].fd, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+      const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      const f = this.#files[k];
+      try {
+        // A write may take fewer bytes than asked: the rest follows, or the rows would shift.
+        for (let off = 0; off < bytes.byteLength; ) off += writeSync(f.fd, bytes, off, bytes.byteLength - off);
+      } catch (e) {
+        // Node names the syscall, not the file ("ENOSPC: no space left on device, write").
+        const code = (e as NodeJS.ErrnoException).code;
+        throw Object.assign(
+          new Error(
+            `cannot write ${f.path} (the stitch's rows of ${describeRows(k)}, kept on disk above the in-memory budget, STITCHLAB_FROZEN_CACHE_MB): ${(e as Error).message}`,
+          ),
+          code ? { code } : {},
+        );
+      }
     }
   }
   gather(indices: Int32Array): Record<string, Tensor> {

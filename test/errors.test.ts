@@ -5,6 +5,8 @@ import { syncBuiltinESMExports } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { mock, test } from "node:test";
+import { normalizationFor } from "../data/index.js";
+import { withLock } from "../experiments/lock.js";
 import { planExperiment } from "../experiments/plan.js";
 import { readExperiment } from "../experiments/spec.js";
 import { writeFileAtomic } from "../io/files.js";
@@ -13,6 +15,8 @@ import { torchLoad } from "../io/torchsave.js";
 import { AgreementMeter } from "../metrics/agreement.js";
 import { loadCheckpoint, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
+import { FrozenOutputs } from "../stitch/frozen.js";
+import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
 
 test("a shape mismatch names the operator and the shapes, and the process goes on", () => {
@@ -221,4 +225,64 @@ test("a full disk (ENOSPC) names the file being written, and the earlier file is
   assert.equal(readFileSync(path, "utf8"), "the earlier results\n");
   assert.deepEqual(readdirSync(dir), ["results.csv"], "no temporary file left");
   rmSync(dir, { recursive: true, force: true });
+});
+
+/** Every write(2) of fs's `method` fails as on a full file system, while fn runs. */
+async function onFullDisk<T>(method: "writeSync" | "writeFileSync", fn: () => T | Promise<T>): Promise<T> {
+  mock.method(fs, method, () => {
+    throw Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC", syscall: "write" });
+  });
+  syncBuiltinESMExports();
+  try {
+    return await fn();
+  } finally {
+    mock.restoreAll();
+    syncBuiltinESMExports();
+  }
+}
+
+test("a full disk names the file there too: a task's lock, and the scratch file of a stitch's frozen rows", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-enospc-"));
+  try {
+    const lock = join(dir, "train", "k.lock");
+    await onFullDisk("writeFileSync", () =>
+      assert.rejects(
+        withLock(lock, async () => assert.fail("ran without its lock")),
+        (e: NodeJS.ErrnoException) =>
+          e.message.startsWith(`cannot write ${lock}.`) && /ENOSPC: no space left on device/.test(e.message),
+      ),
+    );
+    // A's features and B's targets over the budget (0 here) go to a scratch file under scratchDir.
+    torch.manualSeed(0);
+    const a = createModel("resnet18", { width: 0.0625 });
+    const s = new StitchedModel(a, a, "layer1.0");
+    const train = {
+      images: torch.randint(0, 256, [8, 3, 32, 32]).to("uint8"),
+      labels: torch.randint(0, 10, [8]),
+      classes: Array.from({ length: 10 }, (_, i) => String(i)),
+      name: "noise",
+    };
+    a.eval();
+    await onFullDisk("writeSync", () =>
+      assert.throws(
+        () =>
+          FrozenOutputs.build(s, train, {
+            weights: { slm: 1 },
+            normalization: normalizationFor("fashion-mnist"),
+            batchSize: 4,
+            budgetBytes: 0,
+            scratchDir: dir,
+          }),
+        (e: NodeJS.ErrnoException) =>
+          new RegExp(
+            `^cannot write ${dir}/stitchlab-frozen-\\w+/0\\.f32 \\(the stitch's rows of A's features, kept on disk above the in-memory budget, STITCHLAB_FROZEN_CACHE_MB\\): ENOSPC: no space left on device, write$`,
+          ).test(e.message) && e.code === "ENOSPC",
+      ),
+    );
+    assert.deepEqual(readdirSync(dir), ["train"], "the scratch folder is removed");
+    torch.dispose([train.images, train.labels]);
+    a.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
