@@ -10,7 +10,8 @@
 //                           partial folder that is never taken for finished. IRI sets resume from
 //                           their partial folder (finished batches are kept); other tasks restart.
 //   <kind>/<key>.lock       the process making it (experiments/lock.ts)
-//   <kind>/<key>.broken-*/  an entry whose files no longer match its manifest, moved aside
+//   <kind>/<key>.broken-*/  an entry whose files no longer match its manifest (size, or the
+//                           SHA-256 of a file a run reads), moved aside
 //   failed/<key>.json       the error of the last failed attempt, for `stitchlab status`
 //
 // What a key promises: the same key means the same task kind, format version, settings and
@@ -22,7 +23,18 @@
 // training, further). Each entry's manifest records the device, thread count, libtorch and CPU
 // it was made with, so a comparison can check them.
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { cpus, hostname } from "node:os";
 import { join, relative } from "node:path";
 import { readJsonFile, writeFileAtomic } from "../io/files.js";
@@ -139,12 +151,26 @@ export function readManifest(cache: string, key: string): Manifest | null {
   return existsSync(p) ? readJsonFile<Manifest>(p, "a cache entry's manifest") : null;
 }
 
+/** A file's SHA-256, read in 4 MiB chunks (an IRI set can be gigabytes). */
+function sha256File(path: string): string {
+  const hash = createHash("sha256");
+  const buf = Buffer.allocUnsafe(4 << 20);
+  const fd = openSync(path, "r");
+  try {
+    for (let n = readSync(fd, buf); n > 0; n = readSync(fd, buf)) hash.update(buf.subarray(0, n));
+  } finally {
+    closeSync(fd);
+  }
+  return hash.digest("hex");
+}
+
 /**
- * Why an entry cannot be trusted (a file missing or of another size than its manifest says), or
- * null. Sizes are checked, not hashes, so that planning a large experiment stays fast; entries
- * made before manifests existed are taken as they are.
+ * Why an entry cannot be trusted (a file missing or of another size than its manifest says; with
+ * `check` "hashes", also a file whose SHA-256 is not its manifest's), or null. Planning checks
+ * sizes only, so that it stays fast on a large cache; a run checks the hashes of the entries it
+ * reads (verifyReads, runTask). Entries made before manifests existed are taken as they are.
  */
-export function entryProblem(cache: string, key: string): string | null {
+export function entryProblem(cache: string, key: string, check: "sizes" | "hashes" = "sizes"): string | null {
   const dir = entryDir(cache, key);
   let m: Manifest | null;
   try {
@@ -158,8 +184,21 @@ export function entryProblem(cache: string, key: string): string | null {
     if (!existsSync(p)) return `${f.path} is missing`;
     const size = statSync(p).size;
     if (size !== f.bytes) return `${f.path} has ${size} bytes, its manifest says ${f.bytes}`;
+    if (check === "hashes") {
+      const sha = sha256File(p);
+      if (sha !== f.sha256)
+        return `${f.path}'s SHA-256 is ${sha.slice(0, 16)}..., its manifest says ${f.sha256.slice(0, 16)}... (changed after it was made)`;
+    }
   }
   return null;
+}
+
+/** Moves an entry aside (kept for inspection, never read again); returns where it went. */
+export function setAside(cache: string, key: string): string {
+  const dir = entryDir(cache, key);
+  const to = `${dir}.broken-${Date.now()}`;
+  renameSync(dir, to);
+  return to;
 }
 
 /** A finished entry whose files match its manifest. */
@@ -171,10 +210,9 @@ export const isDone = (cache: string, key: string): boolean =>
  * read again), so that the task is made anew; returns the problem, or null when it was sound.
  */
 export function setAsideIfBroken(cache: string, key: string): string | null {
-  const dir = entryDir(cache, key);
-  if (!existsSync(dir)) return null;
+  if (!existsSync(entryDir(cache, key))) return null;
   const problem = entryProblem(cache, key);
-  if (problem) renameSync(dir, `${dir}.broken-${Date.now()}`);
+  if (problem) setAside(cache, key);
   return problem;
 }
 

@@ -7,7 +7,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { rmSync } from "node:fs";
 import { availableParallelism, hostname } from "node:os";
 import type { Device } from "../torch/index.js";
-import { isDone, lockPath, recordFailure, saveTasks } from "./cache.js";
+import { entryProblem, isDone, lockPath, recordFailure, saveTasks, setAside } from "./cache.js";
 import { readHolder } from "./lock.js";
 import type { Plan, Task } from "./plan.js";
 import { runTask, taskCommand } from "./tasks.js";
@@ -200,6 +200,35 @@ function runChild(
   });
 }
 
+/**
+ * Checks the SHA-256 of every finished entry this run will read: each stitch's scores (the
+ * report reads them) and the inputs of every task it will make. An entry whose files changed
+ * after it was made (sizes alone miss a file changed in place) is named, moved aside and made
+ * again in this run; its own inputs are then checked in turn. Reading is what costs: about 2 ms
+ * per MB, so a fully cached rerun hashes only the stitches' few kilobytes.
+ */
+function verifyReads(plan: Plan, cache: string, states: Record<string, TaskState>): void {
+  const labels = new Map(plan.tasks.map((t) => [t.key, t.label]));
+  const verified = new Set<string>();
+  for (let changed = true; changed; ) {
+    changed = false;
+    const reads = new Set(plan.tasks.filter((t) => t.kind === "stitch").map((t) => t.key));
+    for (const t of plan.tasks) if (!states[t.key]) for (const d of t.deps) reads.add(d);
+    for (const key of reads) {
+      if (states[key] !== "cached" || verified.has(key)) continue;
+      verified.add(key);
+      const problem = entryProblem(cache, key, "hashes");
+      if (!problem) continue;
+      const aside = setAside(cache, key);
+      console.error(
+        `task ${key} (${labels.get(key)}): its cache entry is corrupt (${problem}); moved to ${aside}, making it again`,
+      );
+      delete states[key];
+      changed = true;
+    }
+  }
+}
+
 export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary> {
   const { cache } = opts;
   const workers = Math.max(1, opts.workers ?? 1);
@@ -214,6 +243,7 @@ export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary>
   const total = plan.tasks.length;
   let index = 0;
   for (const t of plan.tasks) if (isDone(cache, t.key)) states[t.key] = "cached";
+  verifyReads(plan, cache, states);
 
   const pending = plan.tasks.filter((t) => !states[t.key]);
   const running = new Set<Promise<void>>();

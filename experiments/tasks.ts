@@ -9,12 +9,14 @@ import { type Device, requireDevice } from "../torch/index.js";
 import { trainModel } from "../train/trainer.js";
 import {
   clearFailure,
+  entryProblem,
   finishEntry,
   isDone,
   loadTask,
   lockPath,
   readFailure,
   recordFailure,
+  setAside,
   setAsideIfBroken,
   taskDir,
 } from "./cache.js";
@@ -111,6 +113,17 @@ export async function runTask(
   if (isDone(cache, task.key)) return "cached";
   for (const dep of task.deps)
     if (!isDone(cache, dep)) throw new Error(`task ${task.key} needs ${dep}, which has not finished`);
+  // What this task reads must be what was made: a file changed in place keeps its size (issue 25:
+  // a negated weight tensor changed agreement from 0.899 to 0.535, with exit 0).
+  for (const dep of task.deps) {
+    const problem = entryProblem(cache, dep, "hashes");
+    if (problem) {
+      const aside = setAside(cache, dep);
+      throw new Error(
+        `task ${task.key} (${task.label}) needs ${dep}, whose cache entry is corrupt: ${problem}. It was moved to ${aside}; run again to make it anew`,
+      );
+    }
+  }
   return withLock(
     lockPath(cache, task.key),
     async () => {

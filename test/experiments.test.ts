@@ -253,6 +253,62 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
       );
 });
 
+test("a cache entry changed in place (same size) is named, set aside and made again; a worker refuses to read it", {
+  skip,
+}, () => {
+  const file = join(tmp, "tiny.yaml");
+  writeFileSync(file, TINY);
+  const cache = join(tmp, "corrupt");
+  const first = stitchlab(["run", file, "--out", join(tmp, "c1"), "--cache", cache, "--workers", "2"]);
+  assert.equal(first.status, 0, first.stderr);
+  const plan = JSON.parse(readFileSync(join(tmp, "c1", "plan.json"), "utf8")).tasks as {
+    key: string;
+    deps: string[];
+  }[];
+  const model = plan.find((t) => t.key.startsWith("train-"))?.key as string;
+  const stitches = plan.filter((t) => t.key.startsWith("stitch-"));
+  const reader = stitches.find((t) => t.deps.includes(model))?.key as string;
+  const other = stitches.find((t) => t.key !== reader)?.key as string;
+  // Flip one byte of the weights, well inside the data (the sign of a float): the size stays.
+  const flip = (path: string, from: number) => {
+    const b = readFileSync(path);
+    b[b.length - from] ^= 0x80;
+    writeFileSync(path, b);
+  };
+  const weights = join(cache, "train", model, "model.safetensors");
+  flip(weights, 64);
+  rmSync(join(cache, "stitch", reader), { recursive: true });
+  // A stitch's scores changed in place: one digit for another.
+  const scores = join(cache, "stitch", other, "scores.json");
+  writeFileSync(
+    scores,
+    readFileSync(scores, "utf8").replace(/(\d)(?=\D*$)/, (d) => String((Number(d) + 1) % 10)),
+  );
+
+  const second = stitchlab(["run", file, "--out", join(tmp, "c2"), "--cache", cache, "--workers", "2"]);
+  assert.equal(second.status, 0, second.stderr);
+  for (const key of [model, other])
+    assert.match(
+      second.stderr,
+      new RegExp(
+        `task ${key} \\([^)]*\\): its cache entry is corrupt \\((model\\.safetensors|scores\\.json)'s SHA-256 is [0-9a-f]{16}\\.\\.\\., its manifest says`,
+      ),
+    );
+  assert.ok(readdirSync(join(cache, "train")).some((f) => f.startsWith(`${model}.broken-`)));
+  assert.ok(readdirSync(join(cache, "stitch")).some((f) => f.startsWith(`${other}.broken-`)));
+  assert.equal(csvRows(join(tmp, "c2", "results.csv")).length, 8);
+
+  // A worker (`stitchlab task KEY`, as a Slurm job runs it) reading a corrupt input refuses,
+  // naming the entry, and sets it aside so that the next run makes it again.
+  flip(join(cache, "train", model, "model.safetensors"), 64);
+  rmSync(join(cache, "stitch", reader), { recursive: true });
+  const task = stitchlab(["task", reader, "--cache", cache]);
+  assert.equal(task.status, 1);
+  assert.match(task.stderr, new RegExp(`needs ${model}, whose cache entry is corrupt: model\\.safetensors's SHA-256`));
+  assert.ok(!existsSync(join(cache, "stitch", reader)), "nothing was made from it");
+  assert.equal(readdirSync(join(cache, "train")).filter((f) => f.startsWith(`${model}.broken-`)).length, 2);
+});
+
 test("a key leaves out where files live and where the task runs, and keeps every setting", () => {
   const spec = {
     kind: "stitch",
