@@ -39,6 +39,13 @@ export function oneOf<T extends string>(what: string, allowed: readonly T[], v: 
   return v as T;
 }
 
+/** --robust-eval-settings and --robust-eval-step-size, of train and stitch (train/config.ts resolveRobustEval). */
+export const ROBUST_EVAL_SETTINGS_HELP =
+  "named robust-evaluation settings: autoattack (default: 100 iterations of APGD-CE and of APGD-DLR, first step 2 eps) " +
+  "or reference (the reference's ART set-up: 20 iterations, first step 2/255, eps 8/255 at 32 px); given numbers override theirs";
+export const ROBUST_EVAL_STEP_HELP =
+  "APGD's first step (then halved on its schedule; default 2 eps, the reference's 2/255) or PGD's step, in pixel units";
+
 /** --marker-scale: the shortcut markers' strength (data/shortcuts.ts markerCell). */
 export const MARKER_SCALE_HELP =
   "shortcut markers' strength: their cell size times k (default 1, the protocol's 4x4 px square at 32 px; 2: 8x8 px)";

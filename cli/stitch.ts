@@ -21,13 +21,30 @@ import type { Device } from "../torch/index.js";
 import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../train/config.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, oneOf, optional, over255 } from "./parse.js";
+import {
+  checkedFlags,
+  dataFlags,
+  fraction,
+  int,
+  MARKER_SCALE_HELP,
+  num,
+  oneOf,
+  optional,
+  over255,
+  ROBUST_EVAL_SETTINGS_HELP,
+  ROBUST_EVAL_STEP_HELP,
+} from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
 /** Flags that mean something only with --adversarial, and only with --robust-eval. */
 const PGD_FLAGS = { pgdStep: "--pgd-step", pgdSteps: "--pgd-steps", advFraction: "--adv-fraction" } as const;
-const ROBUST_FLAGS = { robustEvalAttack: "--robust-eval-attack", robustEvalSteps: "--robust-eval-steps" } as const;
+const ROBUST_FLAGS = {
+  robustEvalSettings: "--robust-eval-settings",
+  robustEvalAttack: "--robust-eval-attack",
+  robustEvalSteps: "--robust-eval-steps",
+  robustEvalStepSize: "--robust-eval-step-size",
+} as const;
 
 /** Throws when flags of a feature are given without the flag that turns it on. */
 function needs(o: Record<string, unknown>, on: string, flags: Record<string, string>, what: string): void {
@@ -79,9 +96,11 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
       ...(o.robustEval
         ? {
             robustEval: {
+              ...optional("settings", o.robustEvalSettings),
               ...optional("attack", o.robustEvalAttack),
               ...optional("eps", o.eps),
               ...optional("steps", o.robustEvalSteps),
+              ...optional("stepSize", o.robustEvalStepSize),
             },
           }
         : {}),
@@ -90,8 +109,10 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
       "adversarial.step": "--pgd-step",
       "adversarial.steps": "--pgd-steps",
       "adversarial.fraction": "--adv-fraction",
+      "robustEval.settings": "--robust-eval-settings",
       "robustEval.attack": "--robust-eval-attack",
       "robustEval.steps": "--robust-eval-steps",
+      "robustEval.stepSize": "--robust-eval-step-size",
     },
   );
   const front = modelSourceFrom(o, "front", o.front as string);
@@ -194,15 +215,17 @@ export function registerStitchCommand(program: Command): void {
       num,
     )
     .option("--robust-eval", "also score on adversarial test images made against the stitched model")
+    .option("--robust-eval-settings <name>", ROBUST_EVAL_SETTINGS_HELP)
     .option(
       "--robust-eval-attack <name>",
       `${ROBUST_EVAL_ATTACKS.join(" or ")} (default ${ROBUST_EVAL_DEFAULTS.attack}: APGD-CE and APGD-DLR)`,
     )
     .option(
       "--robust-eval-steps <n>",
-      `iterations of each robust-evaluation attack (default ${ROBUST_EVAL_DEFAULTS.steps})`,
+      `iterations of each robust-evaluation attack (default ${ROBUST_EVAL_DEFAULTS.steps}; the reference's settings: 20)`,
       int,
     )
+    .option("--robust-eval-step-size <s>", ROBUST_EVAL_STEP_HELP, fraction)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
   addModelSourceOptions(cmd, "front");
   addModelSourceOptions(cmd, "back");

@@ -19,7 +19,18 @@ import { checkTrainingMemory } from "../train/memory.js";
 import { trainModel } from "../train/trainer.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, optional, over255 } from "./parse.js";
+import {
+  checkedFlags,
+  dataFlags,
+  fraction,
+  int,
+  MARKER_SCALE_HELP,
+  num,
+  optional,
+  over255,
+  ROBUST_EVAL_SETTINGS_HELP,
+  ROBUST_EVAL_STEP_HELP,
+} from "./parse.js";
 import { progressSink } from "./progress.js";
 
 /** The PGD flags, which mean something only with --adversarial. */
@@ -29,6 +40,9 @@ const PGD_FLAGS = {
   pgdSteps: "--pgd-steps",
   advFraction: "--adv-fraction",
 } as const;
+
+/** The robust-evaluation flags (any of them asks for a robust evaluation's settings). */
+const ROBUST_FLAGS = ["robustEvalSettings", "robustEvalAttack", "robustEvalSteps", "robustEvalStepSize"];
 
 /**
  * `train`'s parsed flags to the resolved config: through the same schema and resolver as an
@@ -65,8 +79,15 @@ export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
             randomStart: Boolean(o.randomStart),
           }
         : null,
-      ...(given("robustEvalAttack") || given("robustEvalSteps")
-        ? { robustEval: { ...optional("attack", o.robustEvalAttack), ...optional("steps", o.robustEvalSteps) } }
+      ...(ROBUST_FLAGS.some(given)
+        ? {
+            robustEval: {
+              ...optional("settings", o.robustEvalSettings),
+              ...optional("attack", o.robustEvalAttack),
+              ...optional("steps", o.robustEvalSteps),
+              ...optional("stepSize", o.robustEvalStepSize),
+            },
+          }
         : {}),
       ...optional("method", o.method),
       ...(o.method === "simclr"
@@ -78,8 +99,10 @@ export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
       "adversarial.step": "--pgd-step",
       "adversarial.steps": "--pgd-steps",
       "adversarial.fraction": "--adv-fraction",
+      "robustEval.settings": "--robust-eval-settings",
       "robustEval.attack": "--robust-eval-attack",
       "robustEval.steps": "--robust-eval-steps",
+      "robustEval.stepSize": "--robust-eval-step-size",
       "simclr.epochs": "--simclr-epochs",
     },
   );
@@ -129,9 +152,11 @@ export function registerTrainCommand(program: Command): void {
     )
     .option(
       "--robust-eval-steps <n>",
-      `iterations of each robust-evaluation attack (default ${ROBUST_EVAL_DEFAULTS.steps} for adversarial models; clean models: 0, none)`,
+      `iterations of each robust-evaluation attack (default ${ROBUST_EVAL_DEFAULTS.steps} for adversarial models; the reference's settings: 20; clean models: 0, none, unless settings are named)`,
       int,
     )
+    .option("--robust-eval-settings <name>", ROBUST_EVAL_SETTINGS_HELP)
+    .option("--robust-eval-step-size <s>", ROBUST_EVAL_STEP_HELP, fraction)
     .option("--seed <n>", `seed of initialisation, order and augmentation (default ${defaults.seed})`, int)
     .option("--epochs <n>", `epochs (default ${defaults.epochs})`, int)
     .option("--batch-size <n>", `batch size (default ${defaults.batchSize})`, int)

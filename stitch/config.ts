@@ -11,7 +11,9 @@ import type { Device } from "../torch/index.js";
 import {
   type AdversarialConfig,
   pgdRecipeSchema,
+  ROBUST_EVAL_DEFAULTS,
   type RobustEvalConfig,
+  resolveRobustEval,
   robustEvalSchema,
   seedSchema,
 } from "../train/config.js";
@@ -90,7 +92,7 @@ export const stitchSettingsSchema = z
     robustEval: robustEvalSchema
       .optional()
       .describe(
-        "score each stitched model on adversarial test images made against it: APGD-CE and APGD-DLR (default) or PGD; robust_accuracy and robust_agreement_prob in results.csv",
+        "score each stitched model on adversarial test images made against it: APGD-CE and APGD-DLR (default) or PGD, AutoAttack's budget or the reference's settings; robust_accuracy and robust_agreement_prob in results.csv",
       ),
     bnMode: z
       .object({ standard: z.enum(BN_MODES).optional(), iris: z.enum(BN_MODES).optional() })
@@ -199,7 +201,14 @@ export function resolveStitchConfig(
     seed: s.seed,
     ckaImages: s.ckaImages,
     adversarial: s.adversarial ?? null,
-    robustEval: s.robustEval ?? null,
+    // The stitched model's attacks: PROTOCOL's 8/255 unless given, PGD's step eps / 4.
+    robustEval: s.robustEval
+      ? resolveRobustEval(s.robustEval, {
+          imageSize: data.imageSize,
+          eps: ROBUST_EVAL_DEFAULTS.eps,
+          pgdStep: (eps) => eps / 4,
+        })
+      : null,
     device,
   };
 }

@@ -16,7 +16,7 @@ import { inEvalMode, Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { apgdAttack } from "../train/apgd.js";
 import { type EvalOptions, forEachEvalBatch } from "../train/batches.js";
-import type { RobustEvalAttack } from "../train/config.js";
+import type { RobustEvalConfig } from "../train/config.js";
 import { pgdAttack } from "../train/pgd.js";
 import type { StitchedModel } from "./stitched.js";
 
@@ -43,15 +43,12 @@ export class StitchedClassifier extends Module {
   }
 }
 
-export interface StitchRobustEvalOptions extends EvalOptions {
-  /** "apgd": APGD-CE and APGD-DLR (the paper's); "pgd": PGD. */
-  attack: RobustEvalAttack;
-  /** L-inf radius in pixel units (8/255 on CIFAR). */
-  eps: number;
-  steps: number;
-  /** PGD's step in pixel units (default eps / 4). */
-  pgdStep?: number;
-}
+/**
+ * The robust evaluation's resolved numbers (train/config.ts resolveRobustEval: the attack, "apgd"
+ * for APGD-CE and APGD-DLR or "pgd"; eps; steps of each attack; APGD's first step or PGD's step)
+ * and where it runs.
+ */
+export interface StitchRobustEvalOptions extends EvalOptions, RobustEvalConfig {}
 
 export interface StitchRobustResult {
   /** Every score on the adversarial test images, each image the worst case over the attacks. */
@@ -61,31 +58,30 @@ export interface StitchRobustResult {
   attack: string;
   eps: number;
   steps: number;
+  /** APGD's first step, or PGD's step (pixel units). */
+  stepSize: number;
 }
 
 /** Scores of the stitched model against B on adversarial test images made against the stitched model. */
 export function robustStitchScores(s: StitchedModel, test: Dataset, opts: StitchRobustEvalOptions): StitchRobustResult {
   // Settings are checked once, where they are resolved (train/config.ts robustEvalSchema).
   const model = new StitchedClassifier(s);
+  const apgd = (loss: "ce" | "dlr") => (x: Tensor, y: Tensor) =>
+    apgdAttack(model, x, y, {
+      eps: opts.eps,
+      steps: opts.steps,
+      stepSize: opts.stepSize,
+      loss,
+      normalization: opts.normalization,
+    }).adv;
   const attacks: Record<string, (x: Tensor, y: Tensor) => Tensor> =
     opts.attack === "apgd"
-      ? {
-          "apgd-ce": (x, y) =>
-            apgdAttack(model, x, y, { eps: opts.eps, steps: opts.steps, loss: "ce", normalization: opts.normalization })
-              .adv,
-          "apgd-dlr": (x, y) =>
-            apgdAttack(model, x, y, {
-              eps: opts.eps,
-              steps: opts.steps,
-              loss: "dlr",
-              normalization: opts.normalization,
-            }).adv,
-        }
+      ? { "apgd-ce": apgd("ce"), "apgd-dlr": apgd("dlr") }
       : {
           pgd: (x, y) =>
             pgdAttack(model, x, y, {
               eps: opts.eps,
-              step: opts.pgdStep ?? opts.eps / 4,
+              step: opts.stepSize,
               steps: opts.steps,
               normalization: opts.normalization,
             }),
@@ -121,6 +117,7 @@ export function robustStitchScores(s: StitchedModel, test: Dataset, opts: Stitch
     attack: opts.attack,
     eps: opts.eps,
     steps: opts.steps,
+    stepSize: opts.stepSize,
   };
 }
 

@@ -195,7 +195,7 @@ const TRAIN: TrainConfig = {
   epochs: 2,
   batchSize: 32,
   lr: 0.05,
-  robustEvalSteps: 0,
+  robustEval: null,
 };
 
 test("training with bf16 autocast learns, differs from float32, and reruns identically", { skip: noData }, async () => {

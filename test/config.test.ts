@@ -16,6 +16,7 @@ import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../ex
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
 import { modelSourceSchema, resolveNormalization } from "../models/checkpoint.js";
 import { stitchConfig } from "../stitch/config.js";
+import { REFERENCE_ROBUST_EVAL_224 } from "../train/config.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-config-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -75,7 +76,7 @@ test("train: the same settings from flags and from a file give the same resolved
   assert.deepEqual(fromFlags, fromFile.spec.config);
   assert.equal(taskKey("train", { kind: "train", config: fromFlags }), fromFile.key);
   // The file's robustEval steps on a clean model are honoured, as the flag is (it once gave 0).
-  assert.equal(fromFile.spec.config.robustEvalSteps, 20);
+  assert.equal(fromFile.spec.config.robustEval?.steps, 20);
   // Defaults are resolved into the config: the architecture's lr, the recipe's schedule, no autocast.
   assert.equal(fromFlags.lr, 0.1);
   assert.deepEqual(fromFlags.milestones, [1 / 3, 2 / 3]);
@@ -159,8 +160,8 @@ test("settings that mean nothing alone are refused, on the command line and in a
   assert.throws(() => train("--eps", "8/255", "--pgd-steps", "3"), /--eps, --pgd-steps are for adversarial training/);
   assert.throws(() => train("--temperature", "0.2"), /are for --method simclr/);
   assert.equal(train("--adversarial", "--pgd-steps", "3").adversarial?.steps, 3);
-  assert.equal(train("--adversarial").robustEvalSteps, 100, "adversarial models get AutoAttack's budget");
-  assert.equal(train().robustEvalSteps, 0, "clean models: none unless asked");
+  assert.equal(train("--adversarial").robustEval?.steps, 100, "adversarial models get AutoAttack's budget");
+  assert.equal(train().robustEval, null, "clean models: none unless asked");
   assert.equal(train("--method", "simclr").simclr?.temperature, 0.5);
   assert.throws(() => train("--model", "resnet19"), /--model: .*resnet18/);
   assert.throws(
@@ -261,4 +262,95 @@ test("the markers' strength is a data setting: --marker-scale and a file's datas
       (t) => t.kind === "train",
     )?.key;
   assert.equal(cleanKey(2), cleanKey(1));
+});
+
+test("the reference's robust-evaluation settings are a named choice, resolved into their numbers (so into the key), from flags and from a file alike", () => {
+  const reference = { attack: "apgd", eps: 8 / 255, steps: 20, stepSize: 2 / 255 };
+  const stitches = (extra: string) =>
+    plan(FILE(extra))
+      .tasks.map((t) => t.spec)
+      .filter((s): s is StitchTask => s.kind === "stitch");
+  const keys = (extra: string) =>
+    plan(FILE(extra))
+      .tasks.filter((t) => t.kind === "stitch")
+      .map((t) => t.key)
+      .sort();
+  // A stitch: the file's `robustEval: { settings: reference }` and the flag give one config.
+  const fromFile = stitches("stitch: { robustEval: { settings: reference } }").find(
+    (s) => s.config.mode === "standard",
+  )?.config;
+  assert.deepEqual(fromFile?.robustEval, reference);
+  const fromFlags = stitchConfigFromFlags(
+    flags(registerStitchCommand, "stitch", [
+      ...["--front", "f.safetensors", "--back", "b.safetensors", "--point", "layer1.0", "--objective", "slm"],
+      ...["--mode", "standard", "--dataset", "fashion-mnist", "--out", "x", "--test-limit", "256"],
+      ...["--robust-eval", "--robust-eval-settings", "reference"],
+    ]),
+  );
+  const { front: _a, back: _b, iris: _i, device: _e, ...config } = fromFlags;
+  assertNoUndefined(fromFlags);
+  assert.deepEqual(config, fromFile);
+  // The name is resolved away: the same numbers spelt out are the same task; AutoAttack's are not.
+  assert.deepEqual(
+    keys(`stitch: { robustEval: { settings: reference } }`),
+    keys(`stitch: { robustEval: { steps: 20, stepSize: ${2 / 255} } }`),
+  );
+  assert.notDeepEqual(keys("stitch: { robustEval: { settings: reference } }"), keys("stitch: { robustEval: {} }"));
+  assert.deepEqual(stitches("stitch: { robustEval: {} }")[0].config.robustEval, {
+    attack: "apgd",
+    eps: 8 / 255,
+    steps: 100,
+    stepSize: 16 / 255,
+  });
+  // A number given overrides the named settings' own; at 224 px the reference's numbers are its
+  // ImageNet ones (4.758/255 in normalised units, in pixel units).
+  const stitchWith = (robustEval: object, data: object = {}) =>
+    stitchConfig(
+      { front: "a", back: "b", frontPoint: "layer1.0", objective: "slm", mode: "standard" },
+      { robustEval },
+      { dataset: "fashion-mnist", ...data },
+    ).robustEval;
+  assert.deepEqual(stitchWith({ settings: "reference", steps: 50 }), { ...reference, steps: 50 });
+  assert.deepEqual(stitchWith({ settings: "reference" }, { dataset: "imagefolder", imageSize: 224 }), {
+    attack: "apgd",
+    steps: 20,
+    ...REFERENCE_ROBUST_EVAL_224,
+  });
+  assert.ok(Math.abs(REFERENCE_ROBUST_EVAL_224.stepSize * 255 - 1.075) < 0.001);
+  // A base model: the model entry's robustEval and train's flag give one config; named settings
+  // ask for the evaluation even of a clean model, at the reference's radius.
+  const trained = (model: string) => {
+    const t = plan(FILE("", model)).tasks.find((t) => t.kind === "train");
+    assert.ok(t?.spec.kind === "train");
+    return t.spec.config;
+  };
+  const argv = ["--model", "resnet18", "--dataset", "fashion-mnist", "--out", "x", "--width", "0.125", "--seed", "0"];
+  const trainFlags = (...extra: string[]) =>
+    trainConfigFromFlags(
+      flags(registerTrainCommand, "train", [
+        ...argv,
+        ...["--epochs", "4", "--limit", "1024", "--test-limit", "256", ...extra],
+      ]),
+    );
+  assert.deepEqual(trainFlags("--robust-eval-settings", "reference"), trained(", robustEval: { settings: reference }"));
+  assert.deepEqual(trained(", robustEval: { settings: reference }").robustEval, reference);
+  assert.deepEqual(
+    trainFlags("--robust-eval-settings", "reference", "--robust-eval-step-size", "1/255"),
+    trained(`, robustEval: { settings: reference, stepSize: ${1 / 255} }`),
+  );
+  // An adversarially trained model: AutoAttack's budget at its own radius by default.
+  const adversarial = ", adversarial: { eps: 0.0627451 }";
+  assert.deepEqual(trained(adversarial).robustEval, {
+    attack: "apgd",
+    eps: 0.0627451,
+    steps: 100,
+    stepSize: 0.1254902,
+  });
+  assert.deepEqual(trained(`${adversarial}, robustEval: { settings: reference }`).robustEval, reference);
+  // A name that is not one is refused, naming the flag or the key.
+  assert.throws(() => trainFlags("--robust-eval-settings", "art"), /--robust-eval-settings/);
+  assert.throws(
+    () => plan(FILE("stitch: { robustEval: { settings: art } }")),
+    (e: unknown) => e instanceof ExperimentError && /stitch\.robustEval\.settings/.test(e.message),
+  );
 });

@@ -130,7 +130,7 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
       epochs: 2,
       batchSize: 64,
       lr: 0.1,
-      robustEvalSteps: 0,
+      robustEval: null,
       simclr: { epochs: 2, temperature: 0.5 },
     },
     join(tmp, "simclr"),

@@ -145,7 +145,12 @@ test("adversarial stitching trains on PGD examples within eps; robust scores fal
   // A whole run: trained adversarially, scored clean and under PGD and under APGD-CE and -DLR.
   const adversarial = { eps, step: 2 / 255, steps: 3, fraction: 1, randomStart: false };
   const pgd = await runStitch(
-    stitchConfig({ front: ckpt.b, back: ckpt.b, adversarial, robustEval: { attack: "pgd", eps, steps: 5 } }),
+    stitchConfig({
+      front: ckpt.b,
+      back: ckpt.b,
+      adversarial,
+      robustEval: { attack: "pgd", eps, steps: 5, stepSize: eps / 4 },
+    }),
     join(tmp, "run-adv-pgd"),
   );
   assert.ok(pgd.robust, "robust scores recorded");
@@ -155,7 +160,7 @@ test("adversarial stitching trains on PGD examples within eps; robust scores fal
   );
   assert.deepEqual(Object.keys(pgd.robust.perAttack), ["pgd"]);
   const apgd = await runStitch(
-    stitchConfig({ front: ckpt.b, back: ckpt.b, robustEval: { attack: "apgd", eps, steps: 5 } }),
+    stitchConfig({ front: ckpt.b, back: ckpt.b, robustEval: { attack: "apgd", eps, steps: 5, stepSize: 2 * eps } }),
     join(tmp, "run-adv-apgd"),
   );
   const per = apgd.robust?.perAttack ?? {};

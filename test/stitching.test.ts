@@ -40,7 +40,7 @@ before(async () => {
       epochs: 3,
       batchSize: 64,
       lr: 0.05,
-      robustEvalSteps: 0,
+      robustEval: null,
     },
     dir,
   );

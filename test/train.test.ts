@@ -46,7 +46,7 @@ const base: TrainConfig = {
   epochs: 6,
   batchSize: 64,
   lr: 0.05,
-  robustEvalSteps: 0,
+  robustEval: null,
 };
 const EPS = { eps: 16 / 255, step: 4 / 255 };
 let clean: TrainResult;
@@ -453,7 +453,11 @@ test("on a trained ResNet, APGD-CE breaks at least as many images as PGD with th
 
 test("adversarial training raises robust accuracy over a clean model of the same size", { skip }, async (t) => {
   const adv = await trainModel(
-    { ...base, adversarial: { ...EPS, steps: 3, fraction: 0.5, randomStart: false }, robustEvalSteps: 5 },
+    {
+      ...base,
+      adversarial: { ...EPS, steps: 3, fraction: 0.5, randomStart: false },
+      robustEval: { attack: "apgd", eps: EPS.eps, steps: 5, stepSize: 2 * EPS.eps },
+    },
     join(dir, "adversarial"),
   );
   const { model, meta } = loadCheckpoint(adv.checkpoint);

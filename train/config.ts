@@ -73,26 +73,105 @@ export type RobustEvalAttack = (typeof ROBUST_EVAL_ATTACKS)[number];
 /** AutoAttack's budget: 100 iterations of each attack, at PROTOCOL's CIFAR radius. */
 export const ROBUST_EVAL_DEFAULTS = { attack: "apgd", eps: CIFAR_EPS, steps: 100 } as const;
 
-/** A robust evaluation: the attack, its iterations and its radius (pixel units). */
+/**
+ * Named robust-evaluation settings, each resolved into concrete numbers (resolveRobustEval):
+ * - "autoattack" (the default): AutoAttack's APGD budget, 100 iterations of each attack with a
+ *   first step of 2 eps (Croce and Hein 2020), at the radius of the context (the model's own
+ *   training radius, else PROTOCOL's 8/255);
+ * - "reference": what the reference passes to ART (external/attacks/attack.py get_attacks, run by
+ *   evaluation/base/evaluator.py and evaluation/stitching/evaluator.py eval_robustness): ART's
+ *   AutoProjectedGradientDescent with the cross-entropy and then the difference-of-logits-ratio
+ *   loss, combined per image by ART's AutoAttack, untargeted L-inf, max_iter 20, one random start
+ *   (nb_random_init 1), and at 32 px eps 8/255 with eps_step 2/255, which ART takes as the first
+ *   step size (its eta before any halving); at 224 px eps 4 x 4.758/255 and eps_step 4.758/255 in
+ *   ImageNet-normalised units, here in pixel units (REFERENCE_ROBUST_EVAL_224).
+ */
+export const ROBUST_EVAL_SETTINGS = ["autoattack", "reference"] as const;
+export type RobustEvalSettingsName = (typeof ROBUST_EVAL_SETTINGS)[number];
+
+/**
+ * The reference's robust evaluation at 224 px in pixel units: its eps_step is 4.758/255 in
+ * ImageNet-normalised space (1/255 over ImageNet's std), taken back to pixels with the mean of
+ * ImageNet's std, 0.226 (as the IRI step at 224 px, stitch/iris.ts IRI_STEP_SIZE_224): about
+ * 1.08/255, and its eps four of them, about 4.3/255.
+ */
+export const REFERENCE_ROBUST_EVAL_224 = {
+  eps: ((4 * 4.758) / 255) * 0.226,
+  stepSize: (4.758 / 255) * 0.226,
+} as const;
+
+/** The reference's robust evaluation (external/attacks/attack.py) for images of this side. */
+export function referenceRobustEval(imageSize: number | null): RobustEvalConfig {
+  const big = (imageSize ?? 32) >= 224;
+  return {
+    attack: "apgd",
+    steps: 20,
+    eps: big ? REFERENCE_ROBUST_EVAL_224.eps : CIFAR_EPS,
+    stepSize: big ? REFERENCE_ROBUST_EVAL_224.stepSize : 2 / 255,
+  };
+}
+
+/**
+ * A robust evaluation as a user gives it (a `robustEval:` section, the --robust-eval-* flags):
+ * named settings, and any number that overrides theirs. Nothing here is defaulted: the numbers
+ * depend on the settings and the context, and resolveRobustEval fills them in.
+ */
 export const robustEvalSchema = z
   .object({
-    attack: z.enum(ROBUST_EVAL_ATTACKS).default(ROBUST_EVAL_DEFAULTS.attack),
-    eps: z
+    settings: z
+      .enum(ROBUST_EVAL_SETTINGS)
+      .optional()
+      .describe(
+        "autoattack (default: 100 iterations of each attack, first step 2 eps) or reference (the reference's ART set-up: 20 iterations, first step 2/255, eps 8/255 at 32 px)",
+      ),
+    attack: z
+      .enum(ROBUST_EVAL_ATTACKS)
+      .optional()
+      .describe("apgd (APGD-CE and APGD-DLR, worst case per image; the default) or pgd"),
+    eps: z.number().positive().max(1, PIXEL_UNITS).optional().describe("L-inf radius in pixel units"),
+    steps: z.number().int().min(1).max(10_000, "at most 10000").optional().describe("iterations of each attack"),
+    stepSize: z
       .number()
       .positive()
       .max(1, PIXEL_UNITS)
-      .default(ROBUST_EVAL_DEFAULTS.eps)
-      .describe("L-inf radius in pixel units"),
-    steps: z
-      .number()
-      .int()
-      .min(1)
-      .max(10_000, "at most 10000")
-      .default(ROBUST_EVAL_DEFAULTS.steps)
-      .describe("iterations of each attack"),
+      .optional()
+      .describe(
+        "APGD's first step (halved on its schedule; default 2 eps, the reference's 2/255) or PGD's step, in pixel units",
+      ),
   })
   .strict();
-export type RobustEvalConfig = z.infer<typeof robustEvalSchema>;
+export type RobustEvalSettings = z.infer<typeof robustEvalSchema>;
+
+/** A robust evaluation, every number resolved (resolveRobustEval): what the attacks run and a key hashes. */
+export interface RobustEvalConfig {
+  attack: RobustEvalAttack;
+  /** L-inf radius in pixel units. */
+  eps: number;
+  /** Iterations of each attack. */
+  steps: number;
+  /** APGD's first step (then halved on its schedule), or PGD's step, in pixel units. */
+  stepSize: number;
+}
+
+/**
+ * Given robust-evaluation settings to concrete numbers: the named settings' numbers, each
+ * overridden by one given. `context` is what the named settings leave to the caller: the radius
+ * (autoattack: a base model's own training radius, else PROTOCOL's 8/255), PGD's step for that
+ * radius, and the images' side (the reference's numbers at 224 px differ).
+ */
+export function resolveRobustEval(
+  given: RobustEvalSettings,
+  context: { imageSize: number | null; eps: number; pgdStep: (eps: number) => number },
+): RobustEvalConfig {
+  const named =
+    given.settings === "reference"
+      ? referenceRobustEval(context.imageSize)
+      : { attack: ROBUST_EVAL_DEFAULTS.attack, eps: context.eps, steps: ROBUST_EVAL_DEFAULTS.steps, stepSize: null };
+  const attack = given.attack ?? named.attack;
+  const eps = given.eps ?? named.eps;
+  const stepSize = given.stepSize ?? named.stepSize ?? (attack === "apgd" ? 2 * eps : context.pgdStep(eps));
+  return { attack, eps, steps: given.steps ?? named.steps, stepSize };
+}
 
 export const TRAIN_METHODS = ["supervised", "simclr"] as const;
 
@@ -152,15 +231,13 @@ export const trainSettingsSchema = z
       .default(null)
       .describe("train with this pixel shortcut in the images"),
     adversarial: pgdRecipeSchema.nullable().default(null).describe("Madry adversarial training (pixel units)"),
-    robustEval: z
-      .object({
-        attack: robustEvalSchema.shape.attack,
-        steps: z.number().int().min(0).max(10_000, "at most 10000").optional(),
-      })
+    robustEval: robustEvalSchema
+      .omit({ eps: true })
+      .extend({ steps: z.number().int().min(0).max(10_000, "at most 10000").optional() })
       .strict()
       .optional()
       .describe(
-        "final robust evaluation: APGD-CE and APGD-DLR (default) or PGD; steps default 100 for adversarially trained models, 0 (none) for clean ones",
+        "final robust evaluation at the model's training radius (8/255 for clean models; the reference's settings: theirs): APGD-CE and APGD-DLR (default) or PGD; steps default 100 for adversarially trained models, 0 (none) for clean ones unless settings are named",
       ),
     method: z
       .enum(TRAIN_METHODS)
@@ -200,11 +277,10 @@ export interface TrainConfig extends TrainData {
   /** Fractions of training at which the lr is multiplied by 0.1 (nn/schedule.ts stepScheduleMilestones: floor). */
   milestones: number[];
   /**
-   * The final robust evaluation: `steps` iterations of each attack (APGD-CE and APGD-DLR, or PGD)
-   * at the adversarial radius (PROTOCOL's 8/255 for clean models); steps 0: none.
+   * The final robust evaluation on the test set (train/evaluate.ts robustEvaluation): by default
+   * at the adversarial radius (PROTOCOL's 8/255 for clean models); null: none.
    */
-  robustEvalSteps: number;
-  robustEvalAttack: RobustEvalAttack;
+  robustEval: RobustEvalConfig | null;
   /** bf16: each step's forward and loss under bfloat16 autocast; null: float32 throughout. */
   autocast: AutocastMode | null;
   /** SimCLR pre-training first, then the classifier alone for `epochs`; null: supervised. */
@@ -239,9 +315,7 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
     batchSize: s.batchSize,
     lr: s.lr ?? record.defaultLr,
     ...SGD_RECIPE,
-    // Adversarially trained models are evaluated with AutoAttack's budget; clean ones only when asked.
-    robustEvalSteps: s.robustEval?.steps ?? (s.adversarial ? ROBUST_EVAL_DEFAULTS.steps : 0),
-    robustEvalAttack: s.robustEval?.attack ?? ROBUST_EVAL_DEFAULTS.attack,
+    robustEval: resolveTrainRobustEval(s, data),
     autocast: s.autocast ?? null,
     simclr:
       s.method === "simclr"
@@ -249,6 +323,26 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
         : null,
     device,
   };
+}
+
+/**
+ * A base model's final robust evaluation: adversarially trained models are evaluated with
+ * AutoAttack's budget at their training radius, clean ones only when asked (steps, or named
+ * settings); steps 0: none. PGD steps as the model's training attack did.
+ */
+function resolveTrainRobustEval(s: TrainSettings, data: TrainData): RobustEvalConfig | null {
+  const given = s.robustEval ?? {};
+  const wanted = given.steps !== undefined ? given.steps > 0 : Boolean(s.adversarial || given.settings);
+  if (!wanted) return null;
+  const { steps, ...rest } = given;
+  return resolveRobustEval(
+    { ...rest, ...(steps !== undefined ? { steps } : {}) },
+    {
+      imageSize: data.imageSize,
+      eps: s.adversarial?.eps ?? ROBUST_EVAL_DEFAULTS.eps,
+      pgdStep: () => s.adversarial?.step ?? PGD_DEFAULTS.step,
+    },
+  );
 }
 
 /** SimCLR's default temperature, read from its schema (the one place it is written). */

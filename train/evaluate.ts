@@ -32,16 +32,10 @@ export function evaluate(model: Module, ds: Dataset, opts: EvalOptions): EvalRes
 // The attacks' names and defaults live with the other settings (train/config.ts).
 export { ROBUST_EVAL_ATTACKS, type RobustEvalAttack } from "./config.js";
 
-import type { RobustEvalAttack } from "./config.js";
+import type { RobustEvalAttack, RobustEvalConfig } from "./config.js";
 
-export interface RobustEvalOptions extends EvalOptions {
-  attack: RobustEvalAttack;
-  /** L-inf radius in pixel units. */
-  eps: number;
-  /** Iterations of each attack (APGD-CE and APGD-DLR run this many each). */
-  steps: number;
-  /** PGD's step in pixel units (APGD sets its own: 2 eps, then halved on its schedule). */
-  pgdStep: number;
+/** A robust evaluation's resolved numbers (train/config.ts resolveRobustEval) and where it runs. */
+export interface RobustEvalOptions extends EvalOptions, RobustEvalConfig {
   /** Start from a random point in the ball: APGD's default is true (AutoAttack), PGD's false. */
   randomStart?: boolean;
 }
@@ -54,7 +48,7 @@ export interface RobustEvalRecord {
   eps: number;
   steps: number;
   randomStart: boolean;
-  /** PGD's step (pixel units); APGD's initial step is 2 eps. */
+  /** APGD's first step (then halved on its schedule), or PGD's step, in pixel units. */
   step: number;
 }
 
@@ -72,7 +66,13 @@ export function robustEvaluation(
   const common = { normalization: opts.normalization, batchSize: opts.batchSize, device: opts.device };
   if (opts.attack === "apgd") {
     const randomStart = opts.randomStart ?? true;
-    const r = apgdRobustAccuracy(model, ds, { ...common, eps: opts.eps, steps: opts.steps, randomStart });
+    const r = apgdRobustAccuracy(model, ds, {
+      ...common,
+      eps: opts.eps,
+      steps: opts.steps,
+      stepSize: opts.stepSize,
+      randomStart,
+    });
     return {
       accuracies: { robust: r.worst, robust_apgd_ce: r.ce, robust_apgd_dlr: r.dlr },
       record: {
@@ -81,7 +81,7 @@ export function robustEvaluation(
         eps: opts.eps,
         steps: opts.steps,
         randomStart,
-        step: 2 * opts.eps,
+        step: opts.stepSize,
       },
     };
   }
@@ -89,12 +89,12 @@ export function robustEvaluation(
   const acc = robustAccuracy(model, ds, {
     ...common,
     eps: opts.eps,
-    step: opts.pgdStep,
+    step: opts.stepSize,
     steps: opts.steps,
     randomStart,
   });
   return {
     accuracies: { robust: acc, robust_pgd: acc },
-    record: { attack: "pgd", attacks: ["pgd"], eps: opts.eps, steps: opts.steps, randomStart, step: opts.pgdStep },
+    record: { attack: "pgd", attacks: ["pgd"], eps: opts.eps, steps: opts.steps, randomStart, step: opts.stepSize },
   };
 }

@@ -26,7 +26,7 @@ import { checkInputSize } from "../models/stitchable.js";
 import { SGD } from "../nn/optim.js";
 import { stepSchedule } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
-import { PGD_DEFAULTS, ROBUST_EVAL_DEFAULTS, type TrainConfig } from "./config.js";
+import type { TrainConfig } from "./config.js";
 import { evaluate, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
 import { checkTrainingMemory } from "./memory.js";
 import { pgdAttack } from "./pgd.js";
@@ -269,16 +269,14 @@ export async function trainModel(
         disposeDataset(rolled);
       }
     }
-    // The adversarial models' own budget (clean models: PROTOCOL's CIFAR one). APGD starts at a
-    // random point (AutoAttack); PGD as in training.
+    // As resolved (train/config.ts resolveTrainRobustEval): the adversarial models' own radius and
+    // AutoAttack's budget unless other settings are named. APGD starts at a random point
+    // (AutoAttack); PGD as in training.
     let robustEval: RobustEvalRecord | undefined;
-    if (cfg.robustEvalSteps > 0) {
+    if (cfg.robustEval) {
       const r = robustEvaluation(model, test, {
-        attack: cfg.robustEvalAttack,
-        eps: cfg.adversarial?.eps ?? ROBUST_EVAL_DEFAULTS.eps,
-        steps: cfg.robustEvalSteps,
-        pgdStep: cfg.adversarial?.step ?? PGD_DEFAULTS.step,
-        ...(cfg.robustEvalAttack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
+        ...cfg.robustEval,
+        ...(cfg.robustEval.attack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
         normalization: norm,
         device: cfg.device,
       });
