@@ -51,9 +51,9 @@ export function modelSourceFrom(o: Record<string, unknown>, role: Role | null, f
   const arch = o[key("Arch")] as string | undefined;
   const options = yamlValue(flag("options"), o[key("Options")] as string | undefined);
   const rawNorm = o[key("Normalization")] as string | undefined;
-  // A bare word is a dataset's statistics; anything else is YAML ({mean, std}).
+  // A bare word is a dataset's statistics (an empty one is refused as such); anything else is YAML ({mean, std}).
   const normalization =
-    rawNorm === undefined || /^[\w-]+$/.test(rawNorm) ? rawNorm : yamlValue(flag("normalization"), rawNorm);
+    rawNorm === undefined || /^[\w-]*$/.test(rawNorm) ? rawNorm : yamlValue(flag("normalization"), rawNorm);
   const imageSize = o[key("ImageSize")] as number | undefined;
   const given = { arch, options, normalization, imageSize };
   if (Object.values(given).every((v) => v === undefined)) return file;

@@ -26,19 +26,26 @@ export const IMAGENET_NORMALIZATION: Normalization = { mean: [0.485, 0.456, 0.40
  */
 export const NO_NORMALIZATION: Normalization = { mean: [0, 0, 0], std: [1, 1, 1] };
 
+const PRESETS: Record<string, Normalization> = {
+  cifar10: CIFAR10_NORMALIZATION,
+  "fashion-mnist": FASHION_MNIST_NORMALIZATION,
+  mnist: MNIST_NORMALIZATION,
+  imagefolder: IMAGENET_NORMALIZATION,
+  imagenet: IMAGENET_NORMALIZATION,
+  none: NO_NORMALIZATION,
+};
+
+/** The names normalizationFor knows: datasets' statistics, and "none". */
+export const NORMALIZATION_NAMES: readonly string[] = Object.keys(PRESETS);
+
+/** Whether normalizationFor knows a name (a dataset name, with or without a "/..." suffix, or "none"). */
+export const isNormalizationName = (name: string): boolean => Object.hasOwn(PRESETS, name.split("/")[0]);
+
 /** The preset for a dataset name of loadDataset, or "none" (NO_NORMALIZATION). */
 export function normalizationFor(dataset: string): Normalization {
-  const presets: Record<string, Normalization> = {
-    cifar10: CIFAR10_NORMALIZATION,
-    "fashion-mnist": FASHION_MNIST_NORMALIZATION,
-    mnist: MNIST_NORMALIZATION,
-    imagefolder: IMAGENET_NORMALIZATION,
-    imagenet: IMAGENET_NORMALIZATION,
-    none: NO_NORMALIZATION,
-  };
-  const p = presets[dataset.split("/")[0]];
-  if (!p) throw new Error(`no normalisation preset for '${dataset}' (known: ${Object.keys(presets).join(", ")})`);
-  return p;
+  if (!isNormalizationName(dataset))
+    throw new Error(`no normalisation preset for '${dataset}' (known: ${NORMALIZATION_NAMES.join(", ")})`);
+  return PRESETS[dataset.split("/")[0]];
 }
 
 function channelTensor(values: number[], like: torch.Tensor): torch.Tensor {

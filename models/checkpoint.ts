@@ -4,7 +4,7 @@
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { z } from "zod";
-import { type Normalization, normalizationFor } from "../data/transforms.js";
+import { isNormalizationName, NORMALIZATION_NAMES, type Normalization, normalizationFor } from "../data/transforms.js";
 import { readJsonFile, stitchlabVersion, writeFileAtomic } from "../io/files.js";
 import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import { torchLoad } from "../io/torchsave.js";
@@ -29,6 +29,9 @@ export interface CheckpointMeta {
 }
 
 const UNIT_RANGE = "normalisation statistics are in [0, 1] pixel units (divide 0-255 values by 255)";
+
+/** What a normalization may be, in words: the end of every message about one. */
+export const NORMALIZATION_EXPECTED = `expected a dataset's statistics (${NORMALIZATION_NAMES.filter((x) => x !== "none").join(", ")}), none, or {mean: [...], std: [...]} in [0, 1] pixel units`;
 
 export const sidecarPath = (path: string): string => `${path.replace(/\.safetensors$/, "")}.json`;
 
@@ -81,17 +84,21 @@ export const modelSourceSchema = z
         "createModel options; those the weights' shapes show (classes, width, stem, ViT sizes) are read from them",
       ),
     normalization: z
-      .union([
-        z.string(),
-        z
-          .object({
-            // In [0, 1] pixel units, as the images are: 0-255 values (mean 125.3) would normalise
-            // every input to nonsense without a word.
-            mean: z.array(z.number().min(0, UNIT_RANGE).max(1, UNIT_RANGE)).min(1),
-            std: z.array(z.number().positive().max(1, UNIT_RANGE)).min(1),
-          })
-          .strict(),
-      ])
+      .union(
+        [
+          z.string(),
+          z
+            .object({
+              // In [0, 1] pixel units, as the images are: 0-255 values (mean 125.3) would normalise
+              // every input to nonsense without a word. Both are required; a missing one is named
+              // by the refinement below (zod's own word for it would be "Invalid input").
+              mean: z.array(z.number().min(0, UNIT_RANGE).max(1, UNIT_RANGE)).min(1).optional(),
+              std: z.array(z.number().positive().max(1, UNIT_RANGE)).min(1).optional(),
+            })
+            .strict(),
+        ],
+        { error: () => NORMALIZATION_EXPECTED },
+      )
       .optional()
       .describe(
         "the statistics its inputs were normalised with: a dataset name (cifar10, imagenet, ...) or {mean, std} in [0, 1] pixel units",
@@ -106,6 +113,16 @@ export const modelSourceSchema = z
   })
   .strict()
   .superRefine((s, ctx) => {
+    const n = s.normalization;
+    const problem = (path: string[], message: string) =>
+      ctx.addIssue({ code: "custom", path: ["normalization", ...path], message });
+    if (n === "") problem([], `it is empty: ${NORMALIZATION_EXPECTED}`);
+    else if (typeof n === "string" && !isNormalizationName(n))
+      problem([], `no normalisation preset for '${n}': ${NORMALIZATION_EXPECTED}`);
+    else if (typeof n === "object" && !n.mean) problem(["mean"], `mean is missing: ${NORMALIZATION_EXPECTED}`);
+    else if (typeof n === "object" && !n.std) problem(["std"], `std is missing: ${NORMALIZATION_EXPECTED}`);
+    else if (typeof n === "object" && n.mean?.length !== n.std?.length)
+      problem([], `mean has ${n.mean?.length} values and std ${n.std?.length}: one of each per channel`);
     // The architecture and its options, checked before any weights are read (models/options.ts).
     if (s.arch !== undefined && !modelNames().includes(s.arch))
       ctx.addIssue({
@@ -129,9 +146,11 @@ export const asModelSource = (s: ModelSourceLike): ModelSource => (typeof s === 
 export function resolveNormalization(n: ModelSource["normalization"]): Normalization | undefined {
   if (n === undefined) return undefined;
   if (typeof n === "string") return normalizationFor(n);
-  if (n.mean.length !== n.std.length)
-    throw new Error(`normalization: mean has ${n.mean.length} values and std ${n.std.length}`);
-  return n;
+  const { mean, std } = n;
+  if (!mean || !std) throw new Error(`normalization: ${mean ? "std" : "mean"} is missing: ${NORMALIZATION_EXPECTED}`);
+  if (mean.length !== std.length)
+    throw new Error(`normalization: mean has ${mean.length} values and std ${std.length}: one of each per channel`);
+  return { mean, std };
 }
 
 /** Whether a file is a stitchlab checkpoint (a .safetensors file with its .json sidecar). */
@@ -195,7 +214,12 @@ export function loadCheckpoint(source: ModelSourceLike): {
     } else {
       const obj = torchLoad(path);
       owned = obj;
-      ({ stateDict: sd, unwrapped: notes.unwrapped } = unwrapStateDict(obj, path));
+      try {
+        ({ stateDict: sd, unwrapped: notes.unwrapped } = unwrapStateDict(obj, path));
+      } catch (e) {
+        torch.dispose(owned); // e.g. a bare tensor: what was read is freed before the error goes up
+        throw e;
+      }
     }
     if (!meta) {
       if (!src.arch) {

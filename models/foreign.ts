@@ -94,6 +94,11 @@ export function unwrapStateDict(obj: unknown, what: string): { stateDict: StateD
     );
     v = (v as Record<string, unknown>)[key];
   }
+  // A tensor is an object too: its own fields would read as keys ("keys: _scope").
+  if (isTensor(v))
+    throw new Error(
+      `${what} holds a bare tensor (${v.dtype} [${v.shape.join(", ")}]), not a state dict or a checkpoint: save the weights with torch.save(model.state_dict(), path) (parameter names to tensors), or a dict holding that under state_dict, model or model_state_dict`,
+    );
   if (typeof v !== "object" || v === null || Array.isArray(v) || isPyObject(v))
     throw new Error(
       `${what} holds ${isPyObject(v) ? `a ${v.__class__}` : Array.isArray(v) ? "a list" : typeof v}, not a state dict; save one with torch.save(model.state_dict(), path)`,

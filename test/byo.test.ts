@@ -231,6 +231,72 @@ test("import's forward check runs the model on real test images: logits of a san
   assert.ok(!existsSync(file("no-root")));
 });
 
+test("a normalization that is empty, unknown or lacks std names the flag or key and what is expected", () => {
+  const norm =
+    (value: string, role: "front" | null = null) =>
+    () =>
+      modelSourceFrom(
+        role ? { frontArch: "resnet18", frontNormalization: value } : { arch: "resnet18", normalization: value },
+        role,
+        "x.pt",
+      );
+  const expected =
+    /expected a dataset's statistics \(cifar10, .*imagenet.*\), none, or \{mean: \[\.\.\.\], std: \[\.\.\.\]\} in \[0, 1\] pixel units/;
+  const cases: [() => unknown, RegExp[]][] = [
+    [norm(""), [/^--normalization: it is empty: /, expected]],
+    [norm("weird", "front"), [/^--front-normalization: no normalisation preset for 'weird'/, expected]],
+    [norm("{mean: [0.5, 0.5, 0.5]}"), [/^--normalization: std is missing: /, expected]],
+    [norm("{std: [0.5, 0.5, 0.5]}", "front"), [/^--front-normalization: mean is missing: /]],
+    [
+      norm("{mean: [0.5, 0.5, 0.5], std: [0.5, 0.5]}"),
+      [/^--normalization: mean has 3 values and std 2: one of each per channel/],
+    ],
+    [norm("[0.5, 0.5]"), [/^--normalization: /, expected]],
+  ];
+  // An experiment file names the key.
+  const exp = (n: string) => () =>
+    parseExperiment(
+      `name: t\ndataset: { name: fashion-mnist }\nmodels:\n  a: { checkpoint: x.pt, arch: resnet18, normalization: ${n} }\npairs:\n  - { front: a, back: a, relation: identical }\n`,
+      "t.yaml",
+    );
+  cases.push(
+    [exp("{ mean: [0.5, 0.5, 0.5] }"), [/^t\.yaml: 1 problem:\n {2}models\.a\.normalization\.std: std is missing: /]],
+    [exp("weird"), [/^t\.yaml: 1 problem:\n {2}models\.a\.normalization: no normalisation preset for 'weird'/]],
+  );
+  for (const [run, wants] of cases)
+    assert.throws(run, (e: Error) => {
+      for (const want of wants) assert.match(e.message, want);
+      return true;
+    });
+  // What is right still parses.
+  assert.deepEqual(
+    (norm("{mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}")() as { normalization: unknown }).normalization,
+    {
+      mean: [0.5, 0.5, 0.5],
+      std: [0.25, 0.25, 0.25],
+    },
+  );
+  assert.equal((norm("none")() as { normalization: unknown }).normalization, "none");
+});
+
+test("a .pt that holds a bare tensor says so, and what is expected instead", () => {
+  const bare = file("bare.pt");
+  const t = torch.ones([3, 4]);
+  torchSave(bare, t);
+  t.dispose();
+  assert.throws(
+    () => loadCheckpoint({ checkpoint: bare, arch: "resnet18" }),
+    (e: Error) => {
+      assert.match(
+        e.message,
+        /bare\.pt holds a bare tensor \(float32 \[3, 4\]\), not a state dict or a checkpoint: save the weights with torch\.save\(model\.state_dict\(\), path\)/,
+      );
+      assert.doesNotMatch(e.message, /_scope/);
+      return true;
+    },
+  );
+});
+
 test("options that mean nothing are refused before any weights are read, naming the key and what is allowed", () => {
   torch.manualSeed(0);
   const m = createModel("resnet18", { width: 0.0625, numClasses: 10 });
