@@ -145,6 +145,16 @@ function rootClasses(root: string, dir: string): { wnids: string[]; names: strin
   return { wnids, names: wnids };
 }
 
+/**
+ * How many classes a root's splits are labelled with (its class list, else rootClasses), without
+ * decoding an image: what a back model's head must have, checked before any work.
+ */
+export function imageFolderClassCount(root: string, classList?: string): number {
+  const list = classList ?? join(root, "classes.txt");
+  if (existsSync(list)) return readClassList(list).wnids.length;
+  return rootClasses(root, join(root, "train")).wnids.length;
+}
+
 /** Reads a split of an ImageNet-layout folder, resized to `size` px, into memory. */
 export async function readImageFolder(root: string, split: Split, opts: ImageFolderOptions = {}): Promise<Dataset> {
   const size = opts.size ?? DEFAULT_IMAGE_SIZE;

@@ -38,7 +38,7 @@ import {
   MNIST_HOW_TO_GET,
   readIdxDataset,
 } from "./idx.js";
-import { readImageFolder } from "./imagefolder.js";
+import { imageFolderClassCount, readImageFolder } from "./imagefolder.js";
 
 export const DATASET_NAMES = ["fashion-mnist", "mnist", "cifar10", "imagefolder"] as const;
 export type DatasetName = (typeof DATASET_NAMES)[number];
@@ -71,6 +71,25 @@ export function datasetImageSize(name: string, opts: Pick<LoadOptions, "imageSiz
   if (asked !== undefined && asked !== fixed)
     throw new Error(`${name} images are ${fixed} px; imageSize ${asked} applies to image folders only`);
   return fixed;
+}
+
+/**
+ * The number of classes a dataset's labels range over, without reading its images; null where it
+ * cannot be told (an image folder whose root is not there: loading it says why).
+ */
+export function datasetClassCount(name: string, opts: { root?: string | null; classList?: string }): number | null {
+  switch (name) {
+    case "fashion-mnist":
+      return FASHION_MNIST_CLASSES.length;
+    case "mnist":
+      return MNIST_CLASSES.length;
+    case "cifar10":
+      return CIFAR10_CLASSES.length;
+    case "imagefolder":
+      return opts.root && existsSync(opts.root) ? imageFolderClassCount(opts.root, opts.classList) : null;
+    default:
+      return null;
+  }
 }
 
 function requireRoot(name: string, root: string | undefined, howToGet: string): string {

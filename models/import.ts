@@ -1,8 +1,8 @@
 // `stitchlab import`: weights made elsewhere become a stitchlab checkpoint (safetensors with its
 // sidecar), after a check against a forward pass on real images: the test images of the dataset
 // named, normalised as the model's inputs were. The logits must be finite, of the right shape and
-// of a sane scale (LOGIT_SPREAD_LIMIT), the accuracy is printed and recorded (when the model has
-// the dataset's classes), and the checkpoint written must give the same logits when read back.
+// of a sane scale (LOGIT_SPREAD_LIMIT), the model must have the dataset's classes, the accuracy is
+// printed and recorded, and the checkpoint written must give the same logits when read back.
 // Nothing is written before the check on the images has passed.
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
@@ -40,7 +40,7 @@ export interface ImportCheck {
   logits: number[];
   /** The widest spread of one image's logits (at most LOGIT_SPREAD_LIMIT). */
   logitSpread: number;
-  /** Top-1 accuracy on those images; null when the model's classes are not the dataset's (its count differs). */
+  /** Top-1 accuracy on those images (the model's classes are the dataset's: another count is refused). */
   accuracy: number | null;
   /** The dataset's class count (accuracy's chance level is its inverse). */
   classes: number;
@@ -153,6 +153,12 @@ export async function importModel(source: ModelSource, outDir: string, opts: Imp
       ...(opts.dataset === "imagefolder" ? { imageSize: record.imageSize } : {}),
     });
     checkInputSize(model, ds.images.shape, "the imported");
+    // --dataset is recorded as the data the model was trained on (stitch and iris default to it),
+    // so a head of another class count is a wrong record, not a model to check there (issue 25).
+    if (record.numClasses !== ds.classes.length)
+      throw new Error(
+        `${file} has ${record.numClasses} classes, but --dataset ${opts.dataset} has ${ds.classes.length}: --dataset is recorded as the data the model was trained on, so give that data (weights of another class count can still be a stitch's front without importing: stitch --front-arch)`,
+      );
     const norm = record.normalization ?? normalizationFor(opts.dataset);
     const what = `${ds.labels.shape[0]} ${opts.dataset} test images`;
     let found: ReturnType<typeof forwardCheck>;
@@ -165,7 +171,7 @@ export async function importModel(source: ModelSource, outDir: string, opts: Imp
     const check: Omit<ImportCheck, "readBackMaxDiff"> = {
       data: `${opts.dataset} test`,
       ...found,
-      accuracy: record.numClasses === classes ? found.accuracy : null,
+      accuracy: found.accuracy,
       classes,
     };
     // The read-back check: the first images again, through the model and through the checkpoint written.

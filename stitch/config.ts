@@ -282,3 +282,16 @@ export function stitchConfig(
     device,
   );
 }
+
+/**
+ * Why a back model cannot be scored on a dataset, or null: its head must have the dataset's
+ * classes, since B's predictions are scored against the test labels (accuracy, error
+ * consistency) and HLM trains on them. A 100-class back on a 10-class set otherwise "agrees" at
+ * 0.6 with accuracy 0 and exit 0, and a 5-class one fails after training on an out-of-range
+ * label. The front needs no such check: only its features up to the point are used (A alone is
+ * scored only when its classes are B's). Null counts are not known yet and pass.
+ */
+export function backClassesProblem(back: number | null, dataset: string, datasetClasses: number | null): string | null {
+  if (back === null || datasetClasses === null || back === datasetClasses) return null;
+  return `has ${back} classes, but the dataset ${dataset} has ${datasetClasses}: the back model's predictions are scored against the dataset's labels (and HLM trains on them), so its head must have the dataset's ${datasetClasses} classes; give a back model trained on this dataset`;
+}

@@ -45,7 +45,7 @@ import { type ModelRecord, requireNormalization } from "../models/record.js";
 import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import type { IrisConfig, StitchConfig } from "./config.js";
+import { backClassesProblem, type IrisConfig, type StitchConfig } from "./config.js";
 import { evaluateFrontAlone, evaluateStitch } from "./evaluate.js";
 import {
   checkIriSetFor,
@@ -257,6 +257,10 @@ export async function runStitch(
     owned.push(clean);
     checkInputSize(front.model, clean.images.shape, "the front");
     checkInputSize(back.model, clean.images.shape, "the back");
+    // Checked by the planner and the stitch command already where the data's classes are known
+    // without reading it; this is the last word, before any training.
+    const mismatch = backClassesProblem(back.record.numClasses, dataset, clean.classes.length);
+    if (mismatch) throw new Error(`the back model (${asModelSource(cfg.back).checkpoint}) ${mismatch}`);
     const shortcut = cfg.shortcut ? { kind: cfg.shortcut, seed: markerSeed("train"), scale } : null;
     const markers = shortcut ? planDatasetMarkers(clean, shortcut) : null;
     if (cfg.mode === "iris") {
