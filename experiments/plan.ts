@@ -203,7 +203,10 @@ export function planExperiment(exp: Experiment, file: string): Plan {
       else seen.set(k, i);
     }
   };
-  twice("pairs", exp.pairs, (p) => JSON.stringify([p.front, p.back, p.shortcut ?? null, p.points ?? null]));
+  // A pair's adversarial stitching is part of what it is: the same models at attack ratios 0 and 1 are two pairs.
+  twice("pairs", exp.pairs, (p) =>
+    JSON.stringify([p.front, p.back, p.shortcut ?? null, p.points ?? null, adversarialOf(p, exp)]),
+  );
   twice("seeds", exp.seeds, String);
   twice("objectives", exp.objectives, (o) => {
     try {
@@ -257,6 +260,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     // Which data carry markers: the pair's own choice, else the experiment's (PROTOCOL.md).
     const shortcut = pair.shortcut !== undefined ? pair.shortcut : exp.stitch.shortcut;
     const excess = exp.excess === true ? shortcut : exp.excess || null;
+    const adversarial = adversarialOf(pair, exp);
     if (exp.excess === true && !shortcut)
       problems.push(`${where}: excess: true scores each pair on its own markers, and this pair has no shortcut`);
     for (let r = 0; r < (pair.replicates ?? exp.replicates); r++) {
@@ -287,7 +291,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
             for (const seed of exp.seeds) {
               // Resolved as the stitch command resolves its flags (stitch/config.ts). Adversarial
               // stitching trains on real images: standard runs only.
-              const { shortcut: _s, adversarial, ...st } = exp.stitch;
+              const { shortcut: _s, adversarial: _a, ...st } = exp.stitch;
               const {
                 front: _f,
                 back: _b,
@@ -342,4 +346,9 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     stitches,
     models,
   };
+}
+
+/** A pair's adversarial stitching: its own (null: none), else the experiment's stitch.adversarial. */
+function adversarialOf(pair: Experiment["pairs"][number], exp: Experiment): Experiment["stitch"]["adversarial"] | null {
+  return (pair.adversarial !== undefined ? pair.adversarial : exp.stitch.adversarial) ?? null;
 }

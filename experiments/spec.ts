@@ -78,6 +78,13 @@ const pairSchema = z
       .describe(
         "mark this pair's stitching data (real training images, the IRIs' sources, the test set) with this shortcut, as the reference's cross-bias configs do; overrides stitch.shortcut (null: clean)",
       ),
+    adversarial: stitchSettingsSchema.shape.adversarial
+      .unwrap()
+      .nullable()
+      .optional()
+      .describe(
+        "this pair's adversarial stitching (standard runs), overriding stitch.adversarial; null: none, T on clean images (the reference's attack_ratio 0), so one file can hold a pair at attack ratios 0 and 1",
+      ),
   })
   .strict();
 

@@ -433,7 +433,7 @@ test("the presets mark what the reference marks: the cross-bias pair's data, nev
   const byKey = new Map(plan.tasks.map((t) => [t.key, t]));
   for (const s of plan.stitches) {
     const cfg = (byKey.get(s.key)!.spec as StitchTask).config;
-    const want = s.relation === "pixel-loc" ? "pixel-loc" : "rand";
+    const want = s.relation.endsWith("pixel-loc") ? "pixel-loc" : s.relation.endsWith("pixel") ? "pixel" : "rand";
     assert.equal(cfg.shortcut, want);
     assert.equal(cfg.excess, want);
   }
