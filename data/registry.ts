@@ -28,7 +28,8 @@
 // The caller owns the returned tensors (dispose them, or call inside torch.tidy and return them).
 // It is async because image folders decode on sharp's thread pool; the CIFAR-10 and IDX
 // readers (readCifar10, readIdxDataset) are synchronous and exported for direct use.
-import { CIFAR10_HOW_TO_GET, readCifar10 } from "./cifar10.js";
+import { existsSync } from "node:fs";
+import { CIFAR10_CLASSES, CIFAR10_HOW_TO_GET, readCifar10 } from "./cifar10.js";
 import { checkSplit, type Dataset, DEFAULT_IMAGE_SIZE, type Split } from "./dataset.js";
 import {
   FASHION_MNIST_CLASSES,

@@ -7,11 +7,18 @@
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
+import { datasetClassCount } from "../data/registry.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
-import { type IrisConfig, resolveIrisConfig, resolveStitchConfig, type StitchConfig } from "../stitch/config.js";
+import {
+  backClassesProblem,
+  type IrisConfig,
+  resolveIrisConfig,
+  resolveStitchConfig,
+  type StitchConfig,
+} from "../stitch/config.js";
 import { formatObjective, parseObjective } from "../stitch/objectives.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { checkBuildMemory } from "../train/memory.js";
@@ -90,7 +97,7 @@ function fileSha256(path: string): string {
  * loaded here, stitchlab's own included, so a file that is broken, does not fit its architecture
  * or holds non-finite values is refused before any work (and by --dry-run).
  */
-function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: string[] } {
+function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: string[]; numClasses: number } {
   let m: StitchableModel;
   if (isLoaded(spec)) m = loadCheckpoint({ ...spec, checkpoint: resolve(baseDir, spec.checkpoint) }).model;
   else {
@@ -105,8 +112,9 @@ function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: s
   }
   const points = m.stitchPoints.map((p) => p.name);
   const arch = m.arch;
+  const { numClasses } = m.config as { numClasses: number };
   m.dispose();
-  return { arch, points };
+  return { arch, points, numClasses };
 }
 
 /**
@@ -126,6 +134,8 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     return key;
   };
   const points: Record<string, { arch: string; points: string[] }> = {};
+  /** Each model's class count: a checkpoint's head, or the classes of the dataset it is trained on (null: not known yet). */
+  const classes: Record<string, number | null> = {};
   const trainConfigs: Record<string, TrainConfig> = {};
   /**
    * A model in replicate r: replicate 0 is the model as the file gives it; replicate r > 0 of a
@@ -171,7 +181,10 @@ export function planExperiment(exp: Experiment, file: string): Plan {
         };
         trainConfigs[name] = config;
       }
-      points[name] = pointNames(spec, baseDir);
+      const named = pointNames(spec, baseDir);
+      points[name] = named;
+      const own = isLoaded(spec) ? null : (spec.dataset ?? data);
+      classes[name] = own ? datasetClassCount(own.name, { root: own.root }) : named.numClasses;
     } catch (e) {
       problems.push(`models.${name}: ${(e as Error).message}`);
     }
@@ -245,6 +258,9 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     const front = points[pair.front];
     const back = points[pair.back];
     if (!front || !back) continue;
+    // Before any work, not after training as libtorch's "Target 6 is out of bounds" (issue 25).
+    const mismatch = backClassesProblem(classes[pair.back] ?? null, data.name, datasetClassCount(data.name, data));
+    if (mismatch) problems.push(`${where}.back: model "${pair.back}" ${mismatch}`);
     const wanted = pair.points ?? exp.points;
     const list = wanted === "all" ? back.points : wanted;
     // HEAD_POINT, the head's input, is every model's last point when asked for by name.
