@@ -54,9 +54,7 @@ export function registerImportCommand(program: Command): void {
           : []),
         `  options: ${JSON.stringify(r.options)}`,
         `  forward check on ${c.images} ${c.data} images: logits [${c.logits.join(", ")}] finite, spread at most ${c.logitSpread.toFixed(1)} (limit ${LOGIT_SPREAD_LIMIT})`,
-        c.accuracy === null
-          ? `  accuracy: not comparable (the model has ${c.logits[1]} classes, the dataset ${c.classes})`
-          : `  accuracy ${c.accuracy.toFixed(3)} (chance ${(1 / c.classes).toFixed(3)})`,
+        `  accuracy ${c.accuracy.toFixed(3)} (chance ${(1 / c.classes).toFixed(3)})`,
         "  the checkpoint read back gives the same logits",
         `  wrote ${r.checkpoint} and its sidecar`,
       ]);

@@ -41,7 +41,7 @@ export interface ImportCheck {
   /** The widest spread of one image's logits (at most LOGIT_SPREAD_LIMIT). */
   logitSpread: number;
   /** Top-1 accuracy on those images (the model's classes are the dataset's: another count is refused). */
-  accuracy: number | null;
+  accuracy: number;
   /** The dataset's class count (accuracy's chance level is its inverse). */
   classes: number;
   /** The largest difference of the logits after reading the checkpoint back (0 expected). */
