@@ -556,7 +556,22 @@ export function settingsLines(plan: Plan): string[] {
     ...(stitch("standard") ? [`${stitch("standard")?.bnMode} (standard)`] : []),
     ...(stitch("iris") ? [`${stitch("iris")?.bnMode} (invariance-aware)`] : []),
   ];
-  const adv = stitch("standard")?.adversarial;
+  // Adversarial stitching may differ per pair (a pair's own `adversarial`, null: none): one
+  // clause per distinct setting, naming its pairs when not every pair has it.
+  const advPairs = new Map<string, Set<string>>();
+  for (const role of plan.stitches) {
+    const spec = configOf(role.key);
+    if (spec?.kind !== "stitch" || spec.config.mode !== "standard") continue;
+    const a = spec.config.adversarial;
+    const text = a ? `eps ${a.eps.toFixed(4)}, ${a.steps} steps, fraction ${a.fraction}` : "none";
+    advPairs.set(text, (advPairs.get(text) ?? new Set()).add(role.relation));
+  }
+  const advSettings = [...advPairs.keys()].filter((t) => t !== "none");
+  const adv = advSettings.length
+    ? `Adversarial stitching (standard runs): T on PGD examples, ${[...advPairs.entries()]
+        .map(([t, pairs]) => (advPairs.size === 1 ? t : `${t} for ${[...pairs].join(", ")}`))
+        .join("; ")}. `
+    : "";
   return [
     `Settings: ${d.name}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
     (iris
@@ -564,9 +579,7 @@ export function settingsLines(plan: Plan): string[] {
       : "") +
       (st ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}; ` : "") +
       `batch norm ${bn.join(" and ")}. ` +
-      (adv
-        ? `Adversarial stitching (standard runs): T on PGD examples, eps ${adv.eps.toFixed(4)}, ${adv.steps} steps, fraction ${adv.fraction}. `
-        : "") +
+      adv +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
       (exp.seedShift ? ` Every seed shifted by ${exp.seedShift} (--seed ${exp.seedShift}).` : "") +
       (marked.length

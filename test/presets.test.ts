@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { type Plan, planExperiment, type StitchTask, type Task, type TrainTask } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment, readExperiment } from "../experiments/spec.js";
+import { settingsLines } from "../experiments/summary.js";
 import type { TrainConfig } from "../train/config.js";
 
 const root = join(import.meta.dirname, "..");
@@ -161,5 +162,21 @@ stitch: { adversarial: { eps: 0.0627451, steps: 3 } }
         ].join("\n"),
       ),
     (e: unknown) => e instanceof ExperimentError && /pairs\[1\]: the same as pairs\[0\]/.test(e.message),
+  );
+});
+
+test("the reading's settings name each pair's adversarial stitching when pairs differ (ratio 1 and ratio 0 in one file)", () => {
+  const lines = settingsLines(presetPlan("adversarial-stitching", "small")).join("\n");
+  const clause = lines.match(/Adversarial stitching \(standard runs\): T on PGD examples, ([^\n]*?)\. Replicates/)?.[1];
+  assert.ok(clause, lines);
+  const parts = clause.split("; ");
+  assert.equal(parts.length, 2, clause);
+  assert.match(
+    parts[0],
+    /^eps 0\.\d{4}, \d+ steps, fraction 1 for robust-to-robust-ratio-1, robust-to-clean-ratio-1, clean-to-robust-ratio-1, clean-to-clean-ratio-1$/,
+  );
+  assert.equal(
+    parts[1],
+    "none for robust-to-robust-ratio-0, robust-to-clean-ratio-0, clean-to-robust-ratio-0, clean-to-clean-ratio-0",
   );
 });
