@@ -10,6 +10,7 @@ import type { Device } from "../torch/index.js";
 import { isDone, readFailure } from "./cache.js";
 import { readLocalRun } from "./local.js";
 import type { Plan } from "./plan.js";
+import { withOutLock } from "./outdir.js";
 import { writeResults } from "./results.js";
 import type { RunSummary } from "./runner.js";
 import { readSlurmRun, slurmRunPath } from "./slurm.js";
@@ -114,16 +115,19 @@ export function requireRun(out: string): void {
  */
 export async function reportFolder(dir: string): Promise<RunReport> {
   const out = resolve(dir);
-  const local = readLocalRun(out);
-  if (local && !existsSync(slurmRunPath(out)))
-    return reportRun(local.plan, summaryFromCache(local.plan, local.cache), local.cache, out, {
-      scale: local.scale,
-      device: local.device,
-    });
   requireRun(out);
-  const run = readSlurmRun(out);
-  return reportRun(run.plan, summaryFromCache(run.plan, run.cache), run.cache, out, {
-    scale: run.scale,
-    device: run.options.device,
+  // Written under the folder's lock, as a run writes it: never into a run still under way.
+  return withOutLock(out, async () => {
+    const local = readLocalRun(out);
+    if (local && !existsSync(slurmRunPath(out)))
+      return reportRun(local.plan, summaryFromCache(local.plan, local.cache), local.cache, out, {
+        scale: local.scale,
+        device: local.device,
+      });
+    const run = readSlurmRun(out);
+    return reportRun(run.plan, summaryFromCache(run.plan, run.cache), run.cache, out, {
+      scale: run.scale,
+      device: run.options.device,
+    });
   });
 }

@@ -562,6 +562,11 @@ test("a second run into an --out that a run is using is refused at once; the fir
     );
     assert.equal(second.stderr.trim().split("\n").length, 1, second.stderr);
   }
+  // `stitchlab report` writes into the folder too: not while a run is under way there.
+  const report = stitchlab(["report", out]);
+  assert.equal(report.status, 1, report.stderr);
+  assert.match(report.stderr, new RegExp(`--out ${out} is in use by another stitchlab run`));
+  assert.ok(!existsSync(join(out, "results.csv")), "no report written under the running run");
   assert.equal(first.exitCode, null, "refused while the first still ran");
   assert.equal(await ended, 0);
   assert.equal(JSON.parse(readFileSync(join(out, "plan.json"), "utf8")).experiment.name, "tiny");
