@@ -2,9 +2,9 @@
 // runner (experiments/runner.ts) or as Slurm jobs (experiments/slurm.ts), then its report
 // (experiments/report.ts). `stitchlab run` and `stitchlab demo` are a shell over runExperiment:
 // they parse the flags, show the progress, and print what it returns.
-import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { disposeDataset, loadDataset } from "../data/index.js";
+import { stitchlabCacheDir } from "../io/files.js";
 import { type Device, requireDevice } from "../torch/index.js";
 import { trainingMemoryProblem } from "../train/memory.js";
 import { isDone, partials } from "./cache.js";
@@ -18,7 +18,7 @@ import { type Experiment, ExperimentError, readExperiment, shiftSeeds } from "./
 
 /** The cache experiments share: --cache, else $STITCHLAB_CACHE, else $XDG_CACHE_HOME/stitchlab (~/.cache/stitchlab). */
 export function defaultCache(): string {
-  return process.env.STITCHLAB_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "stitchlab");
+  return stitchlabCacheDir();
 }
 
 /** A dry run's text: per task kind how many are cached and how many to run, then the tasks to run. */

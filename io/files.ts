@@ -14,6 +14,7 @@ import {
   writeFileSync,
   writeSync,
 } from "node:fs";
+import { homedir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -56,6 +57,14 @@ function findRoot(): string {
 }
 
 export const repoRoot = findRoot();
+
+/**
+ * stitchlab's cache folder: $STITCHLAB_CACHE, else $XDG_CACHE_HOME/stitchlab (~/.cache/stitchlab).
+ * Experiments' tasks live in it (unless `--cache` says otherwise) and models from the hubs under hub/.
+ */
+export function stitchlabCacheDir(): string {
+  return process.env.STITCHLAB_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "stitchlab");
+}
 
 /** stitchlab's version, from package.json. */
 export const stitchlabVersion: string = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")).version;
