@@ -1,6 +1,8 @@
 // `stitchlab import FILE --arch NAME --out DIR`: weights made elsewhere become a stitchlab
 // checkpoint (models/import.ts), so every command and experiment file takes them by path alone.
 import type { Command } from "commander";
+import { asModelSource } from "../models/checkpoint.js";
+import { isHubName } from "../models/hub.js";
 import { CHECK_IMAGES, importModel, LOGIT_SPREAD_LIMIT } from "../models/import.js";
 import { modelNames } from "../models/registry.js";
 import { printDone } from "./output.js";
@@ -13,8 +15,11 @@ export function registerImportCommand(program: Command): void {
     .description(
       "convert a torch.save or safetensors file (a state dict, a {state_dict | model | model_state_dict} wrapper, DataParallel's module. prefix, or a whole pickled nn.Module) into a stitchlab checkpoint, after a forward-pass check",
     )
-    .argument("<file>", "the weights")
-    .requiredOption("--arch <name>", `the zoo architecture they fit: ${modelNames().join(", ")}`)
+    .argument(
+      "<file>",
+      "the weights, or a model by hub (hf-hub:ORG/NAME, torchvision:ARCH: downloaded into the cache, its architecture and statistics from the hub)",
+    )
+    .option("--arch <name>", `the zoo architecture they fit (required for a file): ${modelNames().join(", ")}`)
     .requiredOption("--out <dir>", "a new folder: model.safetensors and model.json")
     .option(
       "--options <yaml>",
@@ -33,8 +38,9 @@ export function registerImportCommand(program: Command): void {
     .option("--check-images <n>", `test images the forward check runs on (default ${CHECK_IMAGES})`, int)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)")
     .action(async (file: string, o: Record<string, unknown>) => {
-      const source = modelSourceFrom(o, null, file);
-      if (typeof source === "string") throw new Error("--arch is required");
+      const given = modelSourceFrom(o, null, file);
+      if (typeof given === "string" && !isHubName(file)) throw new Error("--arch is required");
+      const source = asModelSource(given);
       // Checked on real images: a scale bound means nothing on noise (models/import.ts, LOGIT_SPREAD_LIMIT).
       if (o.dataset === undefined)
         throw new Error(

@@ -57,7 +57,7 @@ export function registerIrisCommand(program: Command): void {
     )
     .requiredOption(
       "--front <file>",
-      "front model: a stitchlab checkpoint, or weights made elsewhere with --front-arch",
+      "front model: a stitchlab checkpoint, weights made elsewhere with --front-arch, or a model by hub (hf-hub:ORG/NAME, torchvision:ARCH; docs/models-and-data.md)",
     )
     .requiredOption("--point <name>", "stitch point (see `stitchlab layers MODEL`)")
     .requiredOption("--out <dir>", "IRI set folder: iris.safetensors, iris.json, preview.png")

@@ -17,7 +17,10 @@ export function registerLayersCommand(program: Command): void {
     .command("layers")
     .description(`list a model's stitch points (models: ${modelNames().join(", ")})`)
     .argument("[model]", "model name (with --checkpoint: the architecture of weights made elsewhere)")
-    .option("--checkpoint <file>", "a stitchlab checkpoint, or weights made elsewhere (torch.save, safetensors)")
+    .option(
+      "--checkpoint <file>",
+      "a stitchlab checkpoint, weights made elsewhere (torch.save, safetensors), or a model by hub (hf-hub:ORG/NAME, torchvision:ARCH; docs/models-and-data.md)",
+    )
     .option("--options <yaml>", "with --checkpoint: createModel options the weights' shapes do not show")
     .option(
       "--json",

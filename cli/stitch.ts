@@ -152,9 +152,12 @@ export function registerStitchCommand(program: Command): void {
     )
     .requiredOption(
       "--front <file>",
-      "front model A: a stitchlab checkpoint, or weights made elsewhere with --front-arch",
+      "front model A: a stitchlab checkpoint, weights made elsewhere with --front-arch, or a model by hub (hf-hub:ORG/NAME, torchvision:ARCH; docs/models-and-data.md)",
     )
-    .requiredOption("--back <file>", "back model B: a stitchlab checkpoint, or weights made elsewhere with --back-arch")
+    .requiredOption(
+      "--back <file>",
+      "back model B: a stitchlab checkpoint, weights made elsewhere with --back-arch, or a model by hub (hf-hub:ORG/NAME, torchvision:ARCH; docs/models-and-data.md)",
+    )
     .requiredOption("--point <name>", "stitch point of A (and of B unless --back-point)")
     .requiredOption(
       "--objective <o>",

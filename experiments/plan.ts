@@ -10,6 +10,7 @@ import { dirname, isAbsolute, resolve } from "node:path";
 import { datasetClassCount } from "../data/registry.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
+import { isHubName, resolveModelSource } from "../models/hub.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import {
@@ -99,7 +100,11 @@ function fileSha256(path: string): string {
  */
 function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: string[]; numClasses: number } {
   let m: StitchableModel;
-  if (isLoaded(spec)) m = loadCheckpoint({ ...spec, checkpoint: resolve(baseDir, spec.checkpoint) }).model;
+  if (isLoaded(spec))
+    m = loadCheckpoint({
+      ...spec,
+      checkpoint: isHubName(spec.checkpoint) ? spec.checkpoint : resolve(baseDir, spec.checkpoint),
+    }).model;
   else {
     const options = {
       ...(spec.options as ModelOptions),
@@ -153,17 +158,20 @@ export function planExperiment(exp: Experiment, file: string): Plan {
   for (const [name, spec] of Object.entries(exp.models)) {
     try {
       if (isLoaded(spec)) {
-        const path = isAbsolute(spec.checkpoint) ? spec.checkpoint : resolve(baseDir, spec.checkpoint);
+        // A model named by hub: its file in the cache (downloaded now, before any work), read with
+        // what the hub says of it; the task's key holds those facts and the file's bytes.
+        const given = isHubName(spec.checkpoint) ? resolveModelSource(spec) : spec;
+        const path = isAbsolute(given.checkpoint) ? given.checkpoint : resolve(baseDir, given.checkpoint);
         if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
-        if (!isStitchlabCheckpoint(path) && !spec.arch)
+        if (!isStitchlabCheckpoint(path) && !given.arch)
           throw new Error(
             `${path} is not a stitchlab checkpoint (no ${sidecarPath(path)} beside it): give arch (and normalization) for weights made elsewhere, or convert it once with stitchlab import`,
           );
-        if (!isStitchlabCheckpoint(path) && spec.normalization === undefined)
+        if (!isStitchlabCheckpoint(path) && given.normalization === undefined)
           throw new Error(
             `${path}: give normalization, the statistics its inputs were normalised with in training (a dataset name such as cifar10 or imagenet, or {mean, std})`,
           );
-        models[name] = { ...spec, checkpoint: path, sha256: fileSha256(path) };
+        models[name] = { ...given, checkpoint: path, sha256: fileSha256(path) };
       } else {
         const { dataset: own, ...settings } = spec;
         const d = own ?? data;

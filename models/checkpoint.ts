@@ -10,6 +10,7 @@ import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import { torchLoad } from "../io/torchsave.js";
 import * as torch from "../torch/index.js";
 import { describeMismatch, inferOptions, recogniseStateDict, type StateDict, unwrapStateDict } from "./foreign.js";
+import { isHubName, parseHubName, resolveModelSource } from "./hub.js";
 import { checkModelOptions, modelOptionsIssue } from "./options.js";
 import { type ModelRecord, modelRecord } from "./record.js";
 import { createModel, type ModelOptions, modelNames } from "./registry.js";
@@ -74,7 +75,7 @@ export const modelSourceSchema = z
       .string()
       .min(1)
       .describe(
-        "a stitchlab checkpoint (.safetensors with its .json sidecar), a torch.save file or a safetensors file",
+        "a stitchlab checkpoint (.safetensors with its .json sidecar), a torch.save file, a safetensors file, or a model by hub: hf-hub:ORG/NAME[@REVISION] (timm's, e.g. hf-hub:timm/resnet18.a1_in1k) or torchvision:ARCH[.WEIGHTS] (models/hub.ts)",
       ),
     arch: z.string().optional().describe("the zoo architecture the weights fit (required for files made elsewhere)"),
     options: z
@@ -113,6 +114,14 @@ export const modelSourceSchema = z
   })
   .strict()
   .superRefine((s, ctx) => {
+    // A hub name's form, checked before anything is downloaded.
+    if (isHubName(s.checkpoint)) {
+      try {
+        parseHubName(s.checkpoint);
+      } catch (e) {
+        ctx.addIssue({ code: "custom", path: ["checkpoint"], message: (e as Error).message });
+      }
+    }
     const n = s.normalization;
     const problem = (path: string[], message: string) =>
       ctx.addIssue({ code: "custom", path: ["normalization", ...path], message });
@@ -163,20 +172,36 @@ export interface LoadNotes {
   inferred: ModelOptions;
 }
 
-/**
- * Rebuilds a zoo model from a source: a stitchlab checkpoint (its sidecar; the source's other
- * fields, when given, override), or weights made elsewhere (torch.save or safetensors; `arch`
- * required, wrappers unwrapped, shape options read from the weights). A mismatch says what the
- * weights look like instead of listing every key.
- */
-export function loadCheckpoint(source: ModelSourceLike): {
+export interface LoadedCheckpoint {
   model: StitchableModel;
   meta: CheckpointMeta;
   notes: LoadNotes;
   /** The model's facts in one record (models/record.ts). */
   record: ModelRecord;
-} {
-  const src = asModelSource(source);
+  /** The file the weights were read from (for a model named by hub, its file in the cache). */
+  file: string;
+}
+
+/**
+ * Rebuilds a zoo model from a source: a stitchlab checkpoint (its sidecar; the source's other
+ * fields, when given, override), or weights made elsewhere (torch.save or safetensors; `arch`
+ * required, wrappers unwrapped, shape options read from the weights), or a model named by hub
+ * (hf-hub:..., torchvision:...: its file in the cache, downloaded first when it is not there, read
+ * with the architecture, classes, input size and statistics the hub gives; models/hub.ts). A
+ * mismatch says what the weights look like instead of listing every key.
+ */
+export function loadCheckpoint(source: ModelSourceLike): LoadedCheckpoint {
+  const named = asModelSource(source).checkpoint;
+  if (!isHubName(named)) return loadResolved(asModelSource(source));
+  const src = resolveModelSource(source);
+  try {
+    return loadResolved(src);
+  } catch (e) {
+    throw new Error(`${named}: ${(e as Error).message}`);
+  }
+}
+
+function loadResolved(src: ModelSource): LoadedCheckpoint {
   const path = src.checkpoint;
   if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
   // Options that mean nothing to the architecture are refused before any weights are read.
@@ -276,7 +301,7 @@ export function loadCheckpoint(source: ModelSourceLike): {
   } finally {
     torch.dispose(owned);
   }
-  return { model, meta, notes, record: modelRecord(model, meta) };
+  return { model, meta, notes, record: modelRecord(model, meta), file: path };
 }
 
 /** The first floating-point parameter or buffer of a model with a NaN or an infinity, or undefined. */

@@ -140,7 +140,7 @@ export async function importModel(source: ModelSource, outDir: string, opts: Imp
   const limit = opts.checkImages ?? CHECK_IMAGES;
   if (!(Number.isInteger(limit) && limit > 0))
     throw new RangeError(`--check-images must be a positive integer, got ${limit}`);
-  const { model, notes, record } = loadCheckpoint(source);
+  const { model, notes, record, file: local } = loadCheckpoint(source);
   let ds: Dataset | undefined;
   let x: torch.Tensor | undefined;
   let before: torch.Tensor | undefined;
@@ -186,7 +186,7 @@ export async function importModel(source: ModelSource, outDir: string, opts: Imp
       ...(record.normalization ? { normalization: record.normalization } : {}),
       importedFrom: {
         file,
-        sha256: createHash("sha256").update(readFileSync(file)).digest("hex"),
+        sha256: createHash("sha256").update(readFileSync(local)).digest("hex"),
         unwrapped: notes.unwrapped,
         inferredOptions: notes.inferred,
         check,

@@ -1,0 +1,493 @@
+// Downloading one file over HTTP(S) into place, verified, or not at all: the bytes go to a
+// temporary sibling of the destination, are checked against what the server (or the file's name)
+// promises, and only then renamed to the destination. An error, a dropped connection or a hash
+// that differs removes the temporary file, so no partial file is ever left or taken.
+//
+// What is verified:
+// - the byte count against Content-Length and, from a Hugging Face hub, X-Linked-Size;
+// - a Hugging Face hub's ETag, as huggingface_hub's hf_hub_download reads it (X-Linked-Etag, else
+//   the hub's own ETag; `W/` and quotes stripped): a file stored in git-lfs has its SHA-256 as
+//   ETag, a file stored in git its git blob SHA-1 (SHA-1 of "blob <size>\0" and the bytes);
+//   X-Repo-Commit is recorded (the commit the revision resolved to);
+// - a SHA-256 prefix, as torch.hub's check_hash reads it from a weights file's name
+//   (resnet18-f37072fd.pth: the SHA-256 starts with f37072fd);
+// - a .safetensors file's structure: the header parses and its tensors fill the data exactly.
+//
+// Loading a model is synchronous (models/checkpoint.ts loadCheckpoint), so downloadSync runs the
+// download in a child Node process (this file as its entry point) and waits for it; the child's
+// stderr is the caller's, so its progress line shows as it goes. The code path is the same for
+// every server: only the URL differs (models/hub.ts takes the hubs' base URLs from the environment).
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import {
+  closeSync,
+  createWriteStream,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from "node:fs";
+import * as http from "node:http";
+import * as https from "node:https";
+import { basename, dirname, join } from "node:path";
+import { Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { stitchlabVersion } from "./files.js";
+
+export interface DownloadJob {
+  url: string;
+  /** The final path; its folder is made. */
+  dest: string;
+  /** A SHA-256 the bytes must have (64 hex digits), or a prefix of it (torch.hub's file names). */
+  sha256?: string;
+  sha256Prefix?: string;
+  /** Read and verify a Hugging Face hub's headers (ETag, X-Linked-Etag, X-Linked-Size, X-Repo-Commit). */
+  hf?: boolean;
+  /** What the progress line calls the file ("hf-hub:timm/resnet18.a1_in1k model.safetensors"). */
+  label?: string;
+  /** No bytes for this long is an error (ms; default 60 s). */
+  idleTimeoutMs?: number;
+}
+
+export interface DownloadResult {
+  url: string;
+  /** Where the bytes came from, after redirects. */
+  from: string;
+  path: string;
+  bytes: number;
+  sha256: string;
+  /** The hub's ETag, normalised, and the commit its revision resolved to (Hugging Face). */
+  etag?: string;
+  commit?: string;
+  /** What was checked, in words ("SHA-256 = X-Linked-Etag", "safetensors structure"). */
+  verified: string[];
+}
+
+/** Why a download failed, for the caller's message: the server could not be reached, the file is not there, or anything else. */
+export type DownloadFailure = "unreachable" | "not-found" | "failed";
+
+export class DownloadError extends Error {
+  constructor(
+    message: string,
+    readonly kind: DownloadFailure,
+    readonly url: string,
+  ) {
+    super(message);
+    this.name = "DownloadError";
+  }
+}
+
+/** Network errors that mean the server cannot be reached at all (offline, no route, no DNS). */
+const UNREACHABLE = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "ENETUNREACH",
+  "EHOSTUNREACH",
+  "ENETDOWN",
+  "ETIMEDOUT",
+  "ECONNRESET_BEFORE_RESPONSE",
+]);
+
+const MAX_REDIRECTS = 10;
+
+/** huggingface_hub's _normalize_etag: `W/"abc"` -> abc. */
+export const normalizeEtag = (etag: string): string => etag.replace(/^W\//, "").replace(/^"|"$/g, "");
+
+/** The git blob SHA-1 of bytes: what git (and a Hugging Face hub's ETag for a file not in lfs) names them by. */
+export const gitBlobSha1 = (bytes: Uint8Array): string =>
+  createHash("sha1").update(`blob ${bytes.byteLength}\0`).update(bytes).digest("hex");
+
+const mb = (n: number): string =>
+  n < 1e3 ? `${Math.round(n)} B` : n < 1e6 ? `${(n / 1e3).toFixed(1)} kB` : `${(n / 1e6).toFixed(1)} MB`;
+
+interface Response {
+  res: http.IncomingMessage;
+  req: http.ClientRequest;
+  /** Every hop's URL and headers, the first (the one asked) first. */
+  hops: { url: string; status: number; headers: http.IncomingHttpHeaders }[];
+}
+
+const header = (h: http.IncomingHttpHeaders, name: string): string | undefined => {
+  const v = h[name.toLowerCase()];
+  return Array.isArray(v) ? v[0] : v;
+};
+
+/** GET `url`, following redirects (relative ones too, as huggingface_hub does for a renamed repository). */
+function get(url: string, idleMs: number): Promise<Response> {
+  const hops: Response["hops"] = [];
+  const once = (u: string, left: number): Promise<Response> =>
+    new Promise((resolvePromise, reject) => {
+      let parsed: URL;
+      try {
+        parsed = new URL(u);
+      } catch {
+        reject(new DownloadError(`${u} is not a URL`, "failed", url));
+        return;
+      }
+      const lib = parsed.protocol === "https:" ? https : parsed.protocol === "http:" ? http : null;
+      if (!lib) {
+        reject(new DownloadError(`${u}: only http and https URLs are fetched`, "failed", url));
+        return;
+      }
+      const req = lib.get(
+        parsed,
+        { headers: { "Accept-Encoding": "identity", "User-Agent": `stitchlab/${stitchlabVersion}` } },
+        (res) => {
+          const status = res.statusCode ?? 0;
+          hops.push({ url: u, status, headers: res.headers });
+          const location = header(res.headers, "location");
+          if (status >= 300 && status < 400 && location) {
+            res.on("error", () => {});
+            res.resume();
+            if (left <= 0) {
+              reject(new DownloadError(`${url}: more than ${MAX_REDIRECTS} redirects`, "failed", url));
+              return;
+            }
+            once(new URL(location, u).href, left - 1).then(resolvePromise, reject);
+            return;
+          }
+          resolvePromise({ res, req, hops });
+        },
+      );
+      req.setTimeout(idleMs, () =>
+        req.destroy(Object.assign(new Error(`no answer for ${idleMs / 1000} s`), { code: "ETIMEDOUT" })),
+      );
+      req.on("error", (e: NodeJS.ErrnoException) => {
+        const code = e.code === "ECONNRESET" ? "ECONNRESET_BEFORE_RESPONSE" : (e.code ?? "");
+        const kind = UNREACHABLE.has(code) ? "unreachable" : "failed";
+        const why = e.code && !e.message.includes(e.code) ? `${e.code}: ${e.message}` : e.message;
+        reject(new DownloadError(`cannot reach ${u} (${why})`, kind, url));
+      });
+    });
+  return once(url, MAX_REDIRECTS);
+}
+
+/** A progress line on stderr: rewritten in place on a terminal, a line at the start and the end otherwise. */
+function progress(label: string, total: number | undefined) {
+  const tty = process.stderr.isTTY === true;
+  const t0 = Date.now();
+  let last = 0;
+  let open = false;
+  const line = (got: number) => {
+    const secs = Math.max((Date.now() - t0) / 1000, 1e-3);
+    const of = total ? ` of ${mb(total)} (${Math.floor((100 * got) / total)}%)` : "";
+    return `downloading ${label}: ${mb(got)}${of}, ${mb(got / secs)}/s`;
+  };
+  if (!tty) process.stderr.write(`downloading ${label}${total ? ` (${mb(total)})` : ""}\n`);
+  return {
+    tick(got: number) {
+      if (!tty || Date.now() - last < 200) return;
+      last = Date.now();
+      open = true;
+      process.stderr.write(`\r${line(got)}\x1b[K`);
+    },
+    /** The bytes are all in (not yet verified): the terminal's line shows the total. */
+    received(got: number) {
+      if (tty) {
+        open = false;
+        process.stderr.write(`\r${line(got)}\x1b[K\n`);
+      }
+    },
+    /** Stopped by an error: the terminal's line is ended (the error says what happened). */
+    stopped() {
+      if (tty && open) process.stderr.write("\n");
+      open = false;
+    },
+    /** Verified and in place. */
+    done(got: number, verified: string[]) {
+      const secs = ((Date.now() - t0) / 1000).toFixed(1);
+      process.stderr.write(
+        `downloaded ${label}: ${mb(got)} in ${secs} s${verified.length ? `, verified (${verified.join("; ")})` : ""}\n`,
+      );
+    },
+  };
+}
+
+const ST_ITEM_SIZE: Record<string, number> = {
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  I64: 8,
+  I32: 4,
+  I16: 2,
+  I8: 1,
+  U8: 1,
+  BOOL: 1,
+  F8_E4M3: 1,
+  F8_E5M2: 1,
+  U16: 2,
+  U32: 4,
+  U64: 8,
+};
+
+/**
+ * Why a file is not a whole safetensors file, or null: the header's length, the header as JSON,
+ * each tensor's byte range against its dtype and shape, and the data section's size against the
+ * ranges (they must fill it exactly, as the format requires).
+ */
+export function safetensorsProblem(path: string): string | null {
+  const size = statSync(path).size;
+  if (size < 8) return `${size} bytes: too short for a safetensors header`;
+  const fd = openSync(path, "r");
+  try {
+    const lenBuf = Buffer.alloc(8);
+    readSync(fd, lenBuf, 0, 8, 0);
+    const n = Number(lenBuf.readBigUInt64LE(0));
+    if (n > size - 8 || n > 100_000_000) return `header length ${n} exceeds the file's ${size} bytes`;
+    const head = Buffer.alloc(n);
+    readSync(fd, head, 0, n, 8);
+    let json: Record<string, { dtype?: string; shape?: number[]; data_offsets?: [number, number] }>;
+    try {
+      json = JSON.parse(head.toString("utf8"));
+    } catch (e) {
+      return `the header is not JSON (${(e as Error).message})`;
+    }
+    const dataBytes = size - 8 - n;
+    let covered = 0;
+    let end = 0;
+    for (const [name, t] of Object.entries(json)) {
+      if (name === "__metadata__") continue;
+      const [b, e] = t.data_offsets ?? [Number.NaN, Number.NaN];
+      const item = ST_ITEM_SIZE[t.dtype ?? ""];
+      if (!item) return `tensor ${name}: unknown dtype ${t.dtype}`;
+      const want = item * (t.shape ?? []).reduce((a, d) => a * d, 1);
+      if (!(Number.isInteger(b) && Number.isInteger(e) && b >= 0 && e >= b) || e - b !== want)
+        return `tensor ${name}: byte range [${b}, ${e}] does not hold ${t.dtype} [${t.shape}] (${want} bytes)`;
+      covered += e - b;
+      end = Math.max(end, e);
+    }
+    if (end !== dataBytes || covered !== dataBytes)
+      return `the tensors cover ${covered} bytes up to ${end}, but the data section has ${dataBytes}`;
+    return null;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Downloads job.url to job.dest, verified (see the top of this file), through a temporary file
+ * renamed into place. Throws a DownloadError naming the URL; the temporary file is removed.
+ */
+export async function download(job: DownloadJob): Promise<DownloadResult> {
+  const { url, dest } = job;
+  const label = job.label ?? url;
+  mkdirSync(dirname(dest), { recursive: true });
+  rmStalePartials(dest);
+  const tmp = join(dirname(dest), `.${basename(dest)}.${process.pid}.${Date.now()}.part`);
+  inFlight.add(tmp);
+  const fail = (why: string, kind: DownloadFailure = "failed"): never => {
+    throw new DownloadError(`${url}: ${why}`, kind, url);
+  };
+  try {
+    const { res, hops } = await get(url, job.idleTimeoutMs ?? 60_000);
+    const status = res.statusCode ?? 0;
+    if (status !== 200) {
+      res.on("error", () => {});
+      res.resume();
+      const hubSays = header(res.headers, "x-error-message");
+      const where = hops.length > 1 ? ` (redirected to ${hops[hops.length - 1].url})` : "";
+      fail(
+        `HTTP ${status} ${res.statusMessage ?? ""}${where}${hubSays ? `: ${hubSays}` : ""}`.trim(),
+        status === 404 ? "not-found" : "failed",
+      );
+    }
+    // What the server promises. From a Hugging Face hub, the first hop that names a linked (lfs)
+    // file's etag and size wins (the redirect to its storage); a file in git has them on the hub's own 200.
+    const length = Number(header(res.headers, "content-length") ?? Number.NaN);
+    let etag: string | undefined;
+    let linkedSize: number | undefined;
+    let commit: string | undefined;
+    if (job.hf) {
+      const origin = new URL(url).origin;
+      for (const h of hops) {
+        commit ??= header(h.headers, "x-repo-commit");
+        const linked = header(h.headers, "x-linked-etag");
+        if (linked && etag === undefined) etag = normalizeEtag(linked);
+        const ls = header(h.headers, "x-linked-size");
+        if (ls !== undefined && linkedSize === undefined) linkedSize = Number(ls);
+      }
+      const last = hops[hops.length - 1];
+      const own = header(last.headers, "etag");
+      if (etag === undefined && own && new URL(last.url).origin === origin) etag = normalizeEtag(own);
+      if (etag === undefined)
+        fail(
+          "the hub sent no ETag (X-Linked-Etag or ETag): the file cannot be verified, as huggingface_hub also refuses",
+        );
+    }
+    const total = Number.isFinite(length) ? length : linkedSize;
+    const bar = progress(label, total);
+    const sha = createHash("sha256");
+    let got = 0;
+    const tap = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        sha.update(chunk);
+        got += chunk.byteLength;
+        bar.tick(got);
+        done(null, chunk);
+      },
+    });
+    const out = createWriteStream(tmp, { flags: "wx" });
+    try {
+      await pipeline(res, tap, out);
+    } catch (e) {
+      bar.stopped();
+      const code = (e as NodeJS.ErrnoException).code;
+      fail(
+        `the connection dropped after ${got} of ${total ?? "?"} bytes (${code ?? (e as Error).message}); nothing was kept`,
+      );
+    }
+    bar.received(got);
+    if (Number.isFinite(length) && got !== length)
+      fail(`the connection ended after ${got} of ${length} bytes (Content-Length); nothing was kept`);
+    if (linkedSize !== undefined && got !== linkedSize)
+      fail(`got ${got} bytes, but the hub's X-Linked-Size says ${linkedSize}; nothing was kept`);
+    const fd = openSync(tmp, "r+");
+    fsyncSync(fd);
+    closeSync(fd);
+    const digest = sha.digest("hex");
+    const verified: string[] = [];
+    if (job.sha256 !== undefined) {
+      if (digest !== job.sha256.toLowerCase())
+        fail(`hash mismatch: SHA-256 ${digest}, expected ${job.sha256}; nothing was kept`);
+      verified.push("SHA-256");
+    }
+    if (job.sha256Prefix !== undefined) {
+      // torch.hub's check_hash: the digest must start with the hex digits of the file's name.
+      if (!digest.startsWith(job.sha256Prefix.toLowerCase()))
+        fail(
+          `hash mismatch: SHA-256 ${digest} does not start with ${job.sha256Prefix}, the hash its file name gives (as torch.hub checks it); nothing was kept`,
+        );
+      verified.push(`SHA-256 prefix ${job.sha256Prefix} (file name)`);
+    }
+    if (job.hf && etag !== undefined) {
+      if (/^[0-9a-f]{64}$/.test(etag)) {
+        if (digest !== etag)
+          fail(
+            `hash mismatch: SHA-256 ${digest}, but the hub's ETag (the file's SHA-256) is ${etag}; nothing was kept`,
+          );
+        verified.push("SHA-256 = the hub's ETag");
+      } else if (/^[0-9a-f]{40}$/.test(etag)) {
+        const blob = gitBlobSha1(readFileSync(tmp));
+        if (blob !== etag)
+          fail(
+            `hash mismatch: git blob SHA-1 ${blob}, but the hub's ETag (the file's git SHA-1) is ${etag}; nothing was kept`,
+          );
+        verified.push("git blob SHA-1 = the hub's ETag");
+      } else if (!dest.endsWith(".safetensors")) {
+        fail(
+          `the hub's ETag ${etag} is neither a SHA-256 (a file in git-lfs) nor a git SHA-1: the file cannot be verified; nothing was kept`,
+        );
+      }
+    }
+    if (dest.endsWith(".safetensors")) {
+      const why = safetensorsProblem(tmp);
+      if (why) fail(`not a whole safetensors file: ${why}; nothing was kept`);
+      verified.push("safetensors structure");
+    }
+    renameSync(tmp, dest);
+    bar.done(got, verified);
+    return {
+      url,
+      from: hops[hops.length - 1].url,
+      path: dest,
+      bytes: got,
+      sha256: digest,
+      ...(etag !== undefined ? { etag } : {}),
+      ...(commit !== undefined ? { commit } : {}),
+      verified,
+    };
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    if (e instanceof DownloadError) throw e;
+    throw new DownloadError(`${url}: ${(e as Error).message}; nothing was kept`, "failed", url);
+  } finally {
+    inFlight.delete(tmp);
+  }
+}
+
+const here = fileURLToPath(import.meta.url);
+
+/**
+ * download(job), synchronously: in a child Node process running this file, whose stderr (the
+ * progress line) is this process's. Throws the child's DownloadError.
+ */
+export function downloadSync(job: DownloadJob): DownloadResult {
+  const node = here.endsWith(".ts") ? ["--import", import.meta.resolve("tsx"), here] : [here];
+  const r = spawnSync(process.execPath, [...node, JSON.stringify(job)], {
+    stdio: ["ignore", "pipe", "inherit"],
+    encoding: "utf8",
+    maxBuffer: 1 << 20,
+  });
+  const last = (r.stdout ?? "").trim().split("\n").pop() ?? "";
+  let answer: { ok: true; result: DownloadResult } | { ok: false; message: string; kind: DownloadFailure };
+  try {
+    answer = JSON.parse(last);
+  } catch {
+    rmStalePartials(job.dest);
+    throw new DownloadError(
+      `${job.url}: the download process ended without an answer (${r.error?.message ?? (r.signal ? `signal ${r.signal}` : `exit code ${r.status}`)}); nothing was kept`,
+      "failed",
+      job.url,
+    );
+  }
+  if (!answer.ok) throw new DownloadError(answer.message, answer.kind, job.url);
+  return answer.result;
+}
+
+/** Temporary files of downloads in flight in this process, removed if it is interrupted. */
+const inFlight = new Set<string>();
+
+/**
+ * Removes the temporary files beside dest that a download process killed outright left behind
+ * (their names hold its pid; one still running is left alone).
+ */
+function rmStalePartials(dest: string): void {
+  const prefix = `.${basename(dest)}.`;
+  let names: string[] = [];
+  try {
+    names = readdirSync(dirname(dest));
+  } catch {
+    return;
+  }
+  for (const f of names) {
+    const pid = Number(f.slice(prefix.length).split(".")[0]);
+    if (!f.startsWith(prefix) || !f.endsWith(".part") || !Number.isInteger(pid)) continue;
+    let alive = pid === process.pid;
+    try {
+      if (!alive) process.kill(pid, 0);
+      alive = true;
+    } catch (e) {
+      alive = (e as NodeJS.ErrnoException).code === "EPERM";
+    }
+    if (!alive) rmSync(join(dirname(dest), f), { force: true });
+  }
+}
+
+// The child: `node io/download.js JOB_JSON` prints one JSON line, the result or the error.
+if (process.argv[1] && pathToFileURL(process.argv[1]).href === import.meta.url) {
+  const job = JSON.parse(process.argv[2] ?? "{}") as DownloadJob;
+  // Interrupted (Ctrl-C reaches the whole process group): the partial file goes with it.
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const)
+    process.on(signal, () => {
+      for (const t of inFlight) rmSync(t, { force: true });
+      process.exit(128 + (signal === "SIGINT" ? 2 : signal === "SIGTERM" ? 15 : 1));
+    });
+  download(job).then(
+    (result) => {
+      process.stdout.write(`${JSON.stringify({ ok: true, result })}\n`);
+    },
+    (e: unknown) => {
+      const kind = e instanceof DownloadError ? e.kind : "failed";
+      process.stdout.write(`${JSON.stringify({ ok: false, message: (e as Error).message, kind })}\n`);
+      process.exitCode = 1;
+    },
+  );
+}
