@@ -24,6 +24,7 @@ export const COMMAND_MODULES: CommandModule[] = [
   { names: ["data"], load: async () => (await import("./data.js")).registerDataCommands },
   { names: ["iris"], load: async () => (await import("./iris.js")).registerIrisCommand },
   { names: ["stitch"], load: async () => (await import("./stitch.js")).registerStitchCommand },
+  { names: ["compare"], load: async () => (await import("./compare.js")).registerCompareCommand },
   {
     names: ["run", "status", "report", "demo", "task", "schema"],
     load: async () => (await import("./run.js")).registerRunCommands,

@@ -142,7 +142,12 @@ function printSubmission(sub: Submission, out: string): void {
  * cache, and a task under way resumes (IRI sets) or restarts. A second signal while the workers
  * end is not caught: it ends this process at once (the workers then end themselves).
  */
-async function runCommand(file: string, o: Omit<ExperimentOptions, "progress" | "signal">): Promise<number> {
+export async function runCommand(
+  file: string,
+  o: Omit<ExperimentOptions, "progress" | "signal">,
+  /** Lines printed before the report (`stitchlab compare`'s verdict). */
+  lead?: (r: RunReport) => string[],
+): Promise<number> {
   const stop = new AbortController();
   const onSignal = (signal: NodeJS.Signals) => stop.abort(signal);
   const caught = () => {
@@ -174,6 +179,8 @@ async function runCommand(file: string, o: Omit<ExperimentOptions, "progress" | 
       return 0;
     }
     if (r.nothingToSubmit) console.log("every task is in the cache; nothing to submit");
+    const first = lead && !r.report.kept ? lead(r.report) : [];
+    if (first.length) console.log(`${first.join("\n")}\n`);
     printReport(r.report);
     return r.report.failed;
   } catch (e) {
@@ -188,23 +195,10 @@ async function runCommand(file: string, o: Omit<ExperimentOptions, "progress" | 
 
 const collect = (v: string, prev: string[]) => [...prev, v];
 
-export function registerRunCommands(program: Command): void {
-  program
-    .command("run <file>")
-    .description("run an experiment file (YAML or JSON): train -> iris -> stitch -> report, reusing the cache")
-    .requiredOption(
-      "--out <dir>",
-      "experiment folder: report.html, results.csv, figures/, plan.json, run.json, env.json; one run at a time, of one experiment (see --force)",
-    )
-    .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
-    .option("--scale <name>", "one of the file's scales (small, paper); default small when it has one")
+/** The flags of where a run's tasks go, `run`'s and `compare`'s: --workers, --device, --executor and Slurm's. */
+export function addExecutorOptions(cmd: Command): Command {
+  return cmd
     .option("--workers <n>", "tasks at once, each in its own process with its share of the cores", int, 1)
-    .option(
-      "--force",
-      "run into an --out that holds another experiment's run (another name, or tasks this plan lacks); its files are moved to <out>/replaced-<time>/",
-    )
-    .option("--dry-run", "print the task graph (per kind: cached, to run) and stop")
-    .option("--data-dir <dir>", "the experiment dataset's root (overrides the file)")
     .option("--device <d>", "where tasks run: cpu, cuda, cuda:N (not part of the cache keys)", deviceArg, "cpu")
     .option("--executor <e>", "local (this machine) or slurm (one sbatch job per task; returns at once)", "local")
     .option("--partition <p>", "slurm: the partition to submit to")
@@ -215,27 +209,54 @@ export function registerRunCommands(program: Command): void {
     .option("--retries <n>", "slurm: runs of a failed task again inside its job", int, SLURM_DEFAULTS.retries)
     .option("--sbatch-arg <arg>", "slurm: any other sbatch argument, e.g. --account=x (repeatable)", collect, [])
     .option("--job-setup <sh>", "slurm: shell lines each job runs first, e.g. 'module load cuda'")
-    .option("--resubmit", "slurm: cancel this experiment's queued or running jobs and submit them with these options")
-    .action(async (file: string, o) => {
-      const executor = oneOf("--executor", ["local", "slurm"] as const, o.executor);
-      if (executor === "slurm" && o.workers !== 1)
-        throw new Error("--workers is for the local executor; with slurm every task is its own job");
-      const failed = await runCommand(file, {
-        ...o,
-        executor,
-        slurm: {
-          partition: o.partition,
-          gres: o.gres,
-          time: o.time,
-          cpusPerTask: Math.max(1, o.cpusPerTask),
-          mem: o.mem,
-          retries: o.retries,
-          sbatchArgs: o.sbatchArg,
-          setup: o.jobSetup,
-        },
-      });
-      if (failed) process.exitCode = 1;
-    });
+    .option("--resubmit", "slurm: cancel this experiment's queued or running jobs and submit them with these options");
+}
+
+/** addExecutorOptions's flags as runExperiment's options. */
+export function executorOptions(
+  o: Record<string, unknown>,
+): Pick<ExperimentOptions, "executor" | "slurm" | "workers" | "device" | "resubmit"> {
+  const executor = oneOf("--executor", ["local", "slurm"] as const, o.executor as string);
+  if (executor === "slurm" && o.workers !== 1)
+    throw new Error("--workers is for the local executor; with slurm every task is its own job");
+  return {
+    executor,
+    workers: o.workers as number,
+    device: o.device as Device,
+    resubmit: Boolean(o.resubmit),
+    slurm: {
+      partition: o.partition as string | undefined,
+      gres: o.gres as string | undefined,
+      time: o.time as string | undefined,
+      cpusPerTask: Math.max(1, o.cpusPerTask as number),
+      mem: o.mem as string | undefined,
+      retries: o.retries as number,
+      sbatchArgs: o.sbatchArg as string[],
+      setup: o.jobSetup as string | undefined,
+    },
+  };
+}
+
+export function registerRunCommands(program: Command): void {
+  const run = program
+    .command("run <file>")
+    .description("run an experiment file (YAML or JSON): train -> iris -> stitch -> report, reusing the cache")
+    .requiredOption(
+      "--out <dir>",
+      "experiment folder: report.html, results.csv, figures/, plan.json, run.json, env.json; one run at a time, of one experiment (see --force)",
+    )
+    .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
+    .option("--scale <name>", "one of the file's scales (small, paper); default small when it has one")
+    .option(
+      "--force",
+      "run into an --out that holds another experiment's run (another name, or tasks this plan lacks); its files are moved to <out>/replaced-<time>/",
+    )
+    .option("--dry-run", "print the task graph (per kind: cached, to run) and stop")
+    .option("--data-dir <dir>", "the experiment dataset's root (overrides the file)");
+  addExecutorOptions(run).action(async (file: string, o) => {
+    const failed = await runCommand(file, { ...o, ...executorOptions(o) });
+    if (failed) process.exitCode = 1;
+  });
 
   program
     .command("status <dir>")

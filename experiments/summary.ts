@@ -581,6 +581,10 @@ export function settingsLines(plan: Plan): string[] {
       `batch norm ${bn.join(" and ")}. ` +
       adv +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
+      // Checkpoints cannot be retrained: their replicates vary the seeds of the method only.
+      (exp.replicates > 1 && Object.values(plan.models).every((m) => !("task" in m))
+        ? " The models are fixed checkpoints: replicates differ in IRI and stitching seeds only, the only source of variation the intervals measure."
+        : "") +
       (exp.seedShift ? ` Every seed shifted by ${exp.seedShift} (--seed ${exp.seedShift}).` : "") +
       (marked.length
         ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? exp.stitch.shortcut})`).join(", ")}.`

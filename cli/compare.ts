@@ -1,0 +1,166 @@
+// `stitchlab compare A B`: the paper's protocol on two models in one command. The study is built
+// as an experiment (experiments/compare.ts), written into --out as compare.yaml, and run through
+// `stitchlab run`'s own path (runCommand: the planner, the cache, the runner, one progress bar,
+// the report); before it starts, what it will run and an estimate of the time from a timed probe
+// (experiments/estimate.ts); after it, the verdict, then the report.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { Command } from "commander";
+import { isDone } from "../experiments/cache.js";
+import { COMPARE_DEFAULTS, compareExperiment, compareVerdictLines, compareVerdicts } from "../experiments/compare.js";
+import { estimatePlan, formatDuration } from "../experiments/estimate.js";
+import { claimOut } from "../experiments/outdir.js";
+import { planExperiment } from "../experiments/plan.js";
+import { defaultCache } from "../experiments/run.js";
+import { checkpointDataset } from "../models/checkpoint.js";
+import { requireDevice } from "../torch/index.js";
+import { int } from "./parse.js";
+import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
+import { addModelSourceOptions, modelSourceFrom } from "./source.js";
+
+const words = (v: string) =>
+  v
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
+
+/** The model flags for both models (--arch, ...) under each role's own name, where that one is not given. */
+function bothModels(o: Record<string, unknown>): Record<string, unknown> {
+  const out = { ...o };
+  for (const k of ["Arch", "Options", "Normalization", "ImageSize"]) {
+    const both = o[`${k[0].toLowerCase()}${k.slice(1)}`];
+    for (const role of ["front", "back"])
+      if (out[`${role}${k}`] === undefined && both !== undefined) out[`${role}${k}`] = both;
+  }
+  return out;
+}
+
+export function registerCompareCommand(program: Command): void {
+  const d = COMPARE_DEFAULTS;
+  const cmd = program
+    .command("compare <a> <b>")
+    .description(
+      "is A functionally similar to B? Standard and invariance-aware stitching of A into B at every point they share " +
+        `(SLM, ${d.replicates} replicates), with B into itself as the control, run as an experiment (cached, resumable); ` +
+        "prints the plan and a time estimate, then the verdict and the report, and writes the experiment as compare.yaml",
+    )
+    .requiredOption("--out <dir>", "experiment folder: the report, results.csv, compare.yaml (the experiment it ran)")
+    .option("--data, --dataset <name>", "the dataset both are scored on (default: B's, from its sidecar)")
+    .option("--root <path>", "where the dataset's files are")
+    .option("--arch <name>", "for weights made elsewhere: the zoo architecture of both (or --front-arch / --back-arch)")
+    .option("--options <yaml>", "createModel options of both that the weights do not show, e.g. '{numHeads: 6}'")
+    .option(
+      "--normalization <name|yaml>",
+      "the input statistics both were trained with (cifar10, imagenet, none, '{mean, std}')",
+    )
+    .option("--image-size <px>", "the side of the images both were trained on", int)
+    .option("--points <list>", "stitch points, comma-separated (default: every point the two share)")
+    .option("--objectives <list>", "hlm, slm, dm, fula or weighted sums, comma-separated (default slm)")
+    .option("--replicates <n>", `replicates of A -> B: other IRI and stitching seeds (default ${d.replicates})`, int)
+    .option("--both-ways", "also stitch B into A (stitching is not symmetric)")
+    .option(
+      "--limit <n>",
+      `training images for IRIs and for T (default ${d.iris.limit}; --iris-limit, --stitch-limit)`,
+      int,
+    )
+    .option("--iris-limit <n>", `IRIs per model and point (default ${d.iris.limit})`, int)
+    .option(
+      "--iris-steps <n>",
+      `IRI descent steps (default ${d.iris.steps}: Adam from another image, keep-best; docs/method.md "How tight an IRI must be")`,
+      int,
+    )
+    .option("--stitch-limit <n>", `real training images for T (default ${d.stitch.limit})`, int)
+    .option("--epochs <n>", `epochs of T (default ${d.stitch.epochs}: 120 steps on 256 images)`, int)
+    .option("--batch-size <n>", "batch of T and of the IRI descent (default 128)", int)
+    .option("--test-limit <n>", `test images (default ${d.testLimit})`, int)
+    .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
+    .option("--force", "run into an --out that holds another experiment's run (its files are moved aside)")
+    .option("--dry-run", "print the plan and the time estimate, and stop");
+  addModelSourceOptions(cmd, "front");
+  addModelSourceOptions(cmd, "back");
+  addExecutorOptions(cmd).action(async (a: string, b: string, raw: Record<string, unknown>) => {
+    const o = bothModels(raw);
+    const exec = executorOptions(o);
+    const front = modelSourceFrom(o, "front", a);
+    const back = modelSourceFrom(o, "back", b);
+    const dataset = (o.dataset as string | undefined) ?? checkpointDataset(back);
+    if (!dataset)
+      throw new Error("B does not say which dataset it was trained on: pass --data (e.g. --data cifar10 --root ...)");
+    const out = resolve(o.out as string);
+    const file = join(out, "compare.yaml");
+    const limit = (k: string) => (o[k] ?? o.limit) as number | undefined;
+    const some = <T>(k: string, v: T | undefined) => (v === undefined ? {} : { [k]: v });
+    const { text, experiment } = compareExperiment(
+      {
+        a: front,
+        b: back,
+        dataset: {
+          name: dataset,
+          ...some("root", o.root as string | undefined),
+          ...some("testLimit", o.testLimit as number | undefined),
+          ...(dataset === "imagefolder" ? some("imageSize", o.imageSize as number | undefined) : {}),
+        },
+        ...some("points", o.points ? words(o.points as string) : undefined),
+        ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
+        ...some("replicates", o.replicates as number | undefined),
+        bothWays: Boolean(o.bothWays),
+        iris: {
+          ...some("limit", limit("irisLimit")),
+          ...some("steps", o.irisSteps as number | undefined),
+          ...some("batchSize", o.batchSize as number | undefined),
+        },
+        stitch: {
+          ...some("limit", limit("stitchLimit")),
+          ...some("epochs", o.epochs as number | undefined),
+          ...some("batchSize", o.batchSize as number | undefined),
+        },
+      },
+      file,
+    );
+    const plan = planExperiment(experiment, file);
+    const cache = resolve((o.cache as string | undefined) ?? defaultCache());
+    // Refused now, before anything is written, when --out holds another experiment's run.
+    claimOut(out, plan, Boolean(o.force), false);
+
+    const e = plan.experiment;
+    const count = (kind: string) => {
+      const all = plan.tasks.filter((t) => t.kind === kind);
+      return `${all.length} (${all.filter((t) => isDone(cache, t.key)).length} cached)`;
+    };
+    const pairs = e.pairs.map(
+      (p) =>
+        `${p.front} -> ${p.back}${p.relation === "identical" ? " (the control)" : ""}, ${p.replicates ?? e.replicates} replicate${(p.replicates ?? e.replicates) === 1 ? "" : "s"}`,
+    );
+    const iris = e.iris;
+    console.log(
+      [
+        `compare: ${pairs.join("; ")}`,
+        `  points     ${(e.points as string[]).join(", ")} (${(e.points as string[]).length})`,
+        `  modes      standard, invariance-aware; objectives ${e.objectives.join(", ")}`,
+        `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${e.dataset.testLimit ?? "all"} test images`,
+        `  IRIs       ${iris.limit ?? "all"} per model and point, ${iris.optimizer ?? "sign"} ${iris.steps ?? 200} steps${iris.start === "image" ? " from another image" : ""}${iris.keepBest ? ", keep-best" : ""}`,
+        `  stitching  ${e.stitch.epochs ?? 30} epochs on ${e.stitch.limit ?? "all"} real images (or the IRIs), batch ${e.stitch.batchSize ?? 128}`,
+        `  tasks      ${count("iris")} IRI sets, ${count("stitch")} stitches; cache ${cache}`,
+      ].join("\n"),
+    );
+    if (exec.executor === "slurm") console.log("estimate: none (Slurm jobs run on other machines)");
+    else {
+      if (!o.dryRun) requireDevice(exec.device ?? "cpu");
+      const est = await estimatePlan(plan, cache, exec.device ?? "cpu");
+      const p = est.probe;
+      console.log(
+        p
+          ? `estimate   ${formatDuration(est.seconds)} on this machine (IRI sets ${formatDuration(est.iris.seconds)}, stitches ${formatDuration(est.stitch.seconds)}; from a ${p.seconds.toFixed(1)} s timed probe of IRI and stitching steps on these models${(exec.workers ?? 1) > 1 ? `, as if one worker: --workers ${exec.workers} shares the same cores` : ""})`
+          : "estimate   every task is in the cache",
+      );
+    }
+    if (o.dryRun) return;
+    mkdirSync(out, { recursive: true });
+    writeFileSync(file, text);
+    const failed = await runCommand(file, { out, cache, force: Boolean(o.force), ...exec }, (r) => [
+      ...compareVerdictLines(compareVerdicts(r.summary, r.iris)),
+      `The experiment this ran: ${file} (go further: edit it, then stitchlab run ${file} --out ${out}).`,
+    ]);
+    if (failed) process.exitCode = 1;
+  });
+}

@@ -1,0 +1,268 @@
+// `stitchlab compare A B`: the paper's protocol on two given models as an experiment (the same
+// structure an experiment file parses into: experiments/spec.ts), run by the same planner, cache,
+// runner and report as `stitchlab run` (the CLI writes it into --out as compare.yaml and runs that
+// file). This module builds the experiment and reads its answer: where invariance-aware agreement
+// stays close to standard agreement, and the point from which they part.
+import { existsSync } from "node:fs";
+import { basename, dirname, resolve } from "node:path";
+import { stringify } from "yaml";
+import { compareIntervals, type Interval } from "../metrics/interval.js";
+import { asModelSource, loadCheckpoint, type ModelSourceLike } from "../models/checkpoint.js";
+import { formatInterval, type IriPreview, type SummaryRow } from "../report/index.js";
+import { type Experiment, parseExperiment } from "./spec.js";
+import { IRI_VERDICT_MAX_RESIDUAL } from "./summary.js";
+
+/**
+ * The defaults of a quick but honest answer (presets/demo.yaml's measured choices; docs/method.md
+ * "How tight an IRI must be"): IRIs by Adam from another image of the batch, 200 steps, keep-best
+ * (mean residuals 0.04-0.3 where signed steps from noise leave 0.4-0.8), 256 per front and point;
+ * T trained 60 epochs on 256 images (two batches of 128: 120 optimiser steps); 1,000 test images;
+ * SLM; three replicates.
+ */
+export const COMPARE_DEFAULTS = {
+  iris: { limit: 256, optimizer: "adam", steps: 200, keepBest: true, start: "image" },
+  stitch: { limit: 256, epochs: 60 },
+  testLimit: 1000,
+  objectives: ["slm"],
+  replicates: 3,
+} as const;
+
+/** Standard and invariance-aware agreement whose means differ by at most this are close, whatever their intervals. */
+export const CLOSE_MARGIN = 0.05;
+
+/** The rule by which standard and invariance-aware agreement at a point are close, as the verdict states it. */
+export const CLOSE_RULE = `close: their 95% intervals overlap, or their means differ by at most ${CLOSE_MARGIN}; apart otherwise; a point whose IRI set has a mean residual above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge`;
+
+export interface CompareInput {
+  a: ModelSourceLike;
+  b: ModelSourceLike;
+  dataset: { name: string; root?: string; limit?: number; testLimit?: number; imageSize?: number };
+  /** Stitch points; default: every point the two models share. */
+  points?: string[];
+  objectives?: string[];
+  replicates?: number;
+  /** Also B -> A. */
+  bothWays?: boolean;
+  /** Overrides of the IRI settings (experiment files' iris:). */
+  iris?: Record<string, unknown>;
+  /** Overrides of the stitching settings (experiment files' stitch:). */
+  stitch?: Record<string, unknown>;
+}
+
+/** A model's name in the study: its file's stem, or its folder's for a stitchlab checkpoint named model.safetensors. */
+function modelName(source: ModelSourceLike): string {
+  const path = asModelSource(source).checkpoint;
+  const stem = basename(path).replace(/\.(safetensors|pt|pth|bin|ckpt)$/, "");
+  const name = stem === "model" && dirname(path) !== "." ? basename(dirname(resolve(path))) : stem;
+  return name.replace(/[^\w.-]+/g, "-") || "model";
+}
+
+/** A checkpoint path made absolute (compare.yaml lives in --out); a hub name (hf-hub:..., torchvision:...) as it is. */
+function absolute(source: ModelSourceLike): ModelSourceLike {
+  const s = asModelSource(source);
+  const hub = /^[a-z][\w-]*:/.test(s.checkpoint) && !existsSync(s.checkpoint);
+  if (hub) return source;
+  return typeof source === "string" ? resolve(source) : { ...s, checkpoint: resolve(s.checkpoint) };
+}
+
+/** The stitch points two models share, in B's order (the models are loaded to ask them). */
+export function sharedPoints(a: ModelSourceLike, b: ModelSourceLike): string[] {
+  const names = (s: ModelSourceLike) => {
+    const { model } = loadCheckpoint(s);
+    try {
+      return model.stitchPoints.map((p) => p.name);
+    } finally {
+      model.dispose();
+    }
+  };
+  const ofA = new Set(names(a));
+  const shared = names(b).filter((p) => ofA.has(p));
+  if (!shared.length) throw new Error("the two models share no stitch point by name: give --points");
+  return shared;
+}
+
+/** The names the study gives A and B (distinct). */
+export function compareNames(a: ModelSourceLike, b: ModelSourceLike): { a: string; b: string } {
+  const na = modelName(a);
+  const nb = modelName(b);
+  return na === nb ? { a: `${na}-a`, b: `${nb}-b` } : { a: na, b: nb };
+}
+
+/**
+ * The experiment `compare` runs, as experiment-file text (compare.yaml: `stitchlab run` takes it
+ * as it is) and parsed. Pairs: the control B -> B (one replicate: B against itself differs only in
+ * IRI and stitching seeds), A -> B, and with bothWays B -> A; standard and invariance-aware modes.
+ */
+export function compareExperiment(input: CompareInput, file: string): { text: string; experiment: Experiment } {
+  const names = compareNames(input.a, input.b);
+  const a = absolute(input.a);
+  const b = absolute(input.b);
+  const points = input.points ?? sharedPoints(a, b);
+  const d = input.dataset;
+  const entry = (s: ModelSourceLike) => (typeof s === "string" ? { checkpoint: s } : s);
+  const raw = {
+    name: `compare-${names.a}-${names.b}`,
+    description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at every point, with ${names.b} into itself as the control.`,
+    dataset: {
+      name: d.name,
+      ...(d.root !== undefined ? { root: resolve(d.root) } : {}),
+      ...(d.limit !== undefined ? { limit: d.limit } : {}),
+      testLimit: d.testLimit ?? COMPARE_DEFAULTS.testLimit,
+      ...(d.imageSize !== undefined ? { imageSize: d.imageSize } : {}),
+    },
+    models: { [names.a]: entry(a), [names.b]: entry(b) },
+    pairs: [
+      { front: names.b, back: names.b, relation: "identical", replicates: 1 },
+      { front: names.a, back: names.b, relation: "A->B" },
+      ...(input.bothWays ? [{ front: names.b, back: names.a, relation: "B->A" }] : []),
+    ],
+    points,
+    objectives: input.objectives ?? [...COMPARE_DEFAULTS.objectives],
+    modes: ["standard", "iris"],
+    replicates: input.replicates ?? COMPARE_DEFAULTS.replicates,
+    iris: { ...COMPARE_DEFAULTS.iris, ...input.iris },
+    stitch: { ...COMPARE_DEFAULTS.stitch, ...input.stitch },
+  };
+  const text =
+    "# Written by stitchlab compare: the experiment it ran. Edit it and run it with\n" +
+    "#   stitchlab run compare.yaml --out DIR\n" +
+    "# (the same settings are the same tasks: they come from the cache). The models are fixed\n" +
+    "# checkpoints, so replicates differ in IRI and stitching seeds only.\n" +
+    stringify(raw, { lineWidth: 0 });
+  return { text, experiment: parseExperiment(text, file) };
+}
+
+/** How standard and invariance-aware agreement compare at one point. */
+export interface PointVerdict {
+  point: string;
+  standard: Interval;
+  iris: Interval;
+  /** The largest mean residual of the point's IRI sets (null: none recorded). */
+  residual: number | null;
+  state: "close" | "apart" | "loose" | "missing";
+}
+
+/** One stitched direction (A -> B, B -> A or the control) with one objective, point by point. */
+export interface DirectionVerdict {
+  relation: string;
+  front: string;
+  back: string;
+  objective: string;
+  replicates: number;
+  points: PointVerdict[];
+  /** The first point from which every judged point is apart (null: none). */
+  partsFrom: string | null;
+}
+
+/** Close or apart by CLOSE_RULE. */
+export function closeness(standard: Interval, iris: Interval): "close" | "apart" {
+  if (Math.abs(standard.mean - iris.mean) <= CLOSE_MARGIN) return "close";
+  return compareIntervals(standard, iris) === "overlap" ? "close" : "apart";
+}
+
+/** The verdicts of a compare run, per direction and objective, from its summary rows and IRI sets. */
+export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): DirectionVerdict[] {
+  const clean = summary.filter((s) => s.test_data === "clean");
+  const groups = new Map<string, SummaryRow[]>();
+  for (const s of clean) {
+    const k = `${s.pair}\t${s.front}\t${s.back}\t${s.objective}`;
+    groups.set(k, [...(groups.get(k) ?? []), s]);
+  }
+  const out: DirectionVerdict[] = [];
+  for (const rows of groups.values()) {
+    const first = rows[0];
+    const order = [...new Map(rows.map((r) => [r.point, r.pointIndex])).entries()]
+      .sort((x, y) => x[1] - y[1])
+      .map(([p]) => p);
+    const points = order.map((point): PointVerdict => {
+      const pick = (mode: string) => rows.find((r) => r.point === point && r.mode === mode)?.scores.agreement_prob;
+      const standard = pick("standard");
+      const inv = pick("iris");
+      const residuals = iris.filter((i) => i.front === first.front && i.point === point).map((i) => i.residuals.mean);
+      const residual = residuals.length ? Math.max(...residuals) : null;
+      if (!standard || !inv || !(standard.n > 0 && inv.n > 0))
+        return { point, standard: standard as Interval, iris: inv as Interval, residual, state: "missing" };
+      const loose = residual !== null && residual > IRI_VERDICT_MAX_RESIDUAL;
+      return { point, standard, iris: inv, residual, state: loose ? "loose" : closeness(standard, inv) };
+    });
+    const judged = points.filter((p) => p.state === "close" || p.state === "apart");
+    let partsFrom: string | null = null;
+    for (let i = judged.length - 1; i >= 0 && judged[i].state === "apart"; i--) partsFrom = judged[i].point;
+    out.push({
+      relation: first.pair,
+      front: first.front,
+      back: first.back,
+      objective: first.objective,
+      replicates: Math.max(...rows.map((r) => r.n)),
+      points,
+      partsFrom,
+    });
+  }
+  // The compared directions first, the control last.
+  return out.sort((x, y) => Number(x.relation === "identical") - Number(y.relation === "identical"));
+}
+
+const list = (xs: string[]) => (xs.length <= 1 ? xs.join("") : `${xs.slice(0, -1).join(", ")} and ${xs.at(-1)}`);
+
+/**
+ * The verdict in words, printed before the report: per direction and objective, the points where
+ * invariance-aware agreement stays close to standard agreement and the point from which they part,
+ * with the intervals; the rule; and what the intervals measure (fixed checkpoints: IRI and
+ * stitching seeds only).
+ */
+export function compareVerdictLines(verdicts: DirectionVerdict[]): string[] {
+  const lines: string[] = [];
+  const iv = (i: Interval | undefined) => formatInterval(i, 3);
+  for (const v of verdicts) {
+    const what = `${v.front} -> ${v.back}${v.relation === "identical" ? " (the control)" : ""}, ${v.objective.toUpperCase()}, ${v.replicates} replicate${v.replicates === 1 ? "" : "s"}`;
+    const close = v.points.filter((p) => p.state === "close").map((p) => p.point);
+    const loose = v.points.filter((p) => p.state === "loose").map((p) => p.point);
+    const part = v.points.find((p) => p.point === v.partsFrom);
+    const apartEarly = v.points
+      .filter((p) => p.state === "apart" && v.points.indexOf(p) < (part ? v.points.indexOf(part) : Infinity))
+      .map((p) => p.point);
+    let word: string;
+    if (v.relation === "identical") {
+      const lows = v.points
+        .flatMap((p) => [p.standard?.mean, p.iris?.mean])
+        .filter((x): x is number => Number.isFinite(x));
+      const min = lows.length ? Math.min(...lows) : Number.NaN;
+      word =
+        min >= 0.95
+          ? `agreement ${min.toFixed(3)} or more everywhere, as a model stitched with itself must`
+          : `FAILED: agreement drops to ${min.toFixed(3)} (below 0.95); the numbers below cannot be trusted`;
+    } else if (!close.length && !part)
+      word =
+        loose.length === v.points.length
+          ? "no verdict: the IRIs are too loose to judge at every point"
+          : "no point judged";
+    else if (!part)
+      word = `invariance-aware agreement stays close to standard agreement at every point judged (${list(close)})`;
+    else
+      word =
+        (close.length
+          ? `invariance-aware agreement stays close to standard agreement at ${list(close.filter((p) => v.points.findIndex((x) => x.point === p) < v.points.indexOf(part)))}`
+          : "invariance-aware agreement is apart from standard agreement from the first point judged") +
+        `; they part from ${part.point} on (${part.point}: standard ${iv(part.standard)}, invariance-aware ${iv(part.iris)})`;
+    lines.push(
+      `Verdict, ${what}: ${word}.` +
+        (apartEarly.length ? ` Apart earlier at ${list(apartEarly)}, close again after.` : "") +
+        (loose.length && v.relation !== "identical"
+          ? ` Too loose to judge at ${list(loose)} (IRI residual above ${IRI_VERDICT_MAX_RESIDUAL}).`
+          : ""),
+    );
+    if (v.relation !== "identical")
+      for (const p of v.points)
+        lines.push(
+          `  ${p.point.padEnd(10)} standard ${iv(p.standard).padEnd(15)} invariance-aware ${iv(p.iris).padEnd(15)} ${p.state === "loose" ? `too loose to judge (residual ${p.residual?.toFixed(2)})` : p.state}`,
+        );
+  }
+  const n = Math.max(0, ...verdicts.filter((v) => v.relation !== "identical").map((v) => v.replicates));
+  lines.push(
+    `Rule: ${CLOSE_RULE}; agreement is the agreement probability, mean ± 95% half-width over replicates.`,
+    n > 1
+      ? `The models are fixed checkpoints: the ${n} replicates differ in IRI and stitching seeds only, the only source of variation these intervals measure (not training seeds: another training run of either model may land elsewhere).`
+      : "One replicate: no interval, so only the margin decides; the models are fixed checkpoints, so replicates would differ in IRI and stitching seeds only.",
+  );
+  return lines;
+}
