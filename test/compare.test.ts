@@ -1,0 +1,175 @@
+// `stitchlab compare A B` end to end: on two models trained here at tiny size (width 1/16, 300
+// Fashion-MNIST images, one epoch), and on two torchvision-made checkpoints as the README writes
+// the command (with small sizes added). The plan and the time estimate come first, and the
+// estimate must land within a factor 2 of the run's own time (both printed); the verdict opens
+// the output, the report follows, and compare.yaml, run with `stitchlab run`, gives the same
+// results from the cache.
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { trainConfig } from "../train/config.js";
+import { trainModel } from "../train/trainer.js";
+import { runCli } from "./helpers/cli.js";
+import { commandLines } from "./helpers/markdown.js";
+import { saveCifarArchive, saveTorchvisionPair } from "./helpers/newcomer.js";
+import { skipUnlessTorchvision } from "./helpers/pytorch.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-compare-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+/** The estimate's seconds from its line: "estimate   1 min 5 s on this machine (...)". */
+function estimateSeconds(stdout: string): number {
+  const m = /^estimate\s+(?:(\d+) h )?(?:(\d+) min )?(?:(\d+) s)? on this machine/m.exec(stdout);
+  assert.ok(m, `no estimate in:\n${stdout}`);
+  return Number(m[1] ?? 0) * 3600 + Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0);
+}
+
+/** The run's own time, as its report's last line gives it: "...: report.html, results.csv (12 runs); 27 s". */
+function runSeconds(stdout: string): number {
+  const m = /results\.csv \(\d+ runs\); (\d+) s/.exec(stdout);
+  assert.ok(m, `no run time in:\n${stdout}`);
+  return Number(m[1]);
+}
+
+function checkEstimate(what: string, stdout: string): void {
+  const estimate = estimateSeconds(stdout);
+  const real = runSeconds(stdout);
+  console.log(`${what}: estimated ${estimate} s, ran ${real} s (ratio ${(estimate / Math.max(real, 1)).toFixed(2)})`);
+  assert.ok(
+    estimate <= 2 * real && real <= 2 * estimate,
+    `${what}: the estimate ${estimate} s is not within a factor 2 of the run's ${real} s`,
+  );
+}
+
+const lines = (s: string) => s.split("\n");
+
+test("compare on two models trained here: the plan and an estimate, the verdict first, the report, and compare.yaml reproduced by run from the cache", {
+  skip: skipUnlessFashionMnist(),
+  timeout: 300_000,
+}, async () => {
+  for (const [name, seed] of [
+    ["mine", 1],
+    ["theirs", 0],
+  ] as const)
+    await trainModel(
+      trainConfig(
+        { arch: "resnet18", width: 0.0625, epochs: 1, batchSize: 64, lr: 0.05, seed },
+        { dataset: "fashion-mnist", limit: 300, testLimit: 100 },
+      ),
+      join(tmp, name),
+    );
+  const out = join(tmp, "out");
+  const cache = join(tmp, "cache");
+  const args = [
+    "compare",
+    join(tmp, "mine", "model.safetensors"),
+    join(tmp, "theirs", "model.safetensors"),
+    "--points",
+    "layer1.0,layer4.1",
+    "--replicates",
+    "2",
+    "--iris-limit",
+    "64",
+    "--iris-steps",
+    "10",
+    "--stitch-limit",
+    "64",
+    "--epochs",
+    "4",
+    "--batch-size",
+    "32",
+    "--test-limit",
+    "100",
+    "--out",
+    out,
+    "--cache",
+    cache,
+  ];
+  // --dry-run: the plan and the estimate, nothing written.
+  const dry = runCli([...args, "--dry-run"]);
+  assert.equal(dry.status, 0, dry.stderr);
+  assert.match(dry.stdout, /^compare: theirs -> theirs \(the control\), 1 replicate; mine -> theirs, 2 replicates$/m);
+  assert.match(dry.stdout, /^ {2}points\s+layer1\.0, layer4\.1 \(2\)$/m);
+  assert.match(dry.stdout, /^ {2}tasks\s+6 \(0 cached\) IRI sets, 12 \(0 cached\) stitches/m);
+  estimateSeconds(dry.stdout);
+  assert.ok(!existsSync(join(out, "compare.yaml")), "a dry run writes nothing");
+
+  const r = runCli(args);
+  assert.equal(r.status, 0, r.stderr);
+  const text = lines(r.stdout);
+  // The verdict first (after the plan), then the report's table.
+  const verdict = text.findIndex((l) => l.startsWith("Verdict, mine -> theirs, SLM, 2 replicates: "));
+  const control = text.findIndex((l) => l.startsWith("Verdict, theirs -> theirs (the control), SLM, 1 replicate: "));
+  const table = text.findIndex((l) => l.startsWith("agreement probability (larger = more similar"));
+  assert.ok(verdict >= 0 && control > verdict && table > control, r.stdout);
+  for (const point of ["layer1.0", "layer4.1"])
+    assert.match(
+      r.stdout,
+      new RegExp(
+        `^ {2}${point.replace(".", "\\.")}\\s+standard [\\d.]+ ± [\\d.]+\\s+invariance-aware [\\d.]+ ± [\\d.]+\\s+(close|apart|too loose to judge \\(residual [\\d.]+\\))$`,
+        "m",
+      ),
+    );
+  assert.match(r.stdout, /^Rule: close: their 95% intervals overlap, or their means differ by at most 0\.05/m);
+  assert.match(r.stdout, /IRI and stitching seeds only, the only source of variation these intervals measure/);
+  // The reading says it too.
+  assert.match(r.stdout, /The models are fixed checkpoints: replicates differ in IRI and stitching seeds only/);
+  checkEstimate("trained models", r.stdout);
+  const results = readFileSync(join(out, "results.csv"), "utf8");
+  assert.equal(results.trim().split("\n").length, 1 + 12);
+  assert.ok(existsSync(join(out, "report.html")));
+
+  // compare.yaml is an experiment file: run gives the same results, from the cache.
+  const yaml = join(out, "compare.yaml");
+  const plan = runCli(["run", yaml, "--out", out, "--cache", cache, "--dry-run"]);
+  assert.equal(plan.status, 0, plan.stderr);
+  assert.match(plan.stdout, /^iris\s+6 tasks: 6 cached, 0 to run$/m);
+  assert.match(plan.stdout, /^stitch\s+12 tasks: 12 cached, 0 to run$/m);
+  const again = runCli(["run", yaml, "--out", out, "--cache", cache]);
+  assert.equal(again.status, 0, again.stderr);
+  assert.equal(readFileSync(join(out, "results.csv"), "utf8"), results);
+});
+
+test("README: the compare command as written, on torchvision-made checkpoints (with small sizes added)", {
+  skip: skipUnlessTorchvision(),
+  timeout: 300_000,
+}, () => {
+  const made = mkdtempSync(join(tmp, "newcomer-"));
+  saveTorchvisionPair(made);
+  saveCifarArchive(made);
+  const readme = readFileSync(join(import.meta.dirname, "..", "README.md"), "utf8");
+  const start = readme.indexOf("## Compare your own two models");
+  const section = readme.slice(start, readme.indexOf("\n## ", start + 3));
+  const line = commandLines(section).find((l) => l.startsWith("compare "));
+  assert.ok(line, "the README's 'Compare your own two models' has a compare command");
+  const small = [
+    "--points",
+    "layer4.1",
+    "--replicates",
+    "1",
+    "--iris-limit",
+    "32",
+    "--iris-steps",
+    "3",
+    "--stitch-limit",
+    "64",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "32",
+    "--test-limit",
+    "64",
+    "--cache",
+    join(made, "cache"),
+  ];
+  const r = runCli([...line.split(/\s+/), ...small], { cwd: made });
+  assert.equal(r.status, 0, `stitchlab ${line}:\n${r.stderr}`);
+  assert.match(r.stdout, /^Verdict, mine -> theirs, SLM, 1 replicate: /m);
+  assert.match(r.stdout, /^ {2}layer4\.1\s+standard /m);
+  assert.ok(existsSync(join(made, "runs", "compare", "compare.yaml")));
+  assert.ok(existsSync(join(made, "runs", "compare", "report.html")));
+  checkEstimate("torchvision checkpoints", r.stdout);
+});
