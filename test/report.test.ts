@@ -46,6 +46,7 @@ const ALL_COLUMNS = [
   "robust_agreement_prob",
   "front_alone_accuracy",
   "front_alone_agreement_prob",
+  "threads",
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
