@@ -23,21 +23,10 @@
 // training, further). Each entry's manifest records the device, thread count, libtorch and CPU
 // it was made with, so a comparison can check them.
 import { createHash } from "node:crypto";
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  readSync,
-  renameSync,
-  rmSync,
-  statSync,
-} from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { cpus, hostname } from "node:os";
 import { join, relative } from "node:path";
-import { readJsonFile, writeFileAtomic } from "../io/files.js";
+import { readJsonFile, sha256File, writeFileAtomic } from "../io/files.js";
 import * as torch from "../torch/index.js";
 import type { Task } from "./plan.js";
 
@@ -127,7 +116,7 @@ export function finishEntry(cache: string, key: string, partial: string, device:
     .map((p) => ({
       path: relative(partial, p),
       bytes: statSync(p).size,
-      sha256: createHash("sha256").update(readFileSync(p)).digest("hex"),
+      sha256: sha256File(p),
     }));
   const manifest: Manifest = {
     key,
@@ -149,19 +138,6 @@ export function finishEntry(cache: string, key: string, partial: string, device:
 export function readManifest(cache: string, key: string): Manifest | null {
   const p = join(entryDir(cache, key), MANIFEST);
   return existsSync(p) ? readJsonFile<Manifest>(p, "a cache entry's manifest") : null;
-}
-
-/** A file's SHA-256, read in 4 MiB chunks (an IRI set can be gigabytes). */
-function sha256File(path: string): string {
-  const hash = createHash("sha256");
-  const buf = Buffer.allocUnsafe(4 << 20);
-  const fd = openSync(path, "r");
-  try {
-    for (let n = readSync(fd, buf); n > 0; n = readSync(fd, buf)) hash.update(buf.subarray(0, n));
-  } finally {
-    closeSync(fd);
-  }
-  return hash.digest("hex");
 }
 
 /**

@@ -4,10 +4,10 @@
 // scores it (stitch/jobs.ts runStitch): scoring needs the trained T in memory and costs seconds,
 // so it is the last step of its stitch task rather than a task of its own. The report is drawn
 // from every stitch task's scores after the graph has run.
-import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { datasetClassCount } from "../data/registry.js";
+import { sha256File } from "../io/files.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { isHubName, resolveModelSource } from "../models/hub.js";
@@ -89,10 +89,6 @@ export interface Plan {
   models: Record<string, ModelRef>;
 }
 
-function fileSha256(path: string): string {
-  return createHash("sha256").update(readFileSync(path)).digest("hex");
-}
-
 /**
  * Stitch point names of a model spec (a model is built to ask it, then freed). Checkpoints are
  * loaded here, stitchlab's own included, so a file that is broken, does not fit its architecture
@@ -171,7 +167,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           throw new Error(
             `${path}: give normalization, the statistics its inputs were normalised with in training (a dataset name such as cifar10 or imagenet, or {mean, std})`,
           );
-        models[name] = { ...given, checkpoint: path, sha256: fileSha256(path) };
+        models[name] = { ...given, checkpoint: path, sha256: sha256File(path) };
       } else {
         const { dataset: own, ...settings } = spec;
         const d = own ?? data;

@@ -1,6 +1,7 @@
 // The ground floor for files: atomic writes, JSON records named on error, writable checks, the
 // repository root and stitchlab's version (the one place package.json is read). It imports
 // nothing of torch/, so the report, `--version` and other pure-file code use it without libtorch.
+import { createHash } from "node:crypto";
 import {
   closeSync,
   existsSync,
@@ -9,6 +10,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  readSync,
   renameSync,
   rmSync,
   writeFileSync,
@@ -17,6 +19,19 @@ import {
 import { homedir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+
+/** A file's SHA-256 (hex), read in 4 MiB chunks (an IRI set or a checkpoint can be gigabytes). */
+export function sha256File(path: string): string {
+  const hash = createHash("sha256");
+  const buf = Buffer.allocUnsafe(4 << 20);
+  const fd = openSync(path, "r");
+  try {
+    for (let n = readSync(fd, buf); n > 0; n = readSync(fd, buf)) hash.update(buf.subarray(0, n));
+  } finally {
+    closeSync(fd);
+  }
+  return hash.digest("hex");
+}
 
 /**
  * Writes chunks to path atomically: a temporary sibling file, fsync, then rename. A failure (a

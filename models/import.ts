@@ -4,10 +4,10 @@
 // of a sane scale (LOGIT_SPREAD_LIMIT), the model must have the dataset's classes, the accuracy is
 // printed and recorded, and the checkpoint written must give the same logits when read back.
 // Nothing is written before the check on the images has passed.
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { batches, type Dataset, disposeDataset, loadDataset, normalizationFor, normalize } from "../data/index.js";
+import { sha256File } from "../io/files.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { type CheckpointMeta, type LoadNotes, loadCheckpoint, type ModelSource, saveCheckpoint } from "./checkpoint.js";
@@ -186,7 +186,7 @@ export async function importModel(source: ModelSource, outDir: string, opts: Imp
       ...(record.normalization ? { normalization: record.normalization } : {}),
       importedFrom: {
         file,
-        sha256: createHash("sha256").update(readFileSync(local)).digest("hex"),
+        sha256: sha256File(local),
         unwrapped: notes.unwrapped,
         inferredOptions: notes.inferred,
         check,
