@@ -123,8 +123,12 @@ export function checkBuildMemory(
 ): void {
   const s = modelSize(model, options);
   const bytes = FLOAT * (s.parameters + s.buffers);
-  if (bytes > machine.available)
+  // Built is not enough: any use holds the weights and at least as much again (gradients in
+  // training; front, back and a batch-norm copy in stitching). A model whose weights take more
+  // than half the free memory is refused before seconds of allocation, not at the edge of it
+  // (ResNet-50 at width 16, 22 GB, was built or refused by a few hundred MB of free memory).
+  if (2 * bytes > machine.available)
     throw new Error(
-      `${model}${widthText(options)} needs about ${GB(bytes)} to be built (${count(s.parameters)} parameters); ${machineText(machine)}: lower ${fix}`,
+      `${model}${widthText(options)} needs about ${GB(bytes)} for its weights alone (${count(s.parameters)} parameters), and any use at least twice that; ${machineText(machine)}: lower ${fix}`,
     );
 }
