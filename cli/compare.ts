@@ -57,7 +57,7 @@ export function registerCompareCommand(program: Command): void {
     .option("--points <list>", "stitch points, comma-separated (default: every point the two share)")
     .option("--objectives <list>", "hlm, slm, dm, fula or weighted sums, comma-separated (default slm)")
     .option("--replicates <n>", `replicates of A -> B: other IRI and stitching seeds (default ${d.replicates})`, int)
-    .option("--both-ways", "also stitch B into A (stitching is not symmetric)")
+    .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
     .option(
       "--limit <n>",
       `training images for IRIs and for T (default ${d.iris.limit}; --iris-limit, --stitch-limit)`,

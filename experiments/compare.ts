@@ -91,7 +91,8 @@ export function compareNames(a: ModelSourceLike, b: ModelSourceLike): { a: strin
 /**
  * The experiment `compare` runs, as experiment-file text (compare.yaml: `stitchlab run` takes it
  * as it is) and parsed. Pairs: the control B -> B (one replicate: B against itself differs only in
- * IRI and stitching seeds), A -> B, and with bothWays B -> A; standard and invariance-aware modes.
+ * IRI and stitching seeds), A -> B, and with bothWays B -> A and its control A -> A; standard and
+ * invariance-aware modes.
  */
 export function compareExperiment(input: CompareInput, file: string): { text: string; experiment: Experiment } {
   const names = compareNames(input.a, input.b);
@@ -114,7 +115,13 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
     pairs: [
       { front: names.b, back: names.b, relation: "identical", replicates: 1 },
       { front: names.a, back: names.b, relation: "A->B" },
-      ...(input.bothWays ? [{ front: names.b, back: names.a, relation: "B->A" }] : []),
+      // B -> A is judged against A into itself, as A -> B is against B into itself.
+      ...(input.bothWays
+        ? [
+            { front: names.b, back: names.a, relation: "B->A" },
+            { front: names.a, back: names.a, relation: "identical", replicates: 1 },
+          ]
+        : []),
     ],
     points,
     objectives: input.objectives ?? [...COMPARE_DEFAULTS.objectives],

@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { compareExperiment } from "../experiments/compare.js";
 import { trainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
 import { runCli } from "./helpers/cli.js";
@@ -172,4 +173,26 @@ test("README: the compare command as written, on torchvision-made checkpoints (w
   assert.ok(existsSync(join(made, "runs", "compare", "compare.yaml")));
   assert.ok(existsSync(join(made, "runs", "compare", "report.html")));
   checkEstimate("torchvision checkpoints", r.stdout);
+});
+
+test("--both-ways adds B -> A and its own control, A into itself", () => {
+  const { experiment } = compareExperiment(
+    {
+      a: "/models/mine.pt",
+      b: "/models/theirs.pt",
+      dataset: { name: "fashion-mnist" },
+      points: ["layer4.1"],
+      bothWays: true,
+    },
+    "/out/compare.yaml",
+  );
+  assert.deepEqual(
+    experiment.pairs.map((p) => [p.front, p.back, p.relation, p.replicates ?? null]),
+    [
+      ["theirs", "theirs", "identical", 1],
+      ["mine", "theirs", "A->B", null],
+      ["theirs", "mine", "B->A", null],
+      ["mine", "mine", "identical", 1],
+    ],
+  );
 });
