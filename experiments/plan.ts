@@ -252,6 +252,8 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     testLimit: data.testLimit ?? null,
     markerScale: data.markerScale,
   };
+  // The experiment dataset's class count, read once (an image folder's is its class folders).
+  const dataClasses = datasetClassCount(data.name, data);
   for (const [i, pair] of exp.pairs.entries()) {
     const where = `pairs[${i}]`;
     for (const side of ["front", "back"] as const)
@@ -263,7 +265,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     const back = points[pair.back];
     if (!front || !back) continue;
     // Before any work, not after training as libtorch's "Target 6 is out of bounds" (issue 25).
-    const mismatch = backClassesProblem(classes[pair.back] ?? null, data.name, datasetClassCount(data.name, data));
+    const mismatch = backClassesProblem(classes[pair.back] ?? null, data.name, dataClasses);
     if (mismatch) problems.push(`${where}.back: model "${pair.back}" ${mismatch}`);
     const wanted = pair.points ?? exp.points;
     const list = wanted === "all" ? back.points : wanted;

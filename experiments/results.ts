@@ -34,21 +34,30 @@ function numClassesOf(plan: Plan, cache: string): number {
   return 10;
 }
 
+/** The thread count each made task of the plan recorded in its cache manifest, each read once. */
+function madeThreads(plan: Plan, cache: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const t of plan.tasks) {
+    const made = readManifest(cache, t.key)?.made.threads;
+    if (typeof made === "number") out.set(t.key, made);
+  }
+  return out;
+}
+
 /**
- * The thread counts a task and every task it depends on ran with, from their cache manifests
- * (sorted, distinct; a task not made yet adds nothing). The thread count is not in the cache key
- * (docs/experiments.md, "Threads"), so a result can rest on tasks made with different counts.
+ * The thread counts a task and every task it depends on ran with (sorted, distinct; a task not
+ * made yet adds nothing). The thread count is not in the cache key (docs/experiments.md,
+ * "Threads"), so a result can rest on tasks made with different counts.
  */
-function lineageThreads(plan: Plan, cache: string, key: string): number[] {
-  const byKey = new Map(plan.tasks.map((t) => [t.key, t]));
+function lineageThreads(deps: Map<string, string[]>, made: Map<string, number>, key: string): number[] {
   const seen = new Set<string>();
   const counts = new Set<number>();
   const visit = (k: string) => {
     if (seen.has(k)) return;
     seen.add(k);
-    const made = readManifest(cache, k)?.made.threads;
-    if (typeof made === "number") counts.add(made);
-    for (const d of byKey.get(k)?.deps ?? []) visit(d);
+    const threads = made.get(k);
+    if (threads !== undefined) counts.add(threads);
+    for (const d of deps.get(k) ?? []) visit(d);
   };
   visit(key);
   return [...counts].sort((a, b) => a - b);
@@ -57,10 +66,7 @@ function lineageThreads(plan: Plan, cache: string, key: string): number[] {
 /** How many of the plan's made tasks ran with each thread count, e.g. "1 (40 tasks), 2 (9 tasks)". */
 export function taskThreads(plan: Plan, cache: string): string {
   const n = new Map<number, number>();
-  for (const t of plan.tasks) {
-    const made = readManifest(cache, t.key)?.made.threads;
-    if (typeof made === "number") n.set(made, (n.get(made) ?? 0) + 1);
-  }
+  for (const threads of madeThreads(plan, cache).values()) n.set(threads, (n.get(threads) ?? 0) + 1);
   if (n.size === 0) return "not recorded";
   return [...n.entries()]
     .sort((a, b) => a[0] - b[0])
@@ -71,6 +77,8 @@ export function taskThreads(plan: Plan, cache: string): string {
 /** One row per finished stitch task. */
 export function stitchRows(plan: Plan, cache: string): StitchRow[] {
   const rows: StitchRow[] = [];
+  const deps = new Map(plan.tasks.map((t) => [t.key, t.deps]));
+  const made = madeThreads(plan, cache);
   for (const s of plan.stitches) {
     const path = join(taskDir(cache, "stitch", s.key), "scores.json");
     if (!existsSync(path)) continue;
@@ -103,7 +111,7 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       front_alone_accuracy: r.frontAlone?.accuracy ?? null,
       front_alone_agreement_prob: r.frontAlone?.agreementProbability ?? null,
       train_steps: r.config.epochs * Math.floor(r.training.trainImages / r.config.batchSize),
-      threads: lineageThreads(plan, cache, s.key).join("/"),
+      threads: lineageThreads(deps, made, s.key).join("/"),
     });
   }
   return rows;
