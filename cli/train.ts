@@ -69,6 +69,7 @@ export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
       ...optional("lr", o.lr),
       ...optional("width", o.width),
       ...optional("autocast", o.autocast),
+      ...optional("greyStem", o.greyStem),
       shortcut: o.shortcut ?? null,
       adversarial: o.adversarial
         ? {
@@ -162,6 +163,11 @@ export function registerTrainCommand(program: Command): void {
     .option("--batch-size <n>", `batch size (default ${defaults.batchSize})`, int)
     .option("--lr <lr>", "learning rate (default: the architecture's, 0.1 for ResNets, 0.01 for VGG and ViTs)", num)
     .option("--width <w>", "width multiplier (CNNs)", num)
+    .option(
+      "--grey-stem",
+      "start the stem's kernels equal across colour channels: no untrained colour response (default on grey datasets, Fashion-MNIST and MNIST; docs/method.md)",
+    )
+    .option("--no-grey-stem", "keep PyTorch's initialisation of the stem on a grey dataset")
     .option(
       "--method <m>",
       `${TRAIN_METHODS.join(" or ")} (default ${defaults.method}); simclr: SimCLR pre-training (two augmented views, NT-Xent), then the classifier alone on the frozen backbone for --epochs`,

@@ -8,7 +8,7 @@
 // lr 0.1 for ResNets and 0.01 for VGG and ViTs, weight decay 1e-4, lr x0.1 at int(1/3) and
 // int(2/3) of the epochs; PGD of 10 steps of 2/255 in 8/255 on half of each batch, no random start).
 import { z } from "zod";
-import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
+import { greyDataset, SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
 import { type ModelOptions, modelNames, modelRecordOf } from "../models/registry.js";
 import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
 import { AUTOCAST_MODES, type AutocastMode, type Device } from "../torch/index.js";
@@ -239,6 +239,12 @@ export const trainSettingsSchema = z
       .describe(
         "final robust evaluation at the model's training radius (8/255 for clean models; the reference's settings: theirs): APGD-CE and APGD-DLR (default) or PGD; steps default 100 for adversarially trained models, 0 (none) for clean ones unless settings are named",
       ),
+    greyStem: z
+      .boolean()
+      .optional()
+      .describe(
+        "start the stem's kernels equal across the colour channels, so a model of grey images has no untrained colour response (default: true on grey datasets, Fashion-MNIST and MNIST; docs/method.md, Grey data)",
+      ),
     method: z
       .enum(TRAIN_METHODS)
       .default("supervised")
@@ -285,6 +291,11 @@ export interface TrainConfig extends TrainData {
   autocast: AutocastMode | null;
   /** SimCLR pre-training first, then the classifier alone for `epochs`; null: supervised. */
   simclr: { epochs: number; temperature: number } | null;
+  /**
+   * The stem starts colour-blind (nn/init.ts greyStem). Present only when true, so the keys of
+   * models without it (every colour dataset's) are those they had before it existed.
+   */
+  greyStem?: true;
   device: Device;
 }
 
@@ -321,6 +332,7 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
       s.method === "simclr"
         ? { epochs: s.simclr?.epochs ?? s.epochs, temperature: s.simclr?.temperature ?? simclrTemperature() }
         : null,
+    ...((s.greyStem ?? greyDataset(data.dataset)) ? { greyStem: true as const } : {}),
     device,
   };
 }

@@ -23,6 +23,7 @@ import { writeFileAtomic } from "../io/files.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import { checkInputSize } from "../models/stitchable.js";
+import { greyStem } from "../nn/init.js";
 import { SGD } from "../nn/optim.js";
 import { stepSchedule } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
@@ -106,6 +107,8 @@ export async function trainModel(
       }),
     );
     checkInputSize(model, trainSet.images.shape, "the");
+    // Grey data replicated to 3 channels: the stem starts colour-blind (nn/init.ts greyStem).
+    if (cfg.greyStem) greyStem(model);
     model.to(cfg.device);
     model.train();
     if (cfg.simclr) {
