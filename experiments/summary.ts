@@ -543,7 +543,7 @@ export function settingsLines(plan: Plan): string[] {
     if (spec?.kind !== "train") return `${name} (checkpoint ${"checkpoint" in ref ? ref.checkpoint : "?"})`;
     const m = spec.config;
     const width = m.modelOptions.width;
-    return `${name} (${m.model}${width !== undefined ? ` width ${width}` : ""}, ${m.epochs} epochs, seed ${m.seed}${m.shortcut ? `, ${m.shortcut} shortcut` : ""}${m.adversarial ? ", adversarial" : ""})`;
+    return `${name} (${m.model}${width !== undefined ? ` width ${width}` : ""}${m.greyStem ? ", grey stem" : ""}, ${m.epochs} epochs in batches of ${m.batchSize} at lr ${m.lr}, seed ${m.seed}${m.shortcut ? `, ${m.shortcut} shortcut` : ""}${m.adversarial ? ", adversarial" : ""})`;
   });
   const d = exp.dataset;
   const iris = plan.tasks.map((t) => t.spec).find((t): t is IrisTask => t.kind === "iris");
@@ -577,7 +577,7 @@ export function settingsLines(plan: Plan): string[] {
     (iris
       ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}. `
       : "") +
-      (st ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}; ` : "") +
+      (st ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}; ` : "") +
       `batch norm ${bn.join(" and ")}. ` +
       adv +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
