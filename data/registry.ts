@@ -59,7 +59,6 @@ export interface LoadOptions {
   maxBytes?: number;
 }
 
-/** The side of the images loadDataset(name, opts) returns (without reading any file). */
 /**
  * Whether a dataset's images are grey, replicated to 3 channels as it is read (the IDX sets): a
  * model trained on them gets no colour in its data but what markers paint (train/config.ts greyStem).
@@ -68,6 +67,7 @@ export function greyDataset(name: string): boolean {
   return name === "fashion-mnist" || name === "mnist";
 }
 
+/** The side of the images loadDataset(name, opts) returns (without reading any file). */
 export function datasetImageSize(name: string, opts: Pick<LoadOptions, "imageSize" | "size" | "pad32">): number {
   if (opts.imageSize !== undefined && opts.size !== undefined && opts.imageSize !== opts.size)
     throw new Error(`imageSize ${opts.imageSize} and size ${opts.size} disagree (size is the old name of imageSize)`);

@@ -127,7 +127,7 @@ test("one SGD step on grey images moves the grey-stem and the PyTorch-initialise
   assert.ok(sums[0].moved > 1e-3, `the step moves them (${sums[0].moved})`);
   assert.ok(end < 1e-4 * sums[0].moved, `and moves both alike (difference ${end})`);
   for (const m of models) m.dispose();
-  x.dispose();
+  for (const t of [x, y, ...sums.flatMap((s) => [s.before, s.after])]) t.dispose();
 });
 
 test("trained on grey data a grey-stem model stays colour-blind; a Pixel model learns colour from its markers", {
