@@ -577,7 +577,9 @@ export function settingsLines(plan: Plan): string[] {
     (iris
       ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}. `
       : "") +
-      (st ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}; ` : "") +
+      (st
+        ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}; `
+        : "") +
       `batch norm ${bn.join(" and ")}. ` +
       adv +
       `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
