@@ -10,6 +10,7 @@ import { COLOR_JITTERS, colorDistort, colorJitter } from "../data/color.js";
 import { loadDataset, normalizationFor, Rng } from "../data/index.js";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
+import { greyStem } from "../nn/init.js";
 import * as torch from "../torch/index.js";
 import { trainConfig } from "../train/config.js";
 import { ntXentLoss, pretrainSimclr } from "../train/simclr.js";
@@ -144,6 +145,8 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
   const again = await loadDataset("fashion-mnist", { split: "train", limit: 512, pad32: true, rgb: true });
   torch.manualSeed(0);
   const twin = createModel("resnet18", { numClasses: 10, imageSize: 32, width: 0.125 });
+  // As the trainer starts a model of grey data (train/config.ts greyStem).
+  greyStem(twin);
   pretrainSimclr(twin, again, {
     epochs: 2,
     temperature: 0.5,
