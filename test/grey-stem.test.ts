@@ -27,6 +27,13 @@ const skip = skipUnlessFashionMnist();
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-grey-stem-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 
+/** A model's parameter by name (the stem's weight, here). */
+function param(model: { namedParameters(): [string, Tensor][] }, name = "conv1.weight"): Tensor {
+  const found = model.namedParameters().find(([n]) => n === name);
+  assert.ok(found, `no parameter ${name}`);
+  return found[1];
+}
+
 /** Largest difference between the stem's kernels of two colour channels, relative to their size. */
 function channelSpread(w: Tensor): number {
   return torch.tidy(() => {
@@ -43,7 +50,7 @@ test("greyStem: equal kernels across channels, the same response to grey images,
   // A colour image whose channels sum to zero at every pixel: only colour, no grey level.
   const d = torch.rand([4, 1, 32, 32]);
   const colour = torch.cat([d, d.neg(), torch.zerosLike(d)], 1);
-  const conv1 = () => model.namedParameters().find(([n]) => n === "conv1.weight")?.[1] as Tensor;
+  const conv1 = () => param(model);
   const before = torch.noGrad(() => model.forward(grey));
   const colourBefore = torch.noGrad(() => torch.conv2d(colour, conv1(), null, { padding: 1 }).abs().max().item());
   assert.ok(channelSpread(conv1()) > 0.1, "PyTorch's initialisation tells colours apart");
@@ -68,7 +75,7 @@ test("greyStem finds the stem of every zoo family, and refuses a model without o
   for (const [arch, options, name] of cases) {
     const model = createModel(arch, options);
     assert.equal(greyStem(model), name, arch);
-    const w = model.namedParameters().find(([n]) => n === name)?.[1] as Tensor;
+    const w = param(model, name);
     assert.ok(channelSpread(w) < 1e-6, arch);
     model.dispose();
   }
@@ -113,7 +120,7 @@ test("one SGD step on grey images moves the grey-stem and the PyTorch-initialise
   const x = torch.rand([16, 1, 32, 32]).expand(16, 3, 32, 32).contiguous();
   const y = torch.arange(16).remainder(10).long();
   const sums = models.map((m) => {
-    const w = m.namedParameters().find(([n]) => n === "conv1.weight")?.[1] as Tensor;
+    const w = param(m);
     const before = torch.noGrad(() => w.sum(1));
     const opt = new SGD(m.parameters(), { lr: 0.05, momentum: 0.9, nesterov: true, weightDecay: 1e-4 });
     torch.crossEntropy(m.forward(x), y).backward();
@@ -148,7 +155,7 @@ test("trained on grey data a grey-stem model stays colour-blind; a Pixel model l
   const marked = await trainModel({ ...base, shortcut: "pixel", markerScale: 2 }, join(dir, "pixel"));
   const stem = (file: string) => {
     const { model } = loadCheckpoint(file);
-    const w = model.namedParameters().find(([n]) => n === "conv1.weight")?.[1] as Tensor;
+    const w = param(model);
     const spread = channelSpread(w);
     model.dispose();
     return spread;
