@@ -10,7 +10,17 @@ import { runIris } from "../stitch/jobs.js";
 import type { Device } from "../torch/index.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import { checkedFlags, dataFlags, fraction, int, MARKER_SCALE_HELP, num, oneOf, optional } from "./parse.js";
+import {
+  checkedFlags,
+  dataFlags,
+  fraction,
+  IMAGE_SIZE_HELP,
+  int,
+  MARKER_SCALE_HELP,
+  num,
+  oneOf,
+  optional,
+} from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
@@ -63,7 +73,7 @@ export function registerIrisCommand(program: Command): void {
     .requiredOption("--out <dir>", "IRI set folder: iris.safetensors, iris.json, preview.png")
     .option("--dataset <name>", "source images (default: the dataset the front model was trained on)")
     .option("--root <path>", "dataset location")
-    .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
+    .option("--image-size <px>", IMAGE_SIZE_HELP, int)
     .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
     .option("--limit <n>", "only the first n training images", int)
     .option("--shortcut <kind>", `mark the source images with a shortcut: ${SHORTCUT_KINDS.join(", ")}`)

@@ -46,6 +46,10 @@ export const ROBUST_EVAL_SETTINGS_HELP =
 export const ROBUST_EVAL_STEP_HELP =
   "APGD's first step (then halved on its schedule; default 2 eps, the reference's 2/255) or PGD's step, in pixel units";
 
+/** --image-size: the images' side (data/registry.ts datasetImageSize). */
+export const IMAGE_SIZE_HELP =
+  "image folders: the side images are resized to (default 32; ImageNet-100: 224); Fashion-MNIST and MNIST: 32 (padded, the default) or 28 (unpadded)";
+
 /** --marker-scale: the shortcut markers' strength (data/shortcuts.ts markerCell). */
 export const MARKER_SCALE_HELP =
   "shortcut markers' strength: their cell size times k (default 1, the protocol's 4x4 px square at 32 px; 2: 8x8 px)";

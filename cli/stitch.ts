@@ -25,6 +25,7 @@ import {
   checkedFlags,
   dataFlags,
   fraction,
+  IMAGE_SIZE_HELP,
   int,
   MARKER_SCALE_HELP,
   num,
@@ -189,7 +190,7 @@ export function registerStitchCommand(program: Command): void {
       "--excess <kind>",
       `also score on marked and rolled test sets (excess agreement): ${SHORTCUT_KINDS.join(", ")}`,
     )
-    .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
+    .option("--image-size <px>", IMAGE_SIZE_HELP, int)
     .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
     .option("--epochs <n>", "epochs (default 30; 12 for image folders)", int)
     .option("--batch-size <n>", `batch size (default ${d.batchSize})`, int)

@@ -23,6 +23,7 @@ import {
   checkedFlags,
   dataFlags,
   fraction,
+  IMAGE_SIZE_HELP,
   int,
   MARKER_SCALE_HELP,
   num,
@@ -133,7 +134,7 @@ export function registerTrainCommand(program: Command): void {
     .option("--force", "train into --out even when it holds files (they are overwritten)")
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)")
     .option("--root <path>", "dataset location (Fashion-MNIST defaults to Debian's)")
-    .option("--image-size <px>", "image folders: the side images are resized to (default 32; ImageNet-100: 224)", int)
+    .option("--image-size <px>", IMAGE_SIZE_HELP, int)
     .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
     .option("--limit <n>", "train on the first n images only", int)
     .option("--test-limit <n>", "evaluate on the first n test images only", int)

@@ -35,7 +35,9 @@ const datasetSchema = z
       ),
     imageSize: int(1)
       .optional()
-      .describe("image folders: the side images are resized to (default 32, as LS-ImageNet-10; ImageNet-100: 224)"),
+      .describe(
+        "image folders: the side images are resized to (default 32, as LS-ImageNet-10; ImageNet-100: 224); Fashion-MNIST and MNIST: 32 (padded, the default) or 28 (unpadded)",
+      ),
   })
   .strict();
 

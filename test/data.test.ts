@@ -172,6 +172,19 @@ test("IDX files, gzipped and raw, round-trip; padded to 32 px with zeros and rep
     assert.deepEqual(plain.images.shape, [2, 1, 28, 28]);
     assert.deepEqual(pixelsOf(plain, 1), Array.from(idxImages.subarray(784, 2 * 784)));
     disposeDataset(plain);
+    // imageSize 28 asks for the images as they are (and wins over the usual pad32: true);
+    // 32 pads them; any other size is refused, naming the sizes there are.
+    const native = await loadDataset("mnist", { root: folder, split: "test", imageSize: 28, pad32: true, limit: 2 });
+    assert.deepEqual(native.images.shape, [2, 3, 28, 28]);
+    assert.deepEqual(pixelsOf(native, 1).slice(0, 784), Array.from(idxImages.subarray(784, 2 * 784)));
+    disposeDataset(native);
+    const padded = await loadDataset("mnist", { root: folder, split: "test", imageSize: 32, pad32: false, limit: 1 });
+    assert.deepEqual(padded.images.shape, [1, 3, 32, 32]);
+    disposeDataset(padded);
+    await assert.rejects(
+      loadDataset("mnist", { root: folder, split: "test", imageSize: 30 }),
+      /mnist images are 28 px, or 32 px padded; imageSize 30 applies to image folders only/,
+    );
   }
 });
 
