@@ -3,6 +3,7 @@
 // agreement per pair, sanity warnings, and the reading. A difference between pairs is
 // stated only when their intervals separate; otherwise the reading says "not told apart with N
 // replicates" (PROTOCOL.md, "Replicates").
+import { DATASET_NAMES, datasetImageSize, markerSide } from "../data/index.js";
 import { maxExcessAgreement } from "../metrics/excess.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
 import { rAuA } from "../metrics/raua.js";
@@ -375,6 +376,8 @@ export function reading(
   const pairs = [...new Set(rows.map((r) => r.pair))];
   const n = Math.max(...summary.map((s) => s.n));
   const fmt = (v: number) => v.toFixed(2);
+  // "0.91", not "0.91-0.91", where the ends agree to the digits shown.
+  const range = (lo: number, hi: number) => (fmt(lo) === fmt(hi) ? fmt(lo) : `${fmt(lo)}-${fmt(hi)}`);
   const objectives = [...new Set(rows.map((r) => r.objective))];
   out.push(
     `Replicates: ${n}. Values are means${n > 1 ? " ± the half-width of their 95% Student-t interval" : " (one replicate: no interval, so no difference can be called)"}.`,
@@ -397,7 +400,7 @@ export function reading(
     const std = standardMeans(summary, pair);
     if (std.length)
       out.push(
-        `${pair}: standard stitching agrees at ${fmt(Math.min(...std))}-${fmt(Math.max(...std))}` +
+        `${pair}: standard stitching agrees at ${range(Math.min(...std), Math.max(...std))}` +
           (Math.min(...std) >= 0.7 ? " (it calls the pair similar)." : " (below 0.7 somewhere)."),
       );
   }
@@ -546,6 +549,10 @@ export function settingsLines(plan: Plan): string[] {
     return `${name} (${m.model}${width !== undefined ? ` width ${width}` : ""}${m.greyStem ? ", grey stem" : ""}, ${m.epochs} epochs in batches of ${m.batchSize} at lr ${m.lr}, seed ${m.seed}${m.shortcut ? `, ${m.shortcut} shortcut` : ""}${m.adversarial ? ", adversarial" : ""})`;
   });
   const d = exp.dataset;
+  // The images' side, for the markers' size in pixels (the cell grows with the image).
+  const side = (DATASET_NAMES as readonly string[]).includes(d.name)
+    ? datasetImageSize(d.name, { imageSize: d.imageSize, pad32: true })
+    : 32;
   const iris = plan.tasks.map((t) => t.spec).find((t): t is IrisTask => t.kind === "iris");
   const stitch = (mode: string) =>
     plan.tasks.map((t) => t.spec).find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === mode)?.config;
@@ -573,7 +580,7 @@ export function settingsLines(plan: Plan): string[] {
         .join("; ")}. `
     : "";
   return [
-    `Settings: ${d.name}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
+    `Settings: ${d.name}${d.imageSize ? ` at ${d.imageSize} px` : ""}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
     (iris
       ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}. `
       : "") +
@@ -592,7 +599,7 @@ export function settingsLines(plan: Plan): string[] {
         ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? exp.stitch.shortcut})`).join(", ")}.`
         : "") +
       (exp.dataset.markerScale !== 1
-        ? ` Shortcut markers at ${exp.dataset.markerScale}x the protocol's cell size (${4 * exp.dataset.markerScale} px squares at 32 px).`
+        ? ` Shortcut markers at ${d.markerScale}x the protocol's cell size (${markerSide(side, side, d.markerScale)} px squares at ${side} px).`
         : ""),
   ];
 }

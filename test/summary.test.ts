@@ -341,6 +341,15 @@ test("the settings line describes only the modes run, and adversarial stitching 
     "stitch: { adversarial: { eps: 0.0313725, step: 0.0078431, steps: 10, fraction: 1 } }",
   ]);
   assert.doesNotMatch(standard, /IRIs|invariance-aware/);
+  // The images' side where the file sets it, and the markers' size in pixels at that side.
+  assert.doesNotMatch(both, / px/);
+  const small = settingsOf([
+    "name: s",
+    "dataset: { name: fashion-mnist, imageSize: 28, markerScale: 2 }",
+    ...base.slice(2),
+  ]);
+  assert.match(small, /^Settings: fashion-mnist at 28 px;/);
+  assert.match(small, /Shortcut markers at 2x the protocol's cell size \(8 px squares at 28 px\)\./);
   assert.match(
     standard,
     /batch norm adapt \(standard\)\. Adversarial stitching \(standard runs\): .*10 steps, fraction 1/,
@@ -438,6 +447,20 @@ test("the reading opens with the answer: one verdict line per pair against cross
     /^Verdict, cross-bias vs cross-seed \(invariance-aware SLM, 3 replicates\): told apart: cross-bias is less similar .* \(layer2\.1 0\.82 ± 0\.05 vs 0\.32 ± 0\.05, layer4\.1 0\.62 ± 0\.05 vs 0\.22 ± 0\.05\)\.$/,
   );
   assert.equal(text[1], "Settings: ...");
+  // Standard stitching's range: both ends, or one value where they agree to the digits shown.
+  const standard = (pair: string, values: number[]) =>
+    values.map((v, replicate) => row({ pair, mode: "standard", agreement_prob: v, replicate, point: "layer2.1" }));
+  const withStandard = reading(
+    [...apart, ...standard("cross-seed", [0.912, 0.914]), ...standard("cross-bias", [0.7, 0.8])],
+    {
+      settings: [],
+    },
+  );
+  assert.ok(withStandard.includes("cross-seed: standard stitching agrees at 0.91 (it calls the pair similar)."));
+  assert.ok(
+    withStandard.some((l) => l.startsWith("cross-bias: standard stitching agrees at 0.75 ")),
+    withStandard.join("\n"),
+  );
   const close = rows(
     [
       [0.8, 0.6],
