@@ -118,9 +118,9 @@ export async function loadDataset(name: string, opts: LoadOptions): Promise<Data
   if (opts.limit !== undefined && !(Number.isInteger(opts.limit) && opts.limit > 0))
     throw new RangeError(`limit must be a positive integer, got ${opts.limit}`);
   const imageSize = DATASET_NAMES.includes(name as DatasetName) ? datasetImageSize(name, opts) : undefined;
-  // A given imageSize decides an IDX set's padding (callers that pass pad32: true for "the usual
-  // layout" still get 28 px where the experiment asked for it).
-  const idx = { pad32: imageSize === undefined ? opts.pad32 : imageSize === 32, rgb: opts.rgb, limit: opts.limit };
+  // An IDX set is padded exactly when its side is 32 (datasetImageSize: a given imageSize wins
+  // over pad32, so callers that pass pad32: true still get 28 px where imageSize asks for it).
+  const idx = { pad32: imageSize === 32, rgb: opts.rgb, limit: opts.limit };
   switch (name) {
     case "fashion-mnist":
       return readIdxDataset(

@@ -3,7 +3,7 @@
 // agreement per pair, sanity warnings, and the reading. A difference between pairs is
 // stated only when their intervals separate; otherwise the reading says "not told apart with N
 // replicates" (PROTOCOL.md, "Replicates").
-import { DATASET_NAMES, datasetImageSize, markerSide } from "../data/index.js";
+import { datasetImageSize, markerSide } from "../data/index.js";
 import { maxExcessAgreement } from "../metrics/excess.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
 import { rAuA } from "../metrics/raua.js";
@@ -550,9 +550,7 @@ export function settingsLines(plan: Plan): string[] {
   });
   const d = exp.dataset;
   // The images' side, for the markers' size in pixels (the cell grows with the image).
-  const side = (DATASET_NAMES as readonly string[]).includes(d.name)
-    ? datasetImageSize(d.name, { imageSize: d.imageSize, pad32: true })
-    : 32;
+  const side = datasetImageSize(d.name, { imageSize: d.imageSize, pad32: true });
   const iris = plan.tasks.map((t) => t.spec).find((t): t is IrisTask => t.kind === "iris");
   const stitch = (mode: string) =>
     plan.tasks.map((t) => t.spec).find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === mode)?.config;
