@@ -16,6 +16,10 @@
 // 3 warm-up + 20 timed steps of batch 128, the two sides alternating step by step; --quick (or
 // STITCHLAB_BENCH_QUICK=1) runs batch 16, 1 warm-up + 2 timed steps, as a smoke test, and writes
 // bench/results/train-quick.json so that it never overwrites the real figures.
+//
+// `--demo-model` times the demo's model instead: width 1/8, batch 64, 3 warm-up + 40 timed
+// steps, written to bench/results/train-demo-model.json. Run it as the demo's workers run,
+// on one thread: STITCHLAB_THREADS=1 npm run bench -- train --demo-model.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
@@ -23,7 +27,7 @@ import { createModel } from "../models/registry.js";
 import { SGD } from "../nn/optim.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { endlessBatches, isQuick, syntheticCifar } from "./synthetic.js";
+import { endlessBatches, syntheticCifar } from "./synthetic.js";
 import { alternate, logTimings, median, type Protocol, printComparison, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -35,21 +39,35 @@ interface Options {
   quick: boolean;
   batch: number;
   protocol: Protocol;
+  /** The ResNet-18's width multiplier (1, or the demo's 1/8 with --demo-model). */
+  width: number;
+  /** Where the result goes: bench/results/NAME.json. */
+  name: string;
 }
 
 function parseOptions(args: string[]): Options {
-  const quick = isQuick("train", args);
+  let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
+  let demoModel = false;
+  for (const a of args) {
+    if (a === "--quick") quick = true;
+    else if (a === "--demo-model") demoModel = true;
+    else throw new Error(`train: unknown option '${a}'; options: --quick, --demo-model`);
+  }
+  if (demoModel)
+    return quick
+      ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 }, width: 0.125, name: "train-demo-model" }
+      : { quick, batch: 64, protocol: { warmup: 3, iters: 40 }, width: 0.125, name: "train-demo-model" };
   return quick
-    ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 } }
-    : { quick, batch: 128, protocol: { warmup: 3, iters: 20 } };
+    ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 }, width: 1, name: "train" }
+    : { quick, batch: 128, protocol: { warmup: 3, iters: 20 }, width: 1, name: "train" };
 }
 
 /** The model, optimiser and in-memory data, and one training step that draws its own batch. */
-function buildTrainer(batch: number, steps: number): { step(): void; dispose(): void } {
+function buildTrainer(batch: number, steps: number, width: number): { step(): void; dispose(): void } {
   torch.manualSeed(0);
   // Exactly one epoch's worth of full batches, so every step has a batch of the same size.
   const data = syntheticCifar(batch, steps);
-  const model = createModel("resnet18");
+  const model = createModel("resnet18", { width });
   model.train();
   const opt = new SGD(model.parameters(), { ...HYPER });
   const next = endlessBatches(data, {
@@ -95,6 +113,7 @@ export interface TrainResult {
   libtorch: string;
   steps: number;
   batch: number;
+  width: number;
 }
 
 export async function main(args: string[]): Promise<void> {
@@ -102,13 +121,16 @@ export async function main(args: string[]): Promise<void> {
   const { warmup, iters } = o.protocol;
   const threads = torch.getNumThreads();
   const libtorch = torch.buildInfo().torch;
-  console.error(`train: batch ${o.batch}, ${warmup} warm-up + ${iters} timed steps, ${threads} threads`);
+  console.error(
+    `train: width ${o.width}, batch ${o.batch}, ${warmup} warm-up + ${iters} timed steps, ${threads} threads`,
+  );
 
-  const trainer = buildTrainer(o.batch, warmup + iters);
+  const trainer = buildTrainer(o.batch, warmup + iters, o.width);
   const { peer, hello } = await PyTorchPeer.start(join(here, "train_torch.py"), [
     `--batch=${o.batch}`,
     `--steps=${warmup + iters}`,
     `--threads=${threads}`,
+    `--width=${o.width}`,
   ]);
   const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
   let t: { ours: number[]; theirs: number[] };
@@ -133,12 +155,13 @@ export async function main(args: string[]): Promise<void> {
     libtorch,
     steps: iters,
     batch: o.batch,
+    width: o.width,
   };
   printComparison(
-    `ResNet-18 training with the data pipeline, batch ${result.batch}, median of ${result.steps} steps`,
+    `ResNet-18${o.width === 1 ? "" : ` at width ${o.width}`} training with the data pipeline, batch ${result.batch}, median of ${result.steps} steps`,
     result,
     pytorch,
     { name: "images/s", ours: result.images_per_second, theirs: result.images_per_second_pytorch },
   );
-  writeResult("train", o.quick, result);
+  writeResult(o.name, o.quick, result);
 }

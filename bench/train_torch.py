@@ -119,6 +119,7 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=23, help="images in memory: batch * steps")
     ap.add_argument("--threads", type=int, required=True, help="the TypeScript side's torch.getNumThreads()")
+    ap.add_argument("--width", type=float, default=1.0, help="the ResNet's width multiplier")
     a = ap.parse_args()
     # Debian's PyTorch starts with one thread; match the other side exactly.
     torch.set_num_threads(a.threads)
@@ -127,7 +128,7 @@ def main():
     images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8)
     labels = torch.randint(0, 10, (n,))
     loader = Loader(images, labels, a.batch)
-    model = load_zoo_reference().ResNet18(num_classes=10)
+    model = load_zoo_reference().ResNet18(num_classes=10, width=a.width)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
 
