@@ -14,7 +14,7 @@ import { type Dataset, datasetSize, disposeDataset, pixelScale, standardAugment,
 import { loadCheckpoint, type ModelSource } from "../models/checkpoint.js";
 import { requireNormalization } from "../models/record.js";
 import { stitchModeOf } from "../stitch/config.js";
-import { evaluateFrontAlone, evaluateStitch } from "../stitch/evaluate.js";
+import { evaluateStitch, frontAndBack } from "../stitch/evaluate.js";
 import { generateIriBatch } from "../stitch/iris.js";
 import { loadSource } from "../stitch/jobs.js";
 import { parseObjective } from "../stitch/objectives.js";
@@ -38,7 +38,7 @@ export interface ProbeTimes {
   /** A and B over one training image, once per invariance-aware stitch (its frozen features). */
   frozenPerImage: number;
   leastSquares: number;
-  /** Scoring one test image: the stitched model and A alone. */
+  /** Scoring one test image: A and B once (with CKA's features), then the stitched model. */
   scorePerImage: number;
   /** Training images the tasks can read (the split's size, or more than the largest limit). */
   trainCount: number;
@@ -196,9 +196,15 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
           const part = first(test, 256);
           owned.push(part);
           const o = { normalization: pixelScale(part.images.shape[1]), device };
-          const [, a] = timed(() => evaluateStitch(s, part, o));
-          const [, b] = timed(() => evaluateFrontAlone(s, part, o));
-          score = (a + b) / datasetSize(part);
+          // As runStitch scores: one pass of A and B (CKA's features on every image here, an upper
+          // bound), then the stitched model against B's kept logits.
+          const [before, a] = timed(() => frontAndBack(s, part, { ...o, ckaImages: datasetSize(part) }));
+          try {
+            const [, b] = timed(() => evaluateStitch(s, part, { ...o, backLogits: before.backLogits }));
+            score = (a + b) / datasetSize(part);
+          } finally {
+            before.backLogits.dispose();
+          }
         }
         return { step: (step * c.batchSize) / bs, before, images: datasetSize(sub), score };
       } finally {
@@ -268,7 +274,7 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
         p.loadTest +
         p.leastSquares +
         (mode === "standard" ? steps * p.stitchStep.standard : n * p.frozenPerImage + steps * p.stitchStep.iris) +
-        p.scorePerImage * (test + Math.min(c.ckaImages, test) / 2);
+        p.scorePerImage * test;
     } else throw new Error("the estimate covers checkpoints only (this plan trains models)");
   }
   return { seconds: iris.seconds + stitch.seconds, iris, stitch, probe: p };

@@ -17,23 +17,15 @@ import {
   disposeDataset,
   loadDataset,
   markerDraws,
-  normalize,
   pixelScale,
   planDatasetMarkers,
   type ShortcutKind,
   type ShortcutOptions,
   standardAugment,
-  subset,
 } from "../data/index.js";
 import { writeFileAtomic } from "../io/files.js";
 import { saveSafetensors } from "../io/safetensors.js";
-import {
-  type AgreementResult,
-  excessAgreement,
-  linearCka,
-  type WeightSpectrum,
-  weightSpectrum,
-} from "../metrics/index.js";
+import { type AgreementResult, excessAgreement, type WeightSpectrum, weightSpectrum } from "../metrics/index.js";
 import {
   asModelSource,
   type CheckpointMeta,
@@ -43,10 +35,9 @@ import {
 } from "../models/checkpoint.js";
 import { type ModelRecord, requireNormalization } from "../models/record.js";
 import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
-import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { backClassesProblem, type IrisConfig, type StitchConfig } from "./config.js";
-import { evaluateFrontAlone, evaluateStitch } from "./evaluate.js";
+import { evaluateStitch, frontAndBack } from "./evaluate.js";
 import {
   checkIriSetFor,
   generateIriSet,
@@ -183,26 +174,6 @@ export interface StitchResult {
   back: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
 }
 
-/** Linear CKA of A's and B's features at the points over the first n test images (each image a sample). */
-function ckaAt(s: StitchedModel, test: Dataset, n: number, cfg: StitchConfig): number {
-  const part = subset(
-    test,
-    Array.from({ length: Math.min(n, datasetSize(test)) }, (_, i) => i),
-  );
-  try {
-    return inEvalMode(s.networks, () =>
-      torch.tidy(() =>
-        torch.noGrad(() => {
-          const x = normalize(part.images.to(cfg.device), pixelScale(part.images.shape[1]));
-          return linearCka(s.frontFeatures(x), s.back.forwardTo(s.backInput(x), s.backPoint));
-        }),
-      ),
-    );
-  } finally {
-    disposeDataset(part);
-  }
-}
-
 /** Trains and scores one stitch; writes outDir/layer.safetensors and then outDir/scores.json. */
 export async function runStitch(
   cfg: StitchConfig,
@@ -218,6 +189,7 @@ export async function runStitch(
   const adapt = bnMode === "adapt";
   const loaded: ReturnType<typeof loadModel>[] = [];
   let layer: { dispose(): void } | undefined;
+  let backLogits: torch.Tensor | undefined;
   const load = (source: ModelSourceLike) => {
     const m = loadModel(source, cfg.device);
     loaded.push(m);
@@ -293,11 +265,12 @@ export async function runStitch(
     // Every model normalises its own input (StitchedModel): batches are float pixels in [0, 1].
     const norm = pixelScale(test.images.shape[1]);
 
-    // CKA compares A and B as they are: before training, since "adapt" moves A's statistics.
-    const cka = cfg.ckaImages > 0 ? ckaAt(s, test, cfg.ckaImages, cfg) : null;
-    // A alone, as it is: before training too, for the same reason.
+    // CKA compares A and B as they are, and A alone is scored as it is: before training, since
+    // "adapt" moves A's statistics. The same pass keeps B's test logits for the stitch's scores.
     const evalOpts = { normalization: norm, device: cfg.device };
-    const frontAlone = evaluateFrontAlone(s, test, evalOpts);
+    const before = frontAndBack(s, test, { ...evalOpts, ckaImages: cfg.ckaImages });
+    backLogits = before.backLogits;
+    const { cka, frontAlone } = before;
     const trained = trainStitch(
       s,
       train,
@@ -321,7 +294,7 @@ export async function runStitch(
       },
       onProgress,
     );
-    const scores = evaluateStitch(s, test, evalOpts);
+    const scores = evaluateStitch(s, test, { ...evalOpts, backLogits });
     let excess: StitchResult["excess"] = null;
     if (cfg.excess) {
       const kind = cfg.excess;
@@ -375,6 +348,7 @@ export async function runStitch(
   } finally {
     // T is freed whichever way the run ends (a diverged loss, a bad IRI set, a full disk).
     layer?.dispose();
+    backLogits?.dispose();
     for (const d of owned) disposeDataset(d);
     for (const m of loaded) m.model.dispose();
   }

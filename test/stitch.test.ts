@@ -3,9 +3,10 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { disposeDataset, fromBytes, normalize, pixelScale } from "../data/index.js";
 import { AgreementMeter } from "../metrics/agreement.js";
+import { linearCka } from "../metrics/cka.js";
 import { createModel } from "../models/registry.js";
 import { HEAD_POINT } from "../models/stitchable.js";
-import { evaluateFrontAlone } from "../stitch/evaluate.js";
+import { evaluateFrontAlone, evaluateStitch, frontAndBack } from "../stitch/evaluate.js";
 import { leastSquaresInit, StitchingLayer } from "../stitch/layer.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
@@ -225,4 +226,43 @@ test("the curves' front end: A alone (its own head, no T) scored against B, as t
   assert.equal(evaluateFrontAlone(new StitchedModel(other, b, "layer2.0"), test, opts), null);
   for (const m of [a, b, other]) m.dispose();
   disposeDataset(test);
+});
+
+test("frontAndBack: one pass gives evaluateFrontAlone's score, CKA over the first n images and B's logits", () => {
+  torch.manualSeed(4);
+  const a = createModel("resnet18", { width: 0.125, numClasses: 10 }).eval();
+  const b = createModel("resnet18", { width: 0.125, numClasses: 10 }).eval();
+  const n = 26;
+  // Images that differ from one another (CKA compares images), from a fixed generator.
+  let state = 12345;
+  const pixels = new Uint8Array(n * 3 * 32 * 32).map(() => {
+    state = (state * 1103515245 + 12345) % 2 ** 31;
+    return state >> 23;
+  });
+  const labels = Uint8Array.from({ length: n }, (_, i) => i % 10);
+  const test_ = fromBytes(pixels, labels, [n, 3, 32, 32], [..."0123456789"], "synthetic");
+  // Batches of 10, CKA over 13 images: the CKA rows end inside the second batch.
+  const opts = { normalization: pixelScale(3), batchSize: 10 };
+  const s = new StitchedModel(a, b, "layer2.0");
+  s.layer.setIdentity();
+  const got = frontAndBack(s, test_, { ...opts, ckaImages: 13 });
+  try {
+    assert.deepEqual(got.frontAlone, evaluateFrontAlone(s, test_, opts));
+    torch.tidy(() =>
+      torch.noGrad(() => {
+        const x = normalize(test_.images, opts.normalization).narrow(0, 0, 13);
+        const want = linearCka(a.forwardTo(x, "layer2.0"), b.forwardTo(x, "layer2.0"));
+        assert.ok(Math.abs((got.cka as number) - want) < 1e-6, `CKA ${got.cka} vs ${want}`);
+        const all = normalize(test_.images, opts.normalization);
+        assert.ok(got.backLogits.sub(b.forward(all)).abs().max().item() < 1e-5, "B's logits");
+      }),
+    );
+    // The stitched model's scores are the same with B's kept logits as with B run again.
+    assert.deepEqual(evaluateStitch(s, test_, { ...opts, backLogits: got.backLogits }), evaluateStitch(s, test_, opts));
+    assert.equal(frontAndBack(s, test_, { ...opts, ckaImages: 0 }).cka, null, "no CKA images: no CKA");
+  } finally {
+    got.backLogits.dispose();
+    for (const m of [a, b]) m.dispose();
+    disposeDataset(test_);
+  }
 });
