@@ -91,16 +91,16 @@ function toRow(r: Record<string, string>): StitchRow {
   };
 }
 
-/** The demo's base model and training images, read from the preset, for the calibration. */
-function demoRecipe(): { width: number; images: number } {
-  const exp = parseYaml(readFileSync(join(here, "..", "presets", "demo.yaml"), "utf8"));
-  const back = Object.values(exp.models as Record<string, { width?: number }>)[0];
-  return { width: back.width ?? 1, images: exp.dataset.limit ?? 60_000 };
-}
+/**
+ * The calibration workload, fixed so that units compare machines and designs: one epoch of the
+ * demo's base model as it was when the unit was defined (ResNet-18 at width 1/8, 10,000 images
+ * at 32 px in batches of 128), whatever the preset trains now.
+ */
+const CALIBRATION = { width: 0.125, images: 10_000 } as const;
 
 /** Seconds of the fixed PyTorch workload: one epoch of the demo's base model on 2 threads. */
 function calibrate(): number {
-  const { width, images } = demoRecipe();
+  const { width, images } = CALIBRATION;
   const r = spawnSync(
     python(),
     [join(here, "calibrate_torch.py"), "--width", String(width), "--images", String(images), "--threads", "2"],
@@ -210,7 +210,7 @@ export async function main(args: string[]): Promise<void> {
     calibration: {
       what: "one epoch of the demo's base model, trained by Python PyTorch on 2 threads (bench/calibrate_torch.py)",
       seconds: calibrations.map((c) => Number(c.toFixed(2))),
-      recipe: demoRecipe(),
+      recipe: { ...CALIBRATION, batch: 128 },
     },
     threads: torch.getNumThreads(),
     runs: [...kept, ...measured].sort((a, b) => a.seed - b.seed),
