@@ -7,38 +7,9 @@ import * as torch from "../torch/index.js";
 import { type EvalOptions, forEachEvalBatch } from "../train/batches.js";
 import type { StitchedModel } from "./stitched.js";
 
-/**
- * The agreement of `logits(x)` with B's on every test batch, through the evaluation loop of base
- * models (train/batches.ts: the networks in eval mode, each batch freed whether or not its scores
- * are accepted): what both the stitched model and A alone are scored with.
- */
-function scoreAgainstBack(
-  s: StitchedModel,
-  networks: StitchedModel["networks"],
-  test: Dataset,
-  opts: EvalOptions & { backLogits?: torch.Tensor },
-  logits: (b: { x: torch.Tensor; y: torch.Tensor }) => { x: torch.Tensor; logits: torch.Tensor },
-): AgreementResult {
-  const meter = new AgreementMeter();
-  forEachEvalBatch(networks, test, opts, (b) => {
-    const out = logits(b);
-    // B's logits on these very images, when the caller has them (frontAndBack below): B is
-    // frozen in eval mode, so they are what B would give again.
-    const back =
-      opts.backLogits && out.x === b.x
-        ? opts.backLogits.indexSelect(
-            0,
-            torch.tensor(BigInt64Array.from(b.indices, (i) => BigInt(i))).to(opts.backLogits.device),
-          )
-        : s.backForward(out.x);
-    torch.noGrad(() => meter.update(out.logits, back, b.y));
-  });
-  return meter.result();
-}
-
 /** What one pass of A and B over the test set gives before T trains (frontAndBack). */
 export interface FrontAndBack {
-  /** A alone against B (evaluateFrontAlone's score), or null. */
+  /** A alone against B (the reference's front end: evaluateFrontAlone), or null. */
   frontAlone: AgreementResult | null;
   /** Linear CKA of A's and B's features at the points over the first `ckaImages` test images, or null. */
   cka: number | null;
@@ -50,8 +21,8 @@ export interface FrontAndBack {
  * One pass of A and B over the test set, before T trains (with batch-norm mode "adapt" training
  * moves A's statistics): A alone scored against B, the linear CKA of their features at the points,
  * and B's logits, which evaluateStitch then takes as `backLogits` instead of running B again.
- * Each image's numbers are those of evaluateFrontAlone and of a CKA pass of its own (eval mode:
- * no image depends on its batch), in a third of the forward passes.
+ * Each image's numbers are those of a pass of its own (eval mode: no image depends on its
+ * batch); one pass serves what took three.
  */
 export function frontAndBack(s: StitchedModel, test: Dataset, opts: EvalOptions & { ckaImages: number }): FrontAndBack {
   const [a, b] = [s.front.config.numClasses, s.back.config.numClasses];
@@ -79,8 +50,8 @@ export function frontAndBack(s: StitchedModel, test: Dataset, opts: EvalOptions 
         try {
           meter.update(front.logits, back.logits, batch.y);
         } catch (e) {
-          // As evaluateFrontAlone: a model whose logits are not finite has no front end to draw;
-          // the stitch goes on and says what is wrong where it fails.
+          // A model whose logits are not finite has no front end to draw (nothing non-finite is
+          // scored); the stitch goes on and says what is wrong where it fails.
           if (!(e instanceof NonFiniteLogitsError)) throw e;
           finite = false;
         }
@@ -94,6 +65,11 @@ export function frontAndBack(s: StitchedModel, test: Dataset, opts: EvalOptions 
   }
 }
 
+/**
+ * The stitched model's agreement with B on every test batch, through the evaluation loop of base
+ * models (train/batches.ts: the networks in eval mode, each batch freed whether or not its scores
+ * are accepted).
+ */
 export function evaluateStitch(
   s: StitchedModel,
   test: Dataset,
@@ -104,30 +80,33 @@ export function evaluateStitch(
     attack?: (x: torch.Tensor, y: torch.Tensor) => torch.Tensor;
   },
 ): AgreementResult {
-  return scoreAgainstBack(s, s.networks, test, opts, (b) => {
+  const meter = new AgreementMeter();
+  forEachEvalBatch(s.networks, test, opts, (b) => {
     const x = opts.attack ? opts.attack(b.x, b.y).detach() : b.x;
-    return { x, logits: torch.noGrad(() => s.forward(x)) };
+    const logits = torch.noGrad(() => s.forward(x));
+    // B's logits on these very images, when the caller has them: B is frozen in eval mode, so
+    // they are what B would give again.
+    const back =
+      opts.backLogits && !opts.attack
+        ? opts.backLogits.indexSelect(
+            0,
+            torch.tensor(BigInt64Array.from(b.indices, (i) => BigInt(i))).to(opts.backLogits.device),
+          )
+        : s.backForward(x);
+    torch.noGrad(() => meter.update(logits, back, b.y));
   });
+  return meter.result();
 }
 
 /**
  * The front end of the reference's curves: A alone, with its own head and no T, scored against
  * B on the same test set (train_stithching.py evaluates stitch index layers + 1 untrained, and
  * models/model_utils.py's 'front' mode is the front model's own output). Null when A and B do not
- * classify into the same number of classes, so that A's outputs are not B's classes.
+ * classify into the same number of classes, so that A's outputs are not B's classes, and when a
+ * model's logits are not finite. frontAndBack's score, for a caller that wants nothing else.
  */
 export function evaluateFrontAlone(s: StitchedModel, test: Dataset, opts: EvalOptions): AgreementResult | null {
-  const [a, b] = [s.front.config.numClasses, s.back.config.numClasses];
-  if (a === undefined || a !== b) return null;
-  try {
-    return scoreAgainstBack(s, [s.front, s.back], test, opts, (batch) => ({
-      x: batch.x,
-      logits: torch.noGrad(() => s.front.forward(s.frontInput(batch.x))),
-    }));
-  } catch (e) {
-    // A model whose logits are not finite has no front end to draw (nothing non-finite is
-    // scored); the stitch itself goes on and says what is wrong where it fails.
-    if (e instanceof NonFiniteLogitsError) return null;
-    throw e;
-  }
+  const r = frontAndBack(s, test, { ...opts, ckaImages: 0 });
+  r.backLogits.dispose();
+  return r.frontAlone;
 }
