@@ -20,6 +20,12 @@
 // `--demo-model` times the demo's model instead: width 1/8, batch 64, 3 warm-up + 40 timed
 // steps, written to bench/results/train-demo-model.json. Run it as the demo's workers run,
 // on one thread: STITCHLAB_THREADS=1 npm run bench -- train --demo-model.
+//
+// Both sides run the convolutions' memory layout stitchlab uses at this thread count
+// (torch/layout.ts: channels-last on one thread, else contiguous), PyTorch by
+// `.to(memory_format=torch.channels_last)` on the model and the batch; the result records it.
+// `--layout contiguous|channels-last` runs both sides in that layout instead, and writes
+// bench/results/NAME-LAYOUT.json beside the default figures.
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
@@ -37,6 +43,8 @@ export const HYPER = { lr: 0.1, momentum: 0.9, nesterov: true, weightDecay: 1e-4
 
 interface Options {
   quick: boolean;
+  /** Both sides' layout, when --layout forces one; else stitchlab's own at this thread count. */
+  layout: torch.ConvLayout | null;
   batch: number;
   protocol: Protocol;
   /** The ResNet-18's width multiplier (1, or the demo's 1/8 with --demo-model). */
@@ -48,18 +56,26 @@ interface Options {
 function parseOptions(args: string[]): Options {
   let quick = process.env.STITCHLAB_BENCH_QUICK === "1";
   let demoModel = false;
-  for (const a of args) {
+  let layout: torch.ConvLayout | null = null;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
     if (a === "--quick") quick = true;
     else if (a === "--demo-model") demoModel = true;
-    else throw new Error(`train: unknown option '${a}'; options: --quick, --demo-model`);
+    else if (a === "--layout") {
+      const v = args[++i];
+      if (v !== "contiguous" && v !== "channels-last")
+        throw new Error(`train: --layout takes contiguous or channels-last, not '${v ?? ""}'`);
+      layout = v;
+    } else throw new Error(`train: unknown option '${a}'; options: --quick, --demo-model, --layout L`);
   }
-  if (demoModel)
-    return quick
+  const base = demoModel
+    ? quick
       ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 }, width: 0.125, name: "train-demo-model" }
-      : { quick, batch: 64, protocol: { warmup: 3, iters: 40 }, width: 0.125, name: "train-demo-model" };
-  return quick
-    ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 }, width: 1, name: "train" }
-    : { quick, batch: 128, protocol: { warmup: 3, iters: 20 }, width: 1, name: "train" };
+      : { quick, batch: 64, protocol: { warmup: 3, iters: 40 }, width: 0.125, name: "train-demo-model" }
+    : quick
+      ? { quick, batch: 16, protocol: { warmup: 1, iters: 2 }, width: 1, name: "train" }
+      : { quick, batch: 128, protocol: { warmup: 3, iters: 20 }, width: 1, name: "train" };
+  return { ...base, layout, name: layout ? `${base.name}-${layout}` : base.name };
 }
 
 /** The model, optimiser and in-memory data, and one training step that draws its own batch. */
@@ -110,6 +126,8 @@ export interface TrainResult {
   images_per_second: number;
   images_per_second_pytorch: number;
   threads: number;
+  /** The convolutions' memory layout, the same on both sides. */
+  layout: torch.ConvLayout;
   libtorch: string;
   steps: number;
   batch: number;
@@ -121,8 +139,10 @@ export async function main(args: string[]): Promise<void> {
   const { warmup, iters } = o.protocol;
   const threads = torch.getNumThreads();
   const libtorch = torch.buildInfo().torch;
+  if (o.layout) torch.setConvLayout(o.layout);
+  const layout = torch.convLayout("cpu");
   console.error(
-    `train: width ${o.width}, batch ${o.batch}, ${warmup} warm-up + ${iters} timed steps, ${threads} threads`,
+    `train: width ${o.width}, batch ${o.batch}, ${warmup} warm-up + ${iters} timed steps, ${threads} threads, ${layout}`,
   );
 
   const trainer = buildTrainer(o.batch, warmup + iters, o.width);
@@ -131,6 +151,7 @@ export async function main(args: string[]): Promise<void> {
     `--steps=${warmup + iters}`,
     `--threads=${threads}`,
     `--width=${o.width}`,
+    ...(layout === "channels-last" ? ["--channels-last"] : []),
   ]);
   const { torch: pytorch, threads: pyThreads } = hello as { torch: string; threads: number };
   let t: { ours: number[]; theirs: number[] };
@@ -152,13 +173,14 @@ export async function main(args: string[]): Promise<void> {
     images_per_second: round((o.batch * 1000) / ms, 2),
     images_per_second_pytorch: round((o.batch * 1000) / msPy, 2),
     threads,
+    layout,
     libtorch,
     steps: iters,
     batch: o.batch,
     width: o.width,
   };
   printComparison(
-    `ResNet-18${o.width === 1 ? "" : ` at width ${o.width}`} training with the data pipeline, batch ${result.batch}, median of ${result.steps} steps`,
+    `ResNet-18${o.width === 1 ? "" : ` at width ${o.width}`} training with the data pipeline, batch ${result.batch}, ${layout}, median of ${result.steps} steps`,
     result,
     pytorch,
     { name: "images/s", ours: result.images_per_second, theirs: result.images_per_second_pytorch },

@@ -120,6 +120,7 @@ def main():
     ap.add_argument("--steps", type=int, default=23, help="images in memory: batch * steps")
     ap.add_argument("--threads", type=int, required=True, help="the TypeScript side's torch.getNumThreads()")
     ap.add_argument("--width", type=float, default=1.0, help="the ResNet's width multiplier")
+    ap.add_argument("--channels-last", action="store_true", help="model and batches in torch.channels_last")
     a = ap.parse_args()
     # Debian's PyTorch starts with one thread; match the other side exactly.
     torch.set_num_threads(a.threads)
@@ -130,11 +131,14 @@ def main():
     loader = Loader(images, labels, a.batch)
     model = load_zoo_reference().ResNet18(num_classes=10, width=a.width)
     model.train()
+    layout = torch.channels_last if a.channels_last else torch.contiguous_format
+    model.to(memory_format=layout)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
 
     def step():
         # As train/trainer.ts's inner loop, and bench/train.ts.
         x, y = loader.next()
+        x = x.contiguous(memory_format=layout)
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         value = loss.item()

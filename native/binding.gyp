@@ -3,7 +3,7 @@
   "targets": [
     {
       "target_name": "stitchlab",
-      "sources": ["src/addon.cc", "src/convert.cc", "src/ops.cc", "src/tensor.cc", "src/autograd.cc", "src/runtime.cc", "src/fast.cc", "src/graphs.cc"],
+      "sources": ["src/addon.cc", "src/convert.cc", "src/ops.cc", "src/tensor.cc", "src/autograd.cc", "src/runtime.cc", "src/fast.cc", "src/graphs.cc", "src/batchnorm.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "<@(libtorch_include_dirs)", "<@(cuda_include_dirs)"],
       "defines": ["NAPI_EXPERIMENTAL", "NAPI_CPP_EXCEPTIONS", "_GLIBCXX_USE_CXX11_ABI=<(libtorch_abi)", "STITCHLAB_CUDA=<(libtorch_cuda)", "STITCHLAB_CUDA_GRAPHS=<(cuda_graphs)"],
       "cflags!": ["-fno-exceptions"],

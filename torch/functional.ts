@@ -1,5 +1,6 @@
 // Functional operators of torch.nn.functional and torch.linalg, with PyTorch's names and
 // defaults. Each is one ATen call (or a short composition, noted where so).
+import { native } from "./native.js";
 import { call, type Scalar, Tensor } from "./tensor.js";
 
 type Pair = number | [number, number];
@@ -78,6 +79,23 @@ export function batchNorm(
   runningVar: Tensor | null,
   opts: { weight?: Tensor | null; bias?: Tensor | null; training?: boolean; momentum?: number; eps?: number } = {},
 ): Tensor {
+  const training = opts.training ?? false;
+  const momentum = opts.momentum ?? 0.1;
+  const eps = opts.eps ?? 1e-5;
+  // Batch statistics of a channels-last float32 input on the CPU: stitchlab's kernel, as
+  // libtorch 1.13's loses precision there (native/src/batchnorm.cc); null: aten's applies.
+  if (training && opts.weight && opts.bias) {
+    const h = native.batchNormChannelsLast(
+      input.handle,
+      opts.weight.handle,
+      opts.bias.handle,
+      runningMean?.handle ?? null,
+      runningVar?.handle ?? null,
+      momentum,
+      eps,
+    );
+    if (h !== null) return new Tensor(h);
+  }
   return call(
     "batch_norm",
     input,
@@ -85,9 +103,9 @@ export function batchNorm(
     opts.bias ?? null,
     runningMean,
     runningVar,
-    opts.training ?? false,
-    opts.momentum ?? 0.1,
-    opts.eps ?? 1e-5,
+    training,
+    momentum,
+    eps,
     true,
   );
 }

@@ -18,6 +18,7 @@ export { cudaIndex, type Device, isCuda, isDevice, parseDevice, requireDevice } 
 export { type DType, isFloating } from "./dtype.js";
 export * from "./functional.js";
 export { GraphedStep, graphsRequested, graphsUnavailable } from "./graphs.js";
+export { type ConvLayout, convLayout, setConvLayout, toConvLayout } from "./layout.js";
 export { dispose, keep, memory, tidy } from "./memory.js";
 export { buildInfo, cuda, defaultThreads, getNumThreads, manualSeed, setNumThreads } from "./runtime.js";
 export { call, type Scalar, schema, Tensor } from "./tensor.js";

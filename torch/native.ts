@@ -30,6 +30,16 @@ export interface NativeAddon {
   stats(): { liveHandles: number; accountedBytes: number; collectedHandles: number };
   findOp(name: string, overload: string): number;
   callOp(id: number, args: unknown[]): unknown;
+  /** Train-mode batch norm of a channels-last float32 CPU tensor (native/src/batchnorm.cc); null when it does not apply. */
+  batchNormChannelsLast(
+    input: Handle,
+    weight: Handle,
+    bias: Handle,
+    runningMean: Handle | null,
+    runningVar: Handle | null,
+    momentum: number,
+    eps: number,
+  ): Handle | null;
   opSchema(id: number): string;
   // Typed calls (native/src/fast.cc): bindTyped checks the schema against the kind's signature.
   bindTyped(id: number, kind: string): number;

@@ -27,6 +27,7 @@ static Napi::Object InitStitchlab(Napi::Env env, Napi::Object exports) {
   stitchlab::initRuntime(env, exports);
   stitchlab::initFast(env, exports);
   stitchlab::initGraphs(env, exports);
+  stitchlab::initBatchNorm(env, exports);
   return exports;
 }
 

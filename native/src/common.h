@@ -74,5 +74,6 @@ void initAutograd(Napi::Env env, Napi::Object exports);
 void initRuntime(Napi::Env env, Napi::Object exports);
 void initFast(Napi::Env env, Napi::Object exports);
 void initGraphs(Napi::Env env, Napi::Object exports);
+void initBatchNorm(Napi::Env env, Napi::Object exports);
 
 }  // namespace stitchlab

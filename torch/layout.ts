@@ -1,0 +1,49 @@
+// The memory layout convolutions run in (torch.channels_last in PyTorch). On the CPU, with one
+// thread, libtorch 1.13's oneDNN convolutions are much faster on channels-last (NHWC) inputs
+// than on the default contiguous (NCHW) ones for the narrow models of the demo: measured on an
+// Intel Xeon (AVX-512), one thread, a training step of the width-1/8 ResNet-18 (batch 64) took
+// 67 ms against 88 ms in stitchlab, 70 against 94 ms in Python PyTorch; an IRI step to layer4.1
+// 40 against 52 ms; at width 1/4, 1/8 with batch 128 and full width it was never slower. With two
+// threads the same width-1/8 step was slower in channels-last (61 against 52 ms in PyTorch), and
+// on a GPU nothing was measured, so there the layout stays contiguous. The issue's AMD EPYC
+// measured channels-last 1.6x faster on one thread (bench: `npm run bench -- train --demo-model`
+// runs both layouts; docs/benchmarks.md).
+//
+// Only the activations change layout: a convolution's input is made channels-last, and oneDNN
+// keeps its output so, through batch norm, ReLU and the additions of a residual block, to the
+// next convolution. Weights stay contiguous (checkpoints are written and read as before), and
+// every read of a tensor's data makes it contiguous first, so nothing outside the kernels sees
+// the layout. It changes sums' order, as the thread count does (docs/experiments.md, "Threads"),
+// and it follows from the thread count, which every cache entry records.
+import type { Device } from "./device.js";
+import { native } from "./native.js";
+import { call, type Tensor } from "./tensor.js";
+
+export type ConvLayout = "channels-last" | "contiguous";
+
+/** c10::MemoryFormat::ChannelsLast, as the operators' MemoryFormat argument takes it. */
+const CHANNELS_LAST = 2;
+
+let forced: ConvLayout | null = null;
+
+/**
+ * Forces a layout for this process ("auto": channels-last on a CPU with one thread, else
+ * contiguous). For benchmarks and tests that compare the two; results follow the layout.
+ */
+export function setConvLayout(layout: ConvLayout | "auto"): void {
+  if (layout !== "auto" && layout !== "channels-last" && layout !== "contiguous")
+    throw new RangeError(`setConvLayout: '${layout}' is not auto, channels-last or contiguous`);
+  forced = layout === "auto" ? null : layout;
+}
+
+/** The layout convolutions run in on `device`, in this process now. */
+export function convLayout(device: Device): ConvLayout {
+  if (forced) return forced;
+  return device === "cpu" && native.getNumThreads() === 1 ? "channels-last" : "contiguous";
+}
+
+/** A 4-d convolution input in the layout of convLayout (the same tensor when it already is). */
+export function toConvLayout(x: Tensor): Tensor {
+  if (x.ndim !== 4 || convLayout(x.device) !== "channels-last") return x;
+  return call("contiguous", x, CHANNELS_LAST);
+}
