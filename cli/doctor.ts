@@ -1,5 +1,6 @@
 // `stitchlab doctor`: what libtorch this install runs on, how it was built, which device and
-// BLAS it uses, how many threads, and a small matmul checked against float64.
+// BLAS it uses, how many threads (and so which layout convolutions run in), and a small matmul
+// checked against float64.
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { repoRoot } from "../io/files.js";
@@ -17,7 +18,8 @@ export interface DoctorReport {
   };
   build: { mkldnn: boolean; mkl: boolean; openmp: boolean; lapack: boolean; blas: string };
   device: { default: string; cudaAvailable: boolean; cudaDevices: number };
-  threads: { used: number; source: string };
+  /** layout: what convolutions run in on the CPU at this thread count (torch/layout.ts). */
+  threads: { used: number; source: string; layout: torch.ConvLayout };
   matmul: { n: number; maxRelError: number; ok: boolean; gflops: number };
 }
 
@@ -71,6 +73,7 @@ export function doctor(): DoctorReport {
       source: process.env.STITCHLAB_THREADS
         ? "STITCHLAB_THREADS"
         : "all cores (set explicitly: libtorch may start with 1)",
+      layout: torch.convLayout("cpu"),
     },
     matmul,
   };
@@ -91,7 +94,7 @@ export function formatDoctor(r: DoctorReport): string {
     `build      C++11 ABI ${yes(r.libtorch.cxx11abi)}, CUDA build ${yes(r.libtorch.cudaBuild)}${r.libtorch.cudaBuild ? ` (CUDA graphs ${yes(r.libtorch.cudaGraphs)})` : ""}, oneDNN ${yes(r.build.mkldnn)}, MKL ${yes(r.build.mkl)}, OpenMP ${yes(r.build.openmp)}, LAPACK ${yes(r.build.lapack)}`,
     `blas       ${r.build.blas}`,
     `device     ${gpuLine(r)}`,
-    `threads    ${r.threads.used} (${r.threads.source})`,
+    `threads    ${r.threads.used} (${r.threads.source}); convolutions ${r.threads.layout} (channels-last on one thread)`,
     `matmul     ${r.matmul.n}x${r.matmul.n} float32: max relative error vs float64 ${r.matmul.maxRelError.toExponential(2)} ${r.matmul.ok ? "ok" : "FAILED"}, ${r.matmul.gflops.toFixed(1)} GFLOP/s`,
   ].join("\n");
 }
