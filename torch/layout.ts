@@ -1,13 +1,13 @@
 // The memory layout convolutions run in (torch.channels_last in PyTorch). On the CPU, with one
 // thread, libtorch 1.13's oneDNN convolutions are much faster on channels-last (NHWC) inputs
-// than on the default contiguous (NCHW) ones for the narrow models of the demo: measured on an
-// Intel Xeon (AVX-512), one thread, a training step of the width-1/8 ResNet-18 (batch 64) took
-// 67 ms against 88 ms in stitchlab, 70 against 94 ms in Python PyTorch; an IRI step to layer4.1
-// 40 against 52 ms; at width 1/4, 1/8 with batch 128 and full width it was never slower. With two
-// threads the same width-1/8 step was slower in channels-last (61 against 52 ms in PyTorch), and
-// on a GPU nothing was measured, so there the layout stays contiguous. The issue's AMD EPYC
-// measured channels-last 1.6x faster on one thread (bench: `npm run bench -- train --demo-model`
-// runs both layouts; docs/benchmarks.md).
+// than on the default contiguous (NCHW) ones for the narrow models of the demo. Measured on an
+// Intel Xeon (AVX-512), one thread: a training step of the width-1/8 ResNet-18 (batch 64, with
+// the data pipeline) took 66.6 against 94.7 ms (`npm run bench -- train --demo-model`, and
+// `--layout contiguous`), an IRI step to layer4.1 35-37 against 45 ms; in Python PyTorch, at
+// width 1/4, at full width and at batch 128, it was never slower. With two threads the
+// width-1/8 step was slower in channels-last (PyTorch: 61 against 52 ms), and on a GPU nothing
+// was measured, so there the layout stays contiguous. The issue's AMD EPYC measured
+// channels-last 1.6x faster on one thread in PyTorch (issue 23); our figures: docs/benchmarks.md.
 //
 // Only the activations change layout: a convolution's input is made channels-last, and oneDNN
 // keeps its output so, through batch norm, ReLU and the additions of a residual block, to the
