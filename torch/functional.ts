@@ -84,11 +84,11 @@ export function batchNorm(
   const eps = opts.eps ?? 1e-5;
   // Batch statistics of a channels-last float32 input on the CPU: stitchlab's kernel, as
   // libtorch 1.13's loses precision there (native/src/batchnorm.cc); null: aten's applies.
-  if (training && opts.weight && opts.bias) {
+  if (training) {
     const h = native.batchNormChannelsLast(
       input.handle,
-      opts.weight.handle,
-      opts.bias.handle,
+      opts.weight?.handle ?? null,
+      opts.bias?.handle ?? null,
       runningMean?.handle ?? null,
       runningVar?.handle ?? null,
       momentum,

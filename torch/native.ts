@@ -33,8 +33,8 @@ export interface NativeAddon {
   /** Train-mode batch norm of a channels-last float32 CPU tensor (native/src/batchnorm.cc); null when it does not apply. */
   batchNormChannelsLast(
     input: Handle,
-    weight: Handle,
-    bias: Handle,
+    weight: Handle | null,
+    bias: Handle | null,
     runningMean: Handle | null,
     runningVar: Handle | null,
     momentum: number,

@@ -6,14 +6,14 @@
 // the contiguous kernel is 5.8e-6 off, and through a fresh width-1/8 ResNet-18 in train mode the
 // input's gradient came out 10% off float64 (1e-6 in the contiguous layout), in Python PyTorch
 // alike. It is also slow: 13 ms of a 68 ms PyTorch training step of the demo's model. Here the statistics take two passes (the
-// mean, then squared deviations from it), each summed in float over blocks of rows and in double
-// across blocks, as the contiguous kernel's double accumulation does; the backward sums likewise.
+// mean, as deviations from a shift, then squared deviations from it), each summed in float over
+// blocks of rows and in double across blocks; the backward sums likewise.
 //
-// Everything else (contiguous inputs, eval mode, other dtypes and devices, a missing weight or
-// bias) stays with libtorch: batchNormChannelsLast returns null and torch/functional.ts calls
+// Everything else (contiguous inputs, eval mode, other dtypes and devices) stays with libtorch: batchNormChannelsLast returns null and torch/functional.ts calls
 // aten::batch_norm. Semantics are torch.nn.functional.batch_norm's: the output normalises with
 // the biased batch variance, running_var is updated with the unbiased one, both running
-// statistics with `momentum`; either may be absent (no update).
+// statistics with `momentum`; either may be absent (no update), and so may the weight (ones) and
+// the bias (zeros).
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
@@ -29,7 +29,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Rows summed in float before the partial sum is added to the double total: short enough that
-// float's rounding stays far below the double total's, long enough to vectorise.
+// float's rounding of summands near zero stays small, long enough to vectorise. Every sum is of
+// terms near zero: deviations from a shift or from the mean, and gradients.
 constexpr int64_t kBlock = 64;
 
 // The kernels take the channel count as a template parameter CC for the zoo's widths (the
@@ -51,30 +52,45 @@ struct Stats {
 template <int64_t CC>
 void forwardKernel(const float* __restrict x, float* __restrict y, int64_t R, int64_t Cdyn, const float* w,
                    const float* b, double eps, Stats& s, float* meanOut, float* invstdOut) {
+  // meanOut: [2, C], the mean as float plus the float remainder (hi, lo): x - hi is exact for x
+  // near the mean, and subtracting lo after it keeps the mean's double precision.
   Channels<CC> ch(Cdyn);
   const int64_t C = CC > 0 ? CC : Cdyn;
   float* __restrict part = ch.part();
   s.mean.assign(C, 0);
   s.var.assign(C, 0);
+  // The mean sums deviations from a shift, the first block's mean (in double): summing the values
+  // themselves in float would lose a channel far from zero to rounding (64 values of 300 carry
+  // an error of about 1e-3), where the deviations are of the order of its spread.
+  std::vector<float> shift(C);
+  {
+    const int64_t n = std::min(R, kBlock);
+    std::vector<double> first(C, 0);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < C; ++c) first[c] += x[r * C + c];
+    for (int64_t c = 0; c < C; ++c) shift[c] = static_cast<float>(first[c] / static_cast<double>(n));
+  }
+  const float* __restrict sh = shift.data();
   for (int64_t r0 = 0; r0 < R; r0 += kBlock) {
     const int64_t r1 = std::min(R, r0 + kBlock);
     for (int64_t c = 0; c < C; ++c) part[c] = 0.f;
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = 0; c < C; ++c) part[c] += x[r * C + c];
+      for (int64_t c = 0; c < C; ++c) part[c] += x[r * C + c] - sh[c];
     for (int64_t c = 0; c < C; ++c) s.mean[c] += part[c];
   }
-  std::vector<float> m(C);
   for (int64_t c = 0; c < C; ++c) {
-    s.mean[c] /= static_cast<double>(R);
-    m[c] = static_cast<float>(s.mean[c]);
+    s.mean[c] = sh[c] + s.mean[c] / static_cast<double>(R);
+    meanOut[c] = static_cast<float>(s.mean[c]);
+    meanOut[C + c] = static_cast<float>(s.mean[c] - meanOut[c]);
   }
-  const float* __restrict mp = m.data();
+  const float* __restrict mp = meanOut;
+  const float* __restrict ml = meanOut + C;
   for (int64_t r0 = 0; r0 < R; r0 += kBlock) {
     const int64_t r1 = std::min(R, r0 + kBlock);
     for (int64_t c = 0; c < C; ++c) part[c] = 0.f;
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t c = 0; c < C; ++c) {
-        const float d = x[r * C + c] - mp[c];
+        const float d = (x[r * C + c] - mp[c]) - ml[c];
         part[c] += d * d;
       }
     for (int64_t c = 0; c < C; ++c) s.var[c] += part[c];
@@ -85,16 +101,16 @@ void forwardKernel(const float* __restrict x, float* __restrict y, int64_t R, in
   for (int64_t c = 0; c < C; ++c) {
     s.var[c] /= static_cast<double>(R);
     const double invstd = 1.0 / std::sqrt(s.var[c] + eps);
-    meanOut[c] = m[c];
     invstdOut[c] = static_cast<float>(invstd);
     scale[c] = static_cast<float>(invstd * w[c]);
   }
   const float* __restrict sp = scale.data();
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) y[r * C + c] = (x[r * C + c] - mp[c]) * sp[c] + b[c];
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] = ((x[r * C + c] - mp[c]) - ml[c]) * sp[c] + b[c];
 }
 
-// dL/dx, dL/dw, dL/db from dL/dy (g), x, the batch mean and invstd, w. gx may be null.
+// dL/dx, dL/dw, dL/db from dL/dy (g), x, the batch mean (hi, lo as forwardKernel gives it) and
+// invstd, w. gx may be null.
 template <int64_t CC>
 void backwardKernel(const float* __restrict g, const float* __restrict x, int64_t R, int64_t Cdyn,
                     const float* __restrict mean, const float* invstd, const float* w, float* __restrict gx,
@@ -103,6 +119,7 @@ void backwardKernel(const float* __restrict g, const float* __restrict x, int64_
   const int64_t C = CC > 0 ? CC : Cdyn;
   float* __restrict p1 = a1.part();
   float* __restrict p2 = a2.part();
+  const float* __restrict ml = mean + C;
   std::vector<double> sg(C, 0), sgx(C, 0);
   for (int64_t r0 = 0; r0 < R; r0 += kBlock) {
     const int64_t r1 = std::min(R, r0 + kBlock);
@@ -111,7 +128,7 @@ void backwardKernel(const float* __restrict g, const float* __restrict x, int64_
       for (int64_t c = 0; c < C; ++c) {
         const float gv = g[r * C + c];
         p1[c] += gv;
-        p2[c] += gv * (x[r * C + c] - mean[c]);
+        p2[c] += gv * ((x[r * C + c] - mean[c]) - ml[c]);
       }
     for (int64_t c = 0; c < C; ++c) {
       sg[c] += p1[c];
@@ -135,7 +152,8 @@ void backwardKernel(const float* __restrict g, const float* __restrict x, int64_
   const float* __restrict q2 = k2.data();
   const float* __restrict q3 = k3.data();
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) gx[r * C + c] = g[r * C + c] * q1[c] + (x[r * C + c] - mean[c]) * q2[c] + q3[c];
+    for (int64_t c = 0; c < C; ++c)
+      gx[r * C + c] = g[r * C + c] * q1[c] + ((x[r * C + c] - mean[c]) - ml[c]) * q2[c] + q3[c];
 }
 
 // The channel counts of the zoo's CNNs get kernels with the count fixed at compile time.
@@ -168,7 +186,7 @@ struct BatchNormChannelsLastFn : public torch::autograd::Function<BatchNormChann
     const int64_t C = x.size(1);
     const int64_t R = x.numel() / C;
     at::Tensor y = at::empty_like(x, at::MemoryFormat::ChannelsLast);
-    at::Tensor mean = at::empty({C}, x.options());
+    at::Tensor mean = at::empty({2, C}, x.options());
     at::Tensor invstd = at::empty({C}, x.options());
     at::Tensor wc = w.contiguous(), bc = b.contiguous();
     Stats s;
@@ -213,22 +231,21 @@ struct BatchNormChannelsLastFn : public torch::autograd::Function<BatchNormChann
   }
 };
 
-bool applies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (!x.defined() || !w.defined() || !b.defined()) return false;
-  if (x.dim() != 4 || !x.device().is_cpu() || x.scalar_type() != at::kFloat) return false;
-  if (w.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat) return false;
+bool applies(const at::Tensor& x, const at::Tensor* w, const at::Tensor* b) {
+  if (!x.defined() || x.dim() != 4 || !x.device().is_cpu() || x.scalar_type() != at::kFloat) return false;
+  if ((w && w->scalar_type() != at::kFloat) || (b && b->scalar_type() != at::kFloat)) return false;
   if (x.size(1) < 1 || x.numel() / x.size(1) < 2) return false;  // aten names the error
   return x.is_contiguous(at::MemoryFormat::ChannelsLast) && !x.is_contiguous();
 }
 
-// batchNormChannelsLast(x, weight, bias, runningMean|null, runningVar|null, momentum, eps)
+// batchNormChannelsLast(x, weight|null, bias|null, runningMean|null, runningVar|null, momentum, eps)
 //   -> the output, or null when libtorch's batch_norm should run instead.
 Napi::Value BatchNormChannelsLast(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   at::Tensor* x = liveTensor(env, info[0]);
   at::Tensor* w = liveTensor(env, info[1]);
   at::Tensor* b = liveTensor(env, info[2]);
-  if (!x || !w || !b || !applies(*x, *w, *b)) return env.Null();
+  if (!x || !applies(*x, w, b)) return env.Null();
   at::Tensor* rm = liveTensor(env, info[3]);
   at::Tensor* rv = liveTensor(env, info[4]);
   const double momentum = info[5].As<Napi::Number>().DoubleValue();
@@ -237,7 +254,11 @@ Napi::Value BatchNormChannelsLast(const Napi::CallbackInfo& info) {
     c10::optional<at::Tensor> runningMean, runningVar;
     if (rm) runningMean = *rm;
     if (rv) runningVar = *rv;
-    return wrapTensor(env, BatchNormChannelsLastFn::apply(*x, *w, *b, runningMean, runningVar, momentum, eps));
+    // No weight or bias: the affine identity, constants that need no gradient.
+    const int64_t C = x->size(1);
+    const at::Tensor weight = w ? *w : at::ones({C}, x->options());
+    const at::Tensor bias = b ? *b : at::zeros({C}, x->options());
+    return wrapTensor(env, BatchNormChannelsLastFn::apply(*x, weight, bias, runningMean, runningVar, momentum, eps));
   });
 }
 
