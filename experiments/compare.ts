@@ -17,7 +17,7 @@ import { IRI_VERDICT_MAX_RESIDUAL } from "./summary.js";
  * tight an IRI must be"): IRIs by Adam from another image of the batch, 200 steps, keep-best
  * (mean residuals 0.04-0.3 where signed steps from noise leave 0.4-0.8), 256 per front and point;
  * T trained 60 epochs on 256 images (two batches of 128: 120 optimiser steps); 1,000 test images;
- * SLM; three replicates. The demo takes 48 IRIs and images (120 steps of one batch), to afford five
+ * SLM; three replicates. The demo takes 48 IRIs and images (120 steps of one batch), to afford six
  * replicates of new front models, whose spread is what its intervals measure; compare's fixed
  * checkpoints vary only in IRI and stitching seeds, so it keeps 256 for models nobody has measured.
  */
