@@ -127,7 +127,7 @@ function batchNormCase(x64: torch.Tensor, g64: torch.Tensor, dtype: "float32" | 
   const C = x64.shape[1];
   const cast = (t: torch.Tensor) => {
     const c = t.to(dtype);
-    return layout === "channels-last" ? torch.call("contiguous", c, 2) : c.contiguous();
+    return c.contiguous(layout);
   };
   const x = cast(x64).requiresGrad_(true);
   const ramp = (lo: number, hi: number) =>
@@ -181,7 +181,7 @@ test("train-mode batch norm on channels-last inputs: float64's results where cha
 
 test("batch norm without running statistics, and no second derivative", () => {
   torch.setNumThreads(1);
-  const x = torch.call("contiguous", torch.randn([4, 3, 5, 5]), 2) as torch.Tensor;
+  const x = torch.randn([4, 3, 5, 5]).contiguous("channels-last");
   const w = torch.ones([3]);
   const b = torch.zeros([3]);
   const ours = torch.batchNorm(x, null, null, { weight: w, bias: b, training: true });
@@ -191,11 +191,11 @@ test("batch norm without running statistics, and no second derivative", () => {
   // output on the same float32 inputs, where libtorch's channels-last kernel is 8e-5 to 1.7e-4
   // off (and its contiguous one 2e-5 to 6e-5).
   const far = torch.randn([4, 3, 5, 5]).mul(0.1).add(300);
-  const plain = torch.batchNorm(torch.call("contiguous", far, 2) as torch.Tensor, null, null, { training: true });
+  const plain = torch.batchNorm(far.contiguous("channels-last"), null, null, { training: true });
   const exact = torch.batchNorm(far.double(), null, null, { training: true });
   assert.ok(relErr(plain.double(), exact) < 1e-6, `${relErr(plain.double(), exact)}`);
   // A second derivative through it would be silently zero: refused, naming the way out.
-  const xg = torch.call("contiguous", torch.randn([4, 3, 5, 5]), 2).requiresGrad_(true) as torch.Tensor;
+  const xg = torch.randn([4, 3, 5, 5]).contiguous("channels-last").requiresGrad_(true);
   const y = torch.batchNorm(xg, null, null, { weight: w, bias: b, training: true });
   assert.throws(() => torch.grad(y.square().sum(), xg, { createGraph: true }), /no second derivative.*contiguous/);
   torch.setNumThreads(threads);

@@ -21,7 +21,7 @@ export { GraphedStep, graphsRequested, graphsUnavailable } from "./graphs.js";
 export { type ConvLayout, convLayout, setConvLayout, toConvLayout } from "./layout.js";
 export { dispose, keep, memory, tidy } from "./memory.js";
 export { buildInfo, cuda, defaultThreads, getNumThreads, manualSeed, setNumThreads } from "./runtime.js";
-export { call, type Scalar, schema, Tensor } from "./tensor.js";
+export { call, type MemoryFormat, type Scalar, schema, Tensor } from "./tensor.js";
 
 // Libtorch's thread count (every core, or STITCHLAB_THREADS) is set when the addon loads, on
 // first use (torch/native.ts), not on import: importing torch/ starts nothing.

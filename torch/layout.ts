@@ -17,12 +17,9 @@
 // and it follows from the thread count, which every cache entry records.
 import type { Device } from "./device.js";
 import { native } from "./native.js";
-import { call, type Tensor } from "./tensor.js";
+import type { MemoryFormat, Tensor } from "./tensor.js";
 
-export type ConvLayout = "channels-last" | "contiguous";
-
-/** c10::MemoryFormat::ChannelsLast, as the operators' MemoryFormat argument takes it. */
-const CHANNELS_LAST = 2;
+export type ConvLayout = MemoryFormat;
 
 let forced: ConvLayout | null = null;
 
@@ -45,5 +42,5 @@ export function convLayout(device: Device): ConvLayout {
 /** A 4-d convolution input in the layout of convLayout (the same tensor when it already is). */
 export function toConvLayout(x: Tensor): Tensor {
   if (x.ndim !== 4 || convLayout(x.device) !== "channels-last") return x;
-  return call("contiguous", x, CHANNELS_LAST);
+  return x.contiguous("channels-last");
 }

@@ -7,6 +7,11 @@ import { type Handle, native } from "./native.js";
 
 export type Scalar = number | boolean;
 
+/** A dense tensor's memory layout (PyTorch's torch.contiguous_format and torch.channels_last). */
+export type MemoryFormat = "contiguous" | "channels-last";
+/** c10::MemoryFormat's values, as the operators' MemoryFormat arguments take them. */
+const MEMORY_FORMAT_CODES: Record<MemoryFormat, number> = { contiguous: 0, "channels-last": 2 };
+
 const opIds = new Map<string, number>();
 
 /** The cached dispatcher id of an ATen operator, "name" or "name.overload". */
@@ -312,8 +317,12 @@ export class Tensor implements Disposable {
   clone(): Tensor {
     return call("clone", this);
   }
-  contiguous(): Tensor {
-    return call("contiguous", this);
+  /**
+   * The elements laid out without gaps in `memoryFormat` (PyTorch's `memory_format`): row-major
+   * by default, or channels-last (NHWC strides, for 4-d tensors); the same tensor when it already is.
+   */
+  contiguous(memoryFormat: MemoryFormat = "contiguous"): Tensor {
+    return call("contiguous", this, MEMORY_FORMAT_CODES[memoryFormat]);
   }
   /** Whether the elements are laid out row-major without gaps. */
   isContiguous(): boolean {
