@@ -4,7 +4,9 @@
 // make the same task in one partial folder at once. A second process waits for the holder and
 // then finds the task done (or runs it, if the holder failed). A lock whose holder is gone (a
 // killed process, a cancelled or finished Slurm job) is taken over: a killed job never gets to
-// remove its lock. An experiment's folder has a lock of its own (`<out>/run.lock`,
+// remove its lock. On the holder's own machine its process decides, whatever its Slurm job says (a
+// retried attempt runs in the job of the attempt that died), and the process must be the one that
+// wrote the lock: the same pid and the same start time (a pid is reused once its process is gone). An experiment's folder has a lock of its own (`<out>/run.lock`,
 // experiments/outdir.ts), which a second run is refused rather than made to wait for.
 import { linkSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -17,6 +19,25 @@ export interface LockHolder {
   /** The Slurm job the holder runs in, if any. */
   job: string | null;
   at: string;
+  /**
+   * The holder process's start time, in clock ticks since boot (field 22 of /proc/<pid>/stat):
+   * with the pid, it names one process, where a pid alone may since belong to another. Absent in
+   * locks of older stitchlabs and where there is no /proc.
+   */
+  started?: number;
+}
+
+/** A process's start time in clock ticks since boot (/proc/<pid>/stat, field 22), or undefined (no such process, no /proc). */
+export function processStart(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Field 2, the command name, is in parentheses and may itself hold spaces and ")": the
+    // fields are counted from the last ")", which is followed by field 3.
+    const started = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[22 - 3]);
+    return Number.isSafeInteger(started) ? started : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Milliseconds since the file at path was last changed (0 when it is gone). */
@@ -36,23 +57,38 @@ export function readHolder(path: string): LockHolder | null {
   }
 }
 
-/** Whether the holder may still be working: its job is live, or its process runs on this machine. */
+/**
+ * Whether the holder may still be working. On this machine its process decides: alive, and the
+ * same process (its start time, where the lock records one; else a Node process, as locks of older
+ * stitchlabs are read). Its Slurm job is not asked there: a task retried within one job (Slurm's
+ * own requeue, or the executor's next attempt) would otherwise wait forever for the attempt that
+ * died, since the job, the waiter's own, is alive. On another machine its Slurm job decides, and
+ * without one (or without Slurm's commands here) it is assumed to work.
+ */
 export function holderAlive(h: LockHolder): boolean {
+  if (h.host === hostname()) return processAlive(h);
   if (h.job) {
     try {
       const s = jobStates([h.job]).get(h.job);
       if (s) return LIVE.has(s.state);
     } catch {
-      // no Slurm commands here: decide by the process below
+      // no Slurm commands here: nothing to ask
     }
   }
-  if (h.host !== hostname()) return true; // another machine, no job to ask: assume it works
+  return true; // another machine, and no job to ask: assume it works
+}
+
+/** Whether the holder's process (on this machine) still runs: its pid lives and was not reused since. */
+function processAlive(h: LockHolder): boolean {
   try {
     process.kill(h.pid, 0);
   } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
+    if ((e as NodeJS.ErrnoException).code !== "EPERM") return false; // EPERM: alive, another user's
   }
-  // A live pid; make sure it was not reused by something else since.
+  const started = processStart(h.pid);
+  if (h.started !== undefined && started !== undefined) return started === h.started;
+  // A lock without the start time (an older stitchlab's), or no /proc: a reused pid is told by
+  // its command line at least.
   try {
     return readFileSync(`/proc/${h.pid}/cmdline`, "utf8").includes("node");
   } catch {
@@ -82,6 +118,8 @@ export async function withLock<T>(
     job: process.env.SLURM_JOB_ID ?? null,
     at: new Date().toISOString(),
   };
+  const started = processStart(process.pid);
+  if (started !== undefined) me.started = started;
   const heard = new Set<string>();
   // The lock appears with its content in one step: written to a file of our own, then hard-linked
   // to its name (link fails if the name exists, on NFS too). Created empty and then written, a

@@ -2,11 +2,21 @@
 // and the lock goes when the work ends, thrown or not.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { holderAlive, type LockHolder, withLock } from "../experiments/lock.js";
+import { holderAlive, type LockHolder, processStart, withLock } from "../experiments/lock.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-lock-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -117,5 +127,74 @@ test("a taker that will not wait (onWait throws) gets its error at once, leaves 
       "the refused taker left no file of its own",
     );
   });
+  assert.ok(!existsSync(path));
+});
+
+/** Runs fn with a fake `squeue` first on PATH that reports every job asked about in `state`. */
+function withSqueue<T>(state: string, fn: () => T): T {
+  const bin = join(tmp, `bin-${state}`);
+  mkdirSync(bin, { recursive: true });
+  // squeue -h --states=all -j ID -o %i|%T|%r: one line per job, as the real one prints it.
+  writeFileSync(join(bin, "squeue"), `#!/bin/sh\nwhile [ "$1" != -j ]; do shift; done\necho "$2|${state}|None"\n`);
+  chmodSync(join(bin, "squeue"), 0o755);
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  try {
+    return fn();
+  } finally {
+    process.env.PATH = path;
+  }
+}
+
+test("a dead holder on this machine is stale even while its Slurm job runs (a retry in the same job takes over)", async () => {
+  // Issue 36: attempt 1 of a task aborted; attempt 2, in the same Slurm job, waited for it forever,
+  // since the lock's job (its own) was alive.
+  const dead = spawnSync("true").pid as number;
+  await withSqueue("RUNNING", async () => {
+    assert.ok(!holderAlive(holder(dead, "1")), "a dead pid in a live job");
+    assert.ok(holderAlive(holder(process.pid, "1")), "a live pid in a live job");
+    // On another machine the pid cannot be asked: the job decides.
+    assert.ok(holderAlive({ ...holder(dead, "1"), host: "elsewhere.invalid" }));
+    const path = join(tmp, "k6.lock");
+    writeFileSync(path, JSON.stringify(holder(dead, "1")));
+    let waited = false;
+    const r = await withLock(
+      path,
+      async () => "ran",
+      () => {
+        waited = true;
+      },
+      20,
+    );
+    assert.equal(r, "ran");
+    assert.equal(waited, false, "taken over at once");
+  });
+  withSqueue("COMPLETED", () => assert.ok(!holderAlive({ ...holder(dead, "1"), host: "elsewhere.invalid" })));
+});
+
+test("a lock records its holder's start time; a pid reused by another process does not hold it", {
+  skip: processStart(process.pid) === undefined && "no /proc here",
+}, async () => {
+  const started = processStart(process.pid) as number;
+  const path = join(tmp, "k7.lock");
+  await withLock(path, async () => {
+    assert.equal(JSON.parse(readFileSync(path, "utf8")).started, started);
+  });
+  // This process's pid, as another (node) process would have it after the holder died: another start time.
+  const reused = { ...holder(process.pid), started: started - 1 };
+  assert.ok(!holderAlive(reused), "the same pid, another start time");
+  assert.ok(holderAlive({ ...holder(process.pid), started }), "the same process");
+  // A lock of an older stitchlab, without the start time, is read as before (a live node process holds it).
+  assert.ok(holderAlive(holder(process.pid)));
+  writeFileSync(path, JSON.stringify(reused));
+  assert.equal(
+    await withLock(
+      path,
+      async () => "ran",
+      () => assert.fail("waited for a reused pid"),
+      20,
+    ),
+    "ran",
+  );
   assert.ok(!existsSync(path));
 });
