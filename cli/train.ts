@@ -3,7 +3,7 @@
 // through its schema and resolve through resolveTrainConfig, as an experiment file's model entry does.
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { refuseNonEmptyDir } from "../io/files.js";
+import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import type { Device } from "../torch/index.js";
 import {
   PGD_DEFAULTS,
@@ -182,6 +182,8 @@ export function registerTrainCommand(program: Command): void {
     checkTrainingMemory(cfg, `--model ${cfg.model}`, "--width or --batch-size");
     // A finished model is never overwritten by accident.
     refuseNonEmptyDir(o.out, "--out", Boolean(o.force), "a model trained before");
+    // Before the data are read: a read-only --out said only `ENOENT ... mkdir` (issue 36).
+    ensureWritableDir(o.out, "--out");
     const sink = progressSink("train", (f) =>
       f.phase === "simclr"
         ? `simclr epoch ${f.epoch}/${f.epochs} loss ${f.loss} ${f.imagesPerSecond} img/s`

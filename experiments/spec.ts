@@ -4,9 +4,9 @@
 // overrides (`small` for a CPU, `paper` for the paper's settings) merged over the rest.
 // Every problem is reported with its path in the file: `pairs[2].back: no model "clean-s9"`.
 import { readFileSync } from "node:fs";
-import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { DATASET_NAMES } from "../data/index.js";
+import { parseYamlBounded, YamlTooDeepError } from "../io/yaml.js";
 import { modelSourceSchema } from "../models/checkpoint.js";
 import { modelOptionsIssue } from "../models/options.js";
 import {
@@ -198,9 +198,10 @@ export function merge(base: unknown, over: unknown): unknown {
 export function parseExperiment(text: string, file: string, scale?: string): Experiment {
   let raw: unknown;
   try {
-    raw = parseYaml(text);
+    raw = parseYamlBounded(text);
   } catch (e) {
-    throw new ExperimentError(file, [`not valid YAML/JSON: ${(e as Error).message.split("\n")[0]}`]);
+    const why = (e as Error).message.split("\n")[0];
+    throw new ExperimentError(file, [e instanceof YamlTooDeepError ? why : `not valid YAML/JSON: ${why}`]);
   }
   if (!isObject(raw)) throw new ExperimentError(file, ["expected a mapping at the top level"]);
   const scales = isObject(raw.scales) ? raw.scales : {};

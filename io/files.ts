@@ -3,7 +3,9 @@
 // nothing of torch/, so the report, `--version` and other pure-file code use it without libtorch.
 import { createHash } from "node:crypto";
 import {
+  accessSync,
   closeSync,
+  constants,
   existsSync,
   fsyncSync,
   mkdirSync,
@@ -139,9 +141,27 @@ export function ensureWritableDir(dir: string, what: string): void {
     rmSync(probe);
   } catch (e) {
     throw new Error(
-      `${what} ${dir} is not a folder stitchlab can write in (${(e as NodeJS.ErrnoException).code ?? (e as Error).message}); nothing was run`,
+      `${what} ${dir} is not a folder stitchlab can write in (${whyNotWritable(dir, e)}); nothing was run`,
     );
   } finally {
     if (made) rmSync(made, { recursive: true, force: true });
   }
+}
+
+/**
+ * Why a folder cannot be made or written in. Node's recursive mkdir reports a read-only file
+ * system as ENOENT (it then looks for the folder it could not make), which reads as a missing
+ * parent; so the nearest folder that exists is asked whether it may be written in.
+ */
+function whyNotWritable(dir: string, e: unknown): string {
+  let at = resolve(dir);
+  while (!existsSync(at) && dirname(at) !== at) at = dirname(at);
+  try {
+    accessSync(at, constants.W_OK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "EROFS") return `EROFS: ${at} is on a read-only file system`;
+    if (code === "EACCES" || code === "EPERM") return `${code}: no permission to write in ${at}`;
+  }
+  return (e as NodeJS.ErrnoException).code ?? (e as Error).message;
 }

@@ -1,6 +1,7 @@
 // Bad input gives one clear Error naming what went wrong and where, and the process goes on.
 import assert from "node:assert/strict";
-import fs, { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import fs, { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { syncBuiltinESMExports } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,6 +10,7 @@ import { normalizationFor } from "../data/index.js";
 import { withLock } from "../experiments/lock.js";
 import { planExperiment } from "../experiments/plan.js";
 import { readExperiment } from "../experiments/spec.js";
+import { cliCommand } from "../experiments/tasks.js";
 import { writeFileAtomic } from "../io/files.js";
 import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import { torchLoad } from "../io/torchsave.js";
@@ -285,4 +287,84 @@ test("a full disk names the file there too: a task's lock, and the scratch file 
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("a deeply nested experiment file is refused naming the file and the line, not with a stack overflow", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-deep-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // Issue 36: both said "Maximum call stack size exceeded at line 2" (the YAML parser's recursion).
+  const cases = {
+    "flow.yaml": [`name: deep\nscales: ${"[".repeat(20_000)}${"]".repeat(20_000)}\n`, 2],
+    "block.yaml": [
+      `name: deep\nmodels:\n${Array.from({ length: 3000 }, (_, i) => `${" ".repeat(i + 1)}a:`).join("\n")} 1\n`,
+      66,
+    ],
+  } as const;
+  for (const [name, [text, line]] of Object.entries(cases)) {
+    const file = join(dir, name);
+    writeFileSync(file, text);
+    assert.throws(
+      () => readExperiment(file),
+      (e: Error) =>
+        e.message ===
+        `${file}: 1 problem:\n  lists or mappings nested more than 64 levels deep (from line ${line}): look for an unclosed [ or {, or indentation that runs away`,
+    );
+  }
+  // Depth within the bound still parses (and then meets the schema).
+  const ok = join(dir, "ok.yaml");
+  writeFileSync(ok, `name: deep\nscales: ${"[".repeat(60)}${"]".repeat(60)}\n`);
+  assert.throws(
+    () => readExperiment(ok),
+    (e: Error) => !/nested|stack/.test(e.message),
+  );
+});
+
+test("compare --points with a point neither model has says so once", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-points-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const model = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+  const ckpt = join(dir, "a.safetensors");
+  saveCheckpoint(ckpt, model, { dataset: "fashion-mnist" } as never);
+  model.dispose();
+  const r = spawnSync(
+    process.execPath,
+    cliCommand("compare", ckpt, ckpt, "--points", "layer9.9", "--out", join(dir, "out"), "--dry-run"),
+    { encoding: "utf8" },
+  );
+  assert.equal(r.status, 1, r.stderr);
+  // A -> B and its control B -> B both lack it: one problem, not the same line twice.
+  assert.equal(r.stderr.match(/no stitch point "layer9\.9"/g)?.length, 1, r.stderr);
+  assert.match(r.stderr, /1 problem:\n {2}points: no stitch point "layer9\.9" in resnet18; it has stem, layer1\.0/);
+});
+
+test("train --out in a read-only folder says it cannot write there, before any work", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-ro-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const ro = join(dir, "ro");
+  mkdirSync(ro);
+  const train = cliCommand("train", "--model", "resnet18", "--dataset", "fashion-mnist", "--out", join(ro, "run"));
+  let r: ReturnType<typeof spawnSync>;
+  let why: RegExp;
+  if (process.getuid?.() === 0) {
+    // root may write where the mode forbids: a read-only bind mount, in a mount namespace of its own.
+    // Node's recursive mkdir said `ENOENT: no such file or directory, mkdir` there.
+    const mountRo = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"';
+    if (spawnSync("unshare", ["-m", "sh", "-c", mountRo, "sh", ro, "true"]).status !== 0) {
+      t.skip("root without unshare -m and mount: no read-only folder can be made here");
+      return;
+    }
+    r = spawnSync("unshare", ["-m", "sh", "-c", mountRo, "sh", ro, process.execPath, ...train], { encoding: "utf8" });
+    why = /\(EROFS: \S+\/ro is on a read-only file system\)/;
+  } else {
+    chmodSync(ro, 0o555);
+    r = spawnSync(process.execPath, train, { encoding: "utf8" });
+    chmodSync(ro, 0o755);
+    why = /\(EACCES: no permission to write in \S+\/ro\)/;
+  }
+  assert.equal(r.status, 1, String(r.stderr));
+  assert.match(String(r.stderr), /--out \S+\/ro\/run is not a folder stitchlab can write in/);
+  assert.match(String(r.stderr), why);
+  assert.match(String(r.stderr), /nothing was run/);
+  assert.doesNotMatch(String(r.stderr), /ENOENT/);
+  assert.deepEqual(readdirSync(ro), []);
 });
