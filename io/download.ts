@@ -13,6 +13,14 @@
 //   (resnet18-f37072fd.pth: the SHA-256 starts with f37072fd);
 // - a .safetensors file's structure: the header parses and its tensors fill the data exactly.
 //
+// What is bounded (downloadLimits), so that no server can keep a download going forever:
+// - the bytes: no more than Content-Length or X-Linked-Size promise, and where neither says, no
+//   more than a cap (STITCHLAB_DOWNLOAD_MAX_MB, default 4096; a size promised above it is refused
+//   before any byte is read);
+// - the time: every window of STITCHLAB_DOWNLOAD_RATE_WINDOW seconds (default 60) must bring
+//   STITCHLAB_DOWNLOAD_MIN_RATE kB/s (default 10) on average, so a server that trickles a byte
+//   now and then (which no idle timeout catches) is stopped too; 0 turns the rate off.
+//
 // Loading a model is synchronous (models/checkpoint.ts loadCheckpoint), so downloadSync runs the
 // download in a child Node process (this file as its entry point) and waits for it; the child's
 // stderr is the caller's, so its progress line shows as it goes. The code path is the same for
@@ -53,6 +61,40 @@ export interface DownloadJob {
   label?: string;
   /** No bytes for this long is an error (ms; default 60 s). */
   idleTimeoutMs?: number;
+  /** At most this many bytes when the server promises no size (default: downloadLimits()). */
+  maxBytes?: number;
+  /** Fewer bytes per second than this over any window of rateWindowMs is an error (default: downloadLimits(); 0: none). */
+  minBytesPerSecond?: number;
+  rateWindowMs?: number;
+}
+
+/** The bounds of a download (see the top of this file), from the environment, each checked. */
+export interface DownloadLimits {
+  maxBytes: number;
+  minBytesPerSecond: number;
+  rateWindowMs: number;
+}
+
+/**
+ * The bounds the environment sets: STITCHLAB_DOWNLOAD_MAX_MB (default 4096: ViT-B's weights are
+ * 350 MB), STITCHLAB_DOWNLOAD_MIN_RATE in kB/s (default 10; 0: no minimum) and
+ * STITCHLAB_DOWNLOAD_RATE_WINDOW in seconds (default 60). A value that is not a number is an
+ * error naming the variable.
+ */
+export function downloadLimits(env: NodeJS.ProcessEnv = process.env): DownloadLimits {
+  const read = (name: string, fallback: number, zero: boolean, unit: string): number => {
+    const text = env[name];
+    if (text === undefined || text.trim() === "") return fallback;
+    const v = Number(text);
+    if (!Number.isFinite(v) || v < 0 || (!zero && v === 0))
+      throw new Error(`${name} is '${text}': expected a number of ${unit} ${zero ? ">= 0" : "> 0"}`);
+    return v;
+  };
+  return {
+    maxBytes: read("STITCHLAB_DOWNLOAD_MAX_MB", 4096, false, "megabytes") * 1e6,
+    minBytesPerSecond: read("STITCHLAB_DOWNLOAD_MIN_RATE", 10, true, "kB/s") * 1e3,
+    rateWindowMs: read("STITCHLAB_DOWNLOAD_RATE_WINDOW", 60, false, "seconds") * 1e3,
+  };
 }
 
 export interface DownloadResult {
@@ -287,6 +329,7 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
     throw new DownloadError(`${url}: ${why}`, kind, url);
   };
   try {
+    const limits = { ...downloadLimits(), ...definedOf(job) };
     const { res, hops } = await get(url, job.idleTimeoutMs ?? 60_000);
     const status = res.statusCode ?? 0;
     if (status !== 200) {
@@ -323,6 +366,20 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
         );
     }
     const total = Number.isFinite(length) ? length : linkedSize;
+    // The most bytes taken: what the server promises, else the cap; a promise above the cap is
+    // refused before any byte is read.
+    const mbCap = `${mb(limits.maxBytes)} (STITCHLAB_DOWNLOAD_MAX_MB)`;
+    if (total !== undefined && total > limits.maxBytes) {
+      res.destroy();
+      fail(`the server says ${mb(total)}, more than the cap of ${mbCap}; raise it to fetch this file`);
+    }
+    const cap =
+      total !== undefined
+        ? {
+            bytes: total,
+            says: `the ${mb(total)} its ${Number.isFinite(length) ? "Content-Length" : "X-Linked-Size"} gives`,
+          }
+        : { bytes: limits.maxBytes, says: `the cap of ${mbCap} for a file whose size the server does not give` };
     const bar = progress(label, total);
     const sha = createHash("sha256");
     let got = 0;
@@ -330,19 +387,42 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
       transform(chunk: Buffer, _enc, done) {
         sha.update(chunk);
         got += chunk.byteLength;
+        if (got > cap.bytes) {
+          done(new DownloadError(`${url}: more bytes than ${cap.says}: stopped; nothing was kept`, "failed", url));
+          return;
+        }
         bar.tick(got);
         done(null, chunk);
       },
     });
+    // The minimum rate, over consecutive windows: a trickle that keeps the socket awake is stopped.
+    let before = 0;
+    const slow = limits.minBytesPerSecond
+      ? setInterval(() => {
+          const need = (limits.minBytesPerSecond * limits.rateWindowMs) / 1000;
+          if (got - before < need)
+            tap.destroy(
+              new DownloadError(
+                `${url}: ${mb(got - before)} in the last ${limits.rateWindowMs / 1000} s, slower than the minimum ${mb(limits.minBytesPerSecond)}/s (STITCHLAB_DOWNLOAD_MIN_RATE, over STITCHLAB_DOWNLOAD_RATE_WINDOW): stopped after ${got} of ${total ?? "?"} bytes; nothing was kept`,
+                "failed",
+                url,
+              ),
+            );
+          before = got;
+        }, limits.rateWindowMs)
+      : undefined;
     const out = createWriteStream(tmp, { flags: "wx" });
     try {
       await pipeline(res, tap, out);
     } catch (e) {
       bar.stopped();
+      if (e instanceof DownloadError) throw e;
       const code = (e as NodeJS.ErrnoException).code;
       fail(
         `the connection dropped after ${got} of ${total ?? "?"} bytes (${code ?? (e as Error).message}); nothing was kept`,
       );
+    } finally {
+      clearInterval(slow);
     }
     bar.received(got);
     if (Number.isFinite(length) && got !== length)
@@ -412,6 +492,14 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
     inFlight.delete(tmp);
   }
 }
+
+/** The bounds a job sets itself (undefined fields left to the environment's). */
+const definedOf = (job: DownloadJob): Partial<DownloadLimits> =>
+  Object.fromEntries(
+    (["maxBytes", "minBytesPerSecond", "rateWindowMs"] as const)
+      .filter((k) => job[k] !== undefined)
+      .map((k) => [k, job[k]]),
+  );
 
 const here = fileURLToPath(import.meta.url);
 

@@ -1,6 +1,7 @@
 // Named tensors to and from safetensors files: a little-endian u64 header length, a JSON
 // header, raw bytes. Writes go to a temporary file renamed into place (io/files.ts), so a crash
 // never leaves a half-written file under the final name.
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { fromBytes } from "../torch/creation.js";
 import { type DType, ITEM_SIZE } from "../torch/dtype.js";
 import type { Tensor } from "../torch/tensor.js";
@@ -139,4 +140,37 @@ export function loadSafetensors(path: string): SafetensorsFile {
     throw err;
   }
   return { tensors, metadata };
+}
+
+/**
+ * The shapes of a safetensors file's tensors by name, from its header alone (checked as
+ * loadSafetensors checks it): what a caller needs to judge the weights before loading them.
+ */
+export function safetensorsShapes(path: string): Record<string, number[]> {
+  const bad = (why: string) => new Error(`safetensors: ${path} is not a valid safetensors file: ${why}`);
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch (e) {
+    throw new Error(`safetensors: cannot read ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  try {
+    const size = fstatSync(fd).size;
+    if (size < 8) throw bad("shorter than its 8-byte header length");
+    const len = Buffer.alloc(8);
+    readSync(fd, len, 0, 8, 0);
+    const n = Number(len.readBigUInt64LE(0));
+    if (n > size - 8) throw bad(`header length ${n} exceeds the file size ${size}`);
+    const text = Buffer.alloc(n);
+    readSync(fd, text, 0, n, 8);
+    let header: unknown;
+    try {
+      header = JSON.parse(text.toString("utf8"));
+    } catch (e) {
+      throw bad(`header is not JSON (${(e as Error).message})`);
+    }
+    return Object.fromEntries(checkHeader(header, size - 8 - n, bad).map((e) => [e.name, e.shape]));
+  } finally {
+    closeSync(fd);
+  }
 }

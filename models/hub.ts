@@ -19,9 +19,14 @@
 // the network.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { z } from "zod";
 import { DownloadError, type DownloadResult, downloadSync } from "../io/download.js";
 import { readJsonFile, stitchlabCacheDir, writeFileAtomic } from "../io/files.js";
+import { safetensorsShapes } from "../io/safetensors.js";
+import { torchLoad } from "../io/torchsave.js";
+import * as torch from "../torch/index.js";
 import type { ModelSource, ModelSourceLike } from "./checkpoint.js";
+import { unwrapStateDict } from "./foreign.js";
 
 export const HF_PREFIX = "hf-hub:";
 export const TORCHVISION_PREFIX = "torchvision:";
@@ -305,19 +310,89 @@ function torchvisionFile(h: Extract<HubName, { hub: "torchvision" }>): string {
   ).path;
 }
 
-/** timm's pretrained config of a model, from its config.json (both of timm's forms, as load_model_config_from_hf reads them). */
-interface TimmConfig {
-  architecture?: string;
-  num_classes?: number;
-  model_args?: Record<string, unknown>;
-  pretrained_cfg?: Record<string, unknown>;
-  [key: string]: unknown;
+/**
+ * The fields of timm's config.json that stitchlab reads, in both of timm's forms (the old one at
+ * the top, the current one under pretrained_cfg, as load_model_config_from_hf reads them); the
+ * rest (label names, licences, ...) is left alone. A hub's file is data from elsewhere: a field
+ * of the wrong kind is refused here, naming it, rather than reaching libtorch as `tensor():
+ * expected numbers`.
+ */
+const statsSchema = z.array(z.number().min(0).max(1, "expected values in [0, 1] (pixel units)")).min(1);
+const pretrainedFields = {
+  num_classes: z.number().int().min(0).optional(),
+  input_size: z.array(z.number().int().min(1)).length(3, "expected [channels, height, width]").optional(),
+  mean: statsSchema.optional(),
+  std: z.array(z.number().positive().max(1, "expected values in (0, 1] (pixel units)")).min(1).optional(),
+};
+const timmConfigSchema = z.looseObject({
+  architecture: z.string().optional(),
+  model_args: z.record(z.string(), z.unknown()).optional(),
+  pretrained_cfg: z.looseObject(pretrainedFields).optional(),
+  ...pretrainedFields,
+});
+type TimmConfig = z.infer<typeof timmConfigSchema>;
+
+/** `pretrained_cfg.mean[0]` from a zod path. */
+const fieldOf = (path: readonly PropertyKey[]): string =>
+  path.reduce<string>(
+    (out, p) => (typeof p === "number" ? `${out}[${p}]` : out ? `${out}.${String(p)}` : String(p)),
+    "",
+  );
+
+/** A model's config.json, read and checked against timmConfigSchema; a problem names the file and the field. */
+export function readTimmConfig(name: string, file: string): TimmConfig {
+  const r = timmConfigSchema.safeParse(readJsonFile<unknown>(file, `${name}'s config.json`));
+  if (!r.success) {
+    const issue = r.error.issues[0];
+    throw new Error(
+      `${name}: ${file}: ${fieldOf(issue.path) || "(top level)"}: ${issue.message}; the hub's config.json is not timm's (or is damaged)`,
+    );
+  }
+  return r.data;
+}
+
+/** The class count config.json gives, and the field it is in. */
+const classesOf = (cfg: TimmConfig): { field: string; value: number } | undefined =>
+  cfg.num_classes !== undefined
+    ? { field: "num_classes", value: cfg.num_classes }
+    : cfg.pretrained_cfg?.num_classes !== undefined
+      ? { field: "pretrained_cfg.num_classes", value: cfg.pretrained_cfg.num_classes }
+      : undefined;
+
+/** The weights of a timm architecture that hold its classes: the head's weight, [classes, features]. */
+const headOf = (arch: string): string => (arch.startsWith("vit") ? "head.weight" : "fc.weight");
+
+/**
+ * Refuses a config.json whose class count is not the weights' own, before a model is built from
+ * it: the config's count becomes the model's head, and an absurd one (1e12) reached libtorch as an
+ * allocation of 128 TB. The head's shape is read from the safetensors header alone; a torch.save
+ * file is loaded for it (and freed).
+ */
+function checkClasses(name: string, configFile: string, cfg: TimmConfig, arch: string, weights: string): void {
+  const classes = classesOf(cfg);
+  if (!classes) return;
+  const head = headOf(arch);
+  let shape: number[] | undefined;
+  if (weights.endsWith(".safetensors")) shape = safetensorsShapes(weights)[head];
+  else {
+    const obj = torchLoad(weights);
+    try {
+      shape = unwrapStateDict(obj, weights).stateDict[head]?.shape;
+    } finally {
+      torch.dispose(obj);
+    }
+  }
+  if (classes.value === 0 && shape === undefined) return; // timm's headless form; the zoo's options say the rest
+  if (shape?.[0] !== classes.value)
+    throw new Error(
+      `${name}: ${configFile}: ${classes.field} is ${classes.value}, but ${shape ? `the weights' head (${head} [${shape.join(", ")}]) has ${shape[0]} classes` : `the weights have no head (${head})`} (${weights}): the config does not belong to these weights; nothing was built`,
+    );
 }
 
 /** What a timm model's config.json says, as the model source's fields; an architecture the zoo lacks is refused. */
 export function timmConfigFacts(name: string, cfg: TimmConfig): Omit<ModelSource, "checkpoint"> {
   // The old form keeps everything at the top; the new one under pretrained_cfg.
-  const pre = (cfg.pretrained_cfg ?? cfg) as Record<string, unknown>;
+  const pre = cfg.pretrained_cfg ?? cfg;
   const arch = cfg.architecture;
   if (typeof arch !== "string")
     throw new Error(`${name}: its config.json names no architecture: not a timm model (timm's config.json has one)`);
@@ -334,22 +409,26 @@ export function timmConfigFacts(name: string, cfg: TimmConfig): Omit<ModelSource
     throw new Error(
       `${name}: timm builds it with model_args ${JSON.stringify(args)}, which change timm's ${arch}; the zoo builds ${arch} as timm's default only`,
     );
-  const numClasses = cfg.num_classes ?? pre.num_classes;
+  const numClasses = classesOf(cfg)?.value;
   const inputSize = pre.input_size;
   const mean = pre.mean;
   const std = pre.std;
   const facts: Omit<ModelSource, "checkpoint"> = { arch };
-  if (typeof numClasses === "number") facts.options = { numClasses };
-  if (Array.isArray(inputSize) && inputSize.length === 3) {
-    const [c, hgt, w] = inputSize as number[];
+  if (numClasses !== undefined) facts.options = { numClasses };
+  if (inputSize) {
+    const [c, hgt, w] = inputSize;
     if (hgt !== w)
       throw new Error(`${name}: input_size ${JSON.stringify(inputSize)}: the zoo's models take square images`);
     if (c !== 3) throw new Error(`${name}: input_size ${JSON.stringify(inputSize)}: the zoo's models take 3 channels`);
     facts.imageSize = hgt;
   }
-  if (Array.isArray(mean) && Array.isArray(std))
-    facts.normalization = namedNormalization(mean as number[], std as number[]);
-  else throw new Error(`${name}: its config.json gives no mean and std (timm's pretrained_cfg has them)`);
+  if (mean && std) {
+    if (mean.length !== std.length)
+      throw new Error(
+        `${name}: its config.json gives ${mean.length} means and ${std.length} stds: one of each per channel`,
+      );
+    facts.normalization = namedNormalization(mean, std);
+  } else throw new Error(`${name}: its config.json gives no mean and std (timm's pretrained_cfg has them)`);
   return facts;
 }
 
@@ -375,8 +454,11 @@ export function resolveModelSource(source: ModelSourceLike): ModelSource {
   let facts: Omit<ModelSource, "checkpoint">;
   if (h.hub === "hf") {
     const hf = new HfModel(h);
-    facts = timmConfigFacts(h.name, readJsonFile<TimmConfig>(hf.configFile(), `${h.name}'s config.json`));
+    const configFile = hf.configFile();
+    const cfg = readTimmConfig(h.name, configFile);
+    facts = timmConfigFacts(h.name, cfg);
     checkpoint = hf.weightsFile();
+    checkClasses(h.name, configFile, cfg, facts.arch as string, checkpoint);
   } else {
     checkpoint = torchvisionFile(h);
     // torchvision's ImageNet classifiers: 1000 classes, 224 px crops, ImageNet's statistics.

@@ -19,7 +19,7 @@ import { after, before, test } from "node:test";
 import { Worker } from "node:worker_threads";
 import { planExperiment } from "../experiments/plan.js";
 import { parseExperiment } from "../experiments/spec.js";
-import { gitBlobSha1 } from "../io/download.js";
+import { DownloadError, download, gitBlobSha1 } from "../io/download.js";
 import { saveSafetensors } from "../io/safetensors.js";
 import { torchSave } from "../io/torchsave.js";
 import { loadCheckpoint, modelSourceSchema } from "../models/checkpoint.js";
@@ -34,13 +34,19 @@ const tmp = mkdtempSync(join(tmpdir(), "stitchlab-hub-"));
 const served = join(tmp, "served");
 mkdirSync(served);
 
-/** A route of the server: a file with headers, a redirect, a status, or half a file and then a dropped socket. */
+/**
+ * A route of the server: a file with headers, a redirect, a status, or half a file and then a
+ * dropped socket; or a hostile one: a body without Content-Length that never ends (`endless`), or
+ * the file with its true Content-Length at one byte every `drip` ms.
+ */
 interface Route {
   status?: number;
   file?: string;
   headers?: Record<string, string>;
   location?: string;
   drop?: boolean;
+  endless?: boolean;
+  drip?: number;
 }
 
 // The server: plain JavaScript in a worker thread, so it answers while the test thread waits on a download.
@@ -55,6 +61,23 @@ const server = createServer((req, res) => {
   const r = routes[req.url];
   if (!r) { res.writeHead(404, { "X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found" }); res.end(); return; }
   if (r.location) { res.writeHead(r.status || 302, { Location: r.location, ...r.headers }); res.end(); return; }
+  if (r.endless) {
+    res.writeHead(200, r.headers || {});
+    const chunk = Buffer.alloc(1 << 16, 7);
+    let open = true;
+    res.on("close", () => { open = false; });
+    const more = () => { if (open) res.write(chunk, more); };
+    more();
+    return;
+  }
+  if (r.drip) {
+    const body = readFileSync(r.file);
+    res.writeHead(200, { "Content-Length": String(body.length), ...r.headers });
+    let i = 0;
+    const t = setInterval(() => { if (i < body.length) res.write(body.subarray(i, ++i)); }, r.drip);
+    res.on("close", () => clearInterval(t));
+    return;
+  }
   const body = r.file ? readFileSync(r.file) : Buffer.alloc(0);
   res.writeHead(r.status || 200, { "Content-Length": String(body.length), ...r.headers });
   if (r.drop) { res.write(body.subarray(0, body.length >> 1), () => setTimeout(() => res.socket.destroy(), 20)); return; }
@@ -498,4 +521,113 @@ test("stitchlab import takes a model by hub without --arch, and records the name
   ]);
   assert.notEqual(noArch.status, 0);
   assert.match(noArch.stderr, /--arch is required/);
+});
+
+/** Runs fn with the environment's variables set as given, and as they were after. */
+async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const was = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, vars);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of Object.entries(was))
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+  }
+}
+
+/** The files in dir (temporary .part files included), or none. */
+const filesIn = (dir: string) => (existsSync(dir) ? readdirSync(dir) : []);
+
+test("a body that never ends, or one trickled a byte at a time, each ends in one error naming the URL, and nothing is kept", {
+  timeout: 10_000,
+}, async () => {
+  // Issue 36: both ran until killed (the trickle keeps the socket's idle timeout from firing).
+  const dest = join(tmp, "bounded", "model.safetensors");
+  const size = readFileSync(join(served, "model.safetensors")).length;
+  await serve({
+    "/endless": { endless: true },
+    "/trickle": { file: join(served, "model.safetensors"), drip: 50 },
+    // The hub says the size (X-Linked-Size), the storage sends no Content-Length and never ends.
+    "/linked": { location: `${base}/endless`, headers: { "X-Linked-Size": String(size), "X-Linked-Etag": '"x"' } },
+  });
+  const refused = async (job: Parameters<typeof download>[0], why: RegExp) => {
+    const t0 = Date.now();
+    await assert.rejects(download(job), (e: Error) => {
+      assert.ok(e instanceof DownloadError, e.stack);
+      assert.match(e.message, new RegExp(`^${job.url}: `));
+      assert.match(e.message, why);
+      return true;
+    });
+    assert.deepEqual(filesIn(join(tmp, "bounded")), [], "no partial file");
+    return Date.now() - t0;
+  };
+  // No size given: the cap (STITCHLAB_DOWNLOAD_MAX_MB) stops it.
+  await withEnv({ STITCHLAB_DOWNLOAD_MAX_MB: "2" }, () =>
+    refused(
+      { url: `${base}/endless`, dest },
+      /: more bytes than the cap of 2\.0 MB \(STITCHLAB_DOWNLOAD_MAX_MB\) for a file whose size the server does not give: stopped; nothing was kept$/,
+    ),
+  );
+  // The hub's size is the cap where it gives one.
+  await refused(
+    { url: `${base}/linked`, dest, hf: true },
+    new RegExp(
+      `: more bytes than the ${(size / 1e3).toFixed(1)} kB its X-Linked-Size gives: stopped; nothing was kept$`,
+    ),
+  );
+  // The right Content-Length, 20 bytes a second: under the minimum rate over a window.
+  const took = await withEnv({ STITCHLAB_DOWNLOAD_MIN_RATE: "1", STITCHLAB_DOWNLOAD_RATE_WINDOW: "0.5" }, () =>
+    refused(
+      { url: `${base}/trickle`, dest },
+      new RegExp(
+        `: \\d+ B in the last 0\\.5 s, slower than the minimum 1\\.0 kB/s \\(STITCHLAB_DOWNLOAD_MIN_RATE, over STITCHLAB_DOWNLOAD_RATE_WINDOW\\): stopped after \\d+ of ${size} bytes; nothing was kept$`,
+      ),
+    ),
+  );
+  assert.ok(took < 3000, `stopped after ${took} ms`);
+  // A size promised above the cap is refused before any byte is read; a setting that is no number is named.
+  await withEnv({ STITCHLAB_DOWNLOAD_MAX_MB: "0.001" }, () =>
+    refused(
+      { url: `${base}/trickle`, dest },
+      /: the server says [\d.]+ kB, more than the cap of 1\.0 kB \(STITCHLAB_DOWNLOAD_MAX_MB\)/,
+    ),
+  );
+  await withEnv({ STITCHLAB_DOWNLOAD_MIN_RATE: "fast" }, () =>
+    refused({ url: `${base}/trickle`, dest }, /STITCHLAB_DOWNLOAD_MIN_RATE is 'fast': expected a number of kB\/s >= 0/),
+  );
+});
+
+test("a hub config.json is checked: a class count the weights' head does not have, or a field of the wrong kind, is refused naming the file and the field", async () => {
+  const absurd = writeJson(join(served, "config-absurd.json"), {
+    architecture: "resnet18",
+    num_classes: 1e12,
+    pretrained_cfg: { input_size: [3, 32, 32], mean: CIFAR.mean, std: CIFAR.std },
+  });
+  const words = writeJson(join(served, "config-words.json"), {
+    architecture: "resnet18",
+    pretrained_cfg: { input_size: [3, 32, 32], mean: ["a", "b", "c"], std: CIFAR.std, num_classes: 10 },
+  });
+  const weights: [string, string] = ["model.safetensors", join(served, "model.safetensors")];
+  await serve({
+    ...hfRepo("test-org/absurd", { config: absurd, weights }),
+    ...hfRepo("test-org/words", { config: words, weights }),
+  });
+  // Issue 36: the config's count overrode the weights' and reached libtorch ("you tried to allocate 128000000000000 bytes").
+  const config = join(hfCacheFolder("test-org/absurd", "main"), "config.json");
+  const weightsFile = join(hfCacheFolder("test-org/absurd", "main"), "model.safetensors");
+  assert.equal(
+    fails(() => loadCheckpoint("hf-hub:test-org/absurd")),
+    `hf-hub:test-org/absurd: ${config}: num_classes is 1000000000000, but the weights' head (fc.weight [10, 64]) has 10 classes (${weightsFile}): the config does not belong to these weights; nothing was built`,
+  );
+  // ... and before an experiment is planned on it.
+  assert.throws(
+    () => resolveModelSource("hf-hub:test-org/absurd"),
+    /num_classes is 1000000000000, but the weights' head/,
+  );
+  // Issue 36: a raw `tensor(): expected numbers`, naming neither the field nor the file.
+  assert.equal(
+    fails(() => loadCheckpoint("hf-hub:test-org/words")),
+    `hf-hub:test-org/words: ${join(hfCacheFolder("test-org/words", "main"), "config.json")}: pretrained_cfg.mean[0]: Invalid input: expected number, received string; the hub's config.json is not timm's (or is damaged)`,
+  );
 });
