@@ -19,7 +19,7 @@ export interface DoctorReport {
   build: { mkldnn: boolean; mkl: boolean; openmp: boolean; lapack: boolean; blas: string };
   device: { default: string; cudaAvailable: boolean; cudaDevices: number };
   /** layout: what convolutions run in on the CPU at this thread count (torch/layout.ts). */
-  threads: { used: number; source: string; layout: torch.ConvLayout };
+  threads: { used: number; source: string; layout: torch.ConvLayout; onednnIsa: string };
   matmul: { n: number; maxRelError: number; ok: boolean; gflops: number };
 }
 
@@ -74,6 +74,7 @@ export function doctor(): DoctorReport {
         ? "STITCHLAB_THREADS"
         : "all cores (set explicitly: libtorch may start with 1)",
       layout: torch.convLayout("cpu"),
+      onednnIsa: torch.onednnIsa(),
     },
     matmul,
   };
@@ -94,7 +95,7 @@ export function formatDoctor(r: DoctorReport): string {
     `build      C++11 ABI ${yes(r.libtorch.cxx11abi)}, CUDA build ${yes(r.libtorch.cudaBuild)}${r.libtorch.cudaBuild ? ` (CUDA graphs ${yes(r.libtorch.cudaGraphs)})` : ""}, oneDNN ${yes(r.build.mkldnn)}, MKL ${yes(r.build.mkl)}, OpenMP ${yes(r.build.openmp)}, LAPACK ${yes(r.build.lapack)}`,
     `blas       ${r.build.blas}`,
     `device     ${gpuLine(r)}`,
-    `threads    ${r.threads.used} (${r.threads.source}); convolutions ${r.threads.layout} (channels-last on one thread)`,
+    `threads    ${r.threads.used} (${r.threads.source}); convolutions ${r.threads.layout} (channels-last on one thread where oneDNN runs AVX-512; oneDNN: ${r.threads.onednnIsa})`,
     `matmul     ${r.matmul.n}x${r.matmul.n} float32: max relative error vs float64 ${r.matmul.maxRelError.toExponential(2)} ${r.matmul.ok ? "ok" : "FAILED"}, ${r.matmul.gflops.toFixed(1)} GFLOP/s`,
   ].join("\n");
 }

@@ -24,7 +24,7 @@ export class Conv2d extends Module {
   forward(x: Tensor): Tensor {
     // In the layout convolutions run fastest in here (torch/layout.ts): on one CPU thread,
     // channels-last; the output keeps it, so only a network's first convolution converts.
-    return torch.conv2d(torch.toConvLayout(x), this.tensor("weight"), this.tensor("bias", true), {
+    return torch.conv2d(torch.toConvLayout(x, this.outChannels), this.tensor("weight"), this.tensor("bias", true), {
       stride: this.opts.stride,
       padding: this.opts.padding,
       groups: this.opts.groups,

@@ -69,7 +69,7 @@ export class StitchingLayer extends Module {
       // Token sequences and vectors: a linear map over the last dimension.
       if (this.source.kind !== "cnn") return torch.linear(x, this.weight, this.bias);
       const w = this.weight.reshape(this.target.channels, this.source.channels, 1, 1);
-      return torch.conv2d(torch.toConvLayout(x), w, this.bias);
+      return torch.conv2d(torch.toConvLayout(x, this.target.channels), w, this.bias);
     });
   }
 

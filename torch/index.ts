@@ -18,7 +18,15 @@ export { cudaIndex, type Device, isCuda, isDevice, parseDevice, requireDevice } 
 export { type DType, isFloating } from "./dtype.js";
 export * from "./functional.js";
 export { GraphedStep, graphsRequested, graphsUnavailable } from "./graphs.js";
-export { type ConvLayout, convLayout, setConvLayout, toConvLayout } from "./layout.js";
+export {
+  AVX2_MIN_CHANNELS,
+  type ConvLayout,
+  channelsLastSafe,
+  convLayout,
+  onednnIsa,
+  setConvLayout,
+  toConvLayout,
+} from "./layout.js";
 export { dispose, keep, memory, tidy } from "./memory.js";
 export { buildInfo, cuda, defaultThreads, getNumThreads, manualSeed, setNumThreads } from "./runtime.js";
 export { call, type MemoryFormat, type Scalar, schema, Tensor } from "./tensor.js";

@@ -6,26 +6,80 @@
 // `--layout contiguous`), an IRI step to layer4.1 35-37 against 45 ms; in Python PyTorch, at
 // width 1/4, at full width and at batch 128, it was never slower. With two threads the
 // width-1/8 step was slower in channels-last (PyTorch: 61 against 52 ms), and on a GPU nothing
-// was measured, so there the layout stays contiguous. The issue's AMD EPYC measured
-// channels-last 1.6x faster on one thread in PyTorch (issue 23); our figures: docs/benchmarks.md.
+// was measured, so there the layout stays contiguous. Our figures: docs/benchmarks.md.
+//
+// Where it is safe, by measurement (issue 36): oneDNN 2.6's AVX2 channels-last convolutions
+// corrupt the heap when a convolution has few channels (a ResNet-18 at width 1/16, whose 4-channel
+// stages abort with "double free or corruption" on an AVX2 CPU, in plain PyTorch as well; a lone
+// 1x1 stride-2 convolution from 4 to 8 channels does it under glibc's malloc checks). On an AMD
+// EPYC with AVX2 only, PyTorch's calibration epoch gained nothing from the layout (12.9 s against
+// 13.2 s), so "auto" takes channels-last only where oneDNN runs AVX-512 kernels: there every
+// convolution of 1-12 input and 4-12 output channels, kernel 1 and 3, stride 1 and 2, ran
+// forward and backward under glibc's malloc checks without a fault (.scratch probe, docs/
+// benchmarks.md "Layout safety"). A layout forced on an AVX2 CPU still keeps each convolution
+// with fewer than AVX2_MIN_CHANNELS input or output channels contiguous. oneDNN's ISA is asked
+// of oneDNN itself (it follows DNNL_MAX_CPU_ISA); where libtorch hides it (a PyTorch wheel's
+// libtorch), it is unknown, and unknown counts as unsafe.
 //
 // Only the activations change layout: a convolution's input is made channels-last, and oneDNN
 // keeps its output so, through batch norm, ReLU and the additions of a residual block, to the
 // next convolution. Weights stay contiguous (checkpoints are written and read as before), and
 // every read of a tensor's data makes it contiguous first, so nothing outside the kernels sees
 // the layout. It changes sums' order, as the thread count does (docs/experiments.md, "Threads"),
-// and it follows from the thread count, which every cache entry records.
+// and it follows from the thread count and the CPU, which every cache entry records.
 import type { Device } from "./device.js";
 import { native } from "./native.js";
 import type { MemoryFormat, Tensor } from "./tensor.js";
 
 export type ConvLayout = MemoryFormat;
 
+/**
+ * oneDNN's CPU instruction sets (dnnl_cpu_isa_t in oneDNN 2.x's dnnl_types.h). The values are
+ * bit masks: each includes the bits of the sets it extends.
+ */
+const ONEDNN_ISAS: Record<number, string> = {
+  1: "sse41",
+  3: "avx",
+  7: "avx2",
+  1031: "avx2_vnni",
+  15: "avx512_mic",
+  31: "avx512_mic_4ops",
+  39: "avx512_core",
+  103: "avx512_core_vnni",
+  231: "avx512_core_bf16",
+  999: "avx512_core_amx",
+};
+/** The bits that avx512_core (0x27) adds to avx2 (0x7). */
+const AVX512_CORE_BITS = 0x20;
+/** AVX2's vector holds 8 floats: convolutions with fewer channels were the ones that faulted. */
+export const AVX2_MIN_CHANNELS = 8;
+
+let isa: number | undefined;
+/** oneDNN's effective ISA in this process, as a number (-1: unknown). Fixed once asked. */
+function onednnIsaValue(): number {
+  isa ??= native.onednnIsa();
+  return isa;
+}
+
+/** The instruction set oneDNN's CPU kernels use here ("avx2", "avx512_core", ...), or "unknown". */
+export function onednnIsa(): string {
+  const v = onednnIsaValue();
+  return v < 0 ? "unknown" : (ONEDNN_ISAS[v] ?? `0x${v.toString(16)}`);
+}
+
+/** Whether oneDNN runs AVX-512 kernels here: where channels-last was measured safe at any channel count. */
+function avx512(): boolean {
+  const v = onednnIsaValue();
+  return v >= 0 && (v & AVX512_CORE_BITS) !== 0;
+}
+
 let forced: ConvLayout | null = null;
 
 /**
- * Forces a layout for this process ("auto": channels-last on a CPU with one thread, else
- * contiguous). For benchmarks and tests that compare the two; results follow the layout.
+ * Forces a layout for this process ("auto": channels-last on a CPU with one thread where oneDNN
+ * runs AVX-512, else contiguous). For benchmarks and tests that compare the two; results follow
+ * the layout. A forced channels-last still keeps the convolutions that are unsafe on this CPU
+ * contiguous (see channelsLastSafe).
  */
 export function setConvLayout(layout: ConvLayout | "auto"): void {
   if (layout !== "auto" && layout !== "channels-last" && layout !== "contiguous")
@@ -36,11 +90,25 @@ export function setConvLayout(layout: ConvLayout | "auto"): void {
 /** The layout convolutions run in on `device`, in this process now. */
 export function convLayout(device: Device): ConvLayout {
   if (forced) return forced;
-  return device === "cpu" && native.getNumThreads() === 1 ? "channels-last" : "contiguous";
+  return device === "cpu" && native.getNumThreads() === 1 && avx512() ? "channels-last" : "contiguous";
 }
 
-/** A 4-d convolution input in the layout of convLayout (the same tensor when it already is). */
-export function toConvLayout(x: Tensor): Tensor {
+/**
+ * Whether a CPU convolution from `inChannels` to `outChannels` may run channels-last here: always
+ * under AVX-512; under AVX2 (or an ISA we cannot ask) only from AVX2_MIN_CHANNELS channels up on
+ * both sides.
+ */
+export function channelsLastSafe(inChannels: number, outChannels: number): boolean {
+  return avx512() || Math.min(inChannels, outChannels) >= AVX2_MIN_CHANNELS;
+}
+
+/**
+ * A 4-d convolution input in the layout the convolution should run in: channels-last where
+ * convLayout says so and the convolution (to `outChannels`) is safe in it, else contiguous, so an
+ * unsafe convolution after a channels-last one is converted back. The same tensor when it already is.
+ */
+export function toConvLayout(x: Tensor, outChannels: number): Tensor {
   if (x.ndim !== 4 || convLayout(x.device) !== "channels-last") return x;
-  return x.contiguous("channels-last");
+  if (x.device !== "cpu" || channelsLastSafe(x.shape[1], outChannels)) return x.contiguous("channels-last");
+  return x.contiguous();
 }

@@ -90,6 +90,8 @@ export interface NativeAddon {
   };
   setNumThreads(n: number): void;
   getNumThreads(): number;
+  /** oneDNN's effective CPU ISA (dnnl_cpu_isa_t), or -1 where libtorch hides oneDNN's symbols (native/src/runtime.cc). */
+  onednnIsa(): number;
   manualSeed(seed: number | bigint): void;
   cudaIsAvailable(): boolean;
   cudaDeviceCount(): number;

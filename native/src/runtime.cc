@@ -1,5 +1,6 @@
 // Process-wide settings and facts: versions and build, threads, seed, CUDA, and writing
 // torch.save's format (through libtorch's own pickler; reading is io/pickle.ts).
+#include <dlfcn.h>
 #include <torch/serialize.h>
 #include <cstring>
 #include <torch/version.h>
@@ -33,6 +34,25 @@ static Napi::Value SetNumThreads(const Napi::CallbackInfo& info) {
 
 static Napi::Value GetNumThreads(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), at::get_num_threads());
+}
+
+// The instruction set oneDNN's CPU kernels run with (dnnl_cpu_isa_t: a bit mask, so a value
+// with 0x20 set is AVX-512 core or better; DNNL_MAX_CPU_ISA caps it). torch/layout.ts chooses
+// the convolution layout by it, because oneDNN 2.6's AVX2 channels-last convolutions corrupt the
+// heap at small channel counts. Looked up at run time, not linked: Debian's libtorch loads
+// libdnnl.so.2 with its symbols exported, a PyTorch wheel's libtorch hides them, and then this
+// says -1 (unknown) and the caller decides from the CPU's flags. Asking fixes the ISA for the
+// process, as oneDNN's first kernel would.
+static Napi::Value OnednnIsa(const Napi::CallbackInfo& info) {
+  using GetIsa = int (*)();
+  void* sym = dlsym(RTLD_DEFAULT, "dnnl_get_effective_cpu_isa");
+  // Node opens addons without RTLD_GLOBAL, so libtorch's own dependencies are looked up by name.
+  for (const char* lib : {"libdnnl.so.2", "libdnnl.so.3"}) {
+    if (sym) break;
+    if (void* h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD)) sym = dlsym(h, "dnnl_get_effective_cpu_isa");
+  }
+  auto get = reinterpret_cast<GetIsa>(sym);
+  return Napi::Number::New(info.Env(), get ? get() : -1);
 }
 
 static Napi::Value ManualSeed(const Napi::CallbackInfo& info) {
@@ -113,6 +133,7 @@ void initRuntime(Napi::Env env, Napi::Object exports) {
   exports.Set("version", Napi::Function::New(env, Version));
   exports.Set("setNumThreads", Napi::Function::New(env, SetNumThreads));
   exports.Set("getNumThreads", Napi::Function::New(env, GetNumThreads));
+  exports.Set("onednnIsa", Napi::Function::New(env, OnednnIsa));
   exports.Set("manualSeed", Napi::Function::New(env, ManualSeed));
   exports.Set("cudaIsAvailable", Napi::Function::New(env, CudaIsAvailable));
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
