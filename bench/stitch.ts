@@ -34,9 +34,10 @@ import { fileURLToPath } from "node:url";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
 import { createModel } from "../models/registry.js";
 import { Adam } from "../nn/optim.js";
+import { stitchSettingsSchema } from "../stitch/config.js";
 import { fulaPoints, stitchLoss } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
-import { setFrozenBnMode, trainStitch } from "../stitch/train.js";
+import { recipeOf, setFrozenBnMode, trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
 import { endlessBatches, isQuick, syntheticCifar } from "./synthetic.js";
@@ -254,6 +255,8 @@ async function mainIris(o: Options): Promise<void> {
         normalization: CIFAR10_NORMALIZATION,
         epochs: shape.epochs,
         batchSize: o.batch,
+        // The stitching schema's recipe (Adam's betas and epsilon, the lr's drops), HYPER's lr and weight decay.
+        ...recipeOf(stitchSettingsSchema.parse({})),
         ...HYPER,
         seed: 0,
         bnMode: "eval",

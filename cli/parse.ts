@@ -2,6 +2,7 @@
 // commander's InvalidArgumentError, so that the message names the option too:
 // "option '--epochs <n>' argument 'abc' is invalid. expected a non-negative integer".
 import { InvalidArgumentError } from "commander";
+import { parseFraction } from "../train/config.js";
 
 export const num = (v: string): number => {
   const n = Number(v);
@@ -16,13 +17,16 @@ export const int = (v: string): number => {
   return n;
 };
 
-/** Accepts "8/255" as well as 0.0314. */
+/**
+ * Accepts "8/255" as well as 0.0314: train/config.ts parseFraction, the parser experiment files'
+ * pixel units go through too, so `--eps 8/255` and `eps: 8/255` are one number and one key.
+ */
 export const fraction = (v: string): number => {
-  const m = v.match(/^\s*([\d.]+)\s*\/\s*([\d.]+)\s*$/);
-  if (!m) return num(v);
-  const q = Number(m[1]) / Number(m[2]);
-  if (!Number.isFinite(q)) throw new InvalidArgumentError("expected a finite fraction such as 8/255");
-  return q;
+  try {
+    return parseFraction(v);
+  } catch (e) {
+    throw new InvalidArgumentError((e as Error).message);
+  }
 };
 
 /**

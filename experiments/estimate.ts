@@ -19,7 +19,7 @@ import { generateIriBatch } from "../stitch/iris.js";
 import { loadSource } from "../stitch/jobs.js";
 import { parseObjective } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
-import { trainStitch } from "../stitch/train.js";
+import { recipeOf, trainStitch } from "../stitch/train.js";
 import type { Device } from "../torch/index.js";
 import { isDone } from "./cache.js";
 import type { IrisTask, ModelRef, Plan, StitchTask } from "./plan.js";
@@ -174,8 +174,7 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
             normalization: pixelScale(sub.images.shape[1]),
             epochs: 2,
             batchSize: bs,
-            lr: c.lr,
-            weightDecay: c.weightDecay,
+            ...recipeOf(c),
             seed: 0,
             bnMode: mode === "standard" ? "adapt" : "eval",
             init: c.init,

@@ -7,9 +7,11 @@
 import { z } from "zod";
 import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
+import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
 import type { Device } from "../torch/index.js";
 import {
   type AdversarialConfig,
+  fractional,
   pgdRecipeSchema,
   ROBUST_EVAL_DEFAULTS,
   type RobustEvalConfig,
@@ -40,6 +42,10 @@ export const defaultStitchEpochs = (dataset: string): number => (dataset === "im
  */
 export const defaultBnMode = (mode: StitchMode): BnMode => (mode === "standard" ? "adapt" : "eval");
 
+/** T's optimisers: Adam (the reference's configs all use it; PROTOCOL.md). */
+export const STITCH_OPTIMIZERS = ["adam"] as const;
+const adamBeta = z.number().min(0).lt(1, "below 1");
+
 /** How many of the training images a job takes: the first n, or null for all. */
 const imageCount = z.number().int().min(1).nullable().default(null);
 
@@ -52,7 +58,7 @@ export const STITCH_ADVERSARIAL_DEFAULTS: AdversarialConfig = stitchAdversarialS
 /**
  * How T is trained, one schema for experiment files' `stitch:` section and the `stitch` flags,
  * with PROTOCOL's defaults: least-squares start from 500 real images, Adam lr 1e-3, weight decay
- * 1e-4, batch 128, 30 epochs (12 for image folders).
+ * 1e-4, batch 128, 30 epochs (12 for image folders), lr x0.1 at 1/3 and 2/3 of them.
  */
 export const stitchSettingsSchema = z
   .object({
@@ -65,8 +71,32 @@ export const stitchSettingsSchema = z
       .optional()
       .describe("default 30 (12 for image folders)"),
     batchSize: z.number().int().min(1).max(65_536, "at most 65536").default(128),
+    // The recipe (stitch/train.ts runs it; every value in the resolved config, so in the key:
+    // a change to one is never served a cache entry made with another). The reference's
+    // configs: optimizer adam, lr 0.001, wd 1e-4, lr_decay 0.1 at int(1/3) and int(2/3) of the
+    // epochs (train_stithching.py, training/schedulers.py step_scheduler); Adam's betas and
+    // epsilon are PyTorch's defaults, which it keeps.
+    optimizer: z.enum(STITCH_OPTIMIZERS).default("adam").describe("T's optimiser: adam (the reference's)"),
     lr: z.number().positive().default(1e-3).describe("Adam's learning rate"),
-    weightDecay: z.number().min(0).default(1e-4).describe("Adam's weight decay"),
+    weightDecay: z.number().min(0).default(1e-4).describe("Adam's weight decay (L2, added to the gradient)"),
+    betas: z
+      .tuple([adamBeta, adamBeta])
+      .default([0.9, 0.999])
+      .describe("Adam's betas (PyTorch's default, the reference's)"),
+    adamEps: z.number().positive().max(1).default(1e-8).describe("Adam's epsilon (PyTorch's default, the reference's)"),
+    lrDecay: z
+      .number()
+      .positive()
+      .max(1)
+      .default(0.1)
+      .describe("the lr's factor at each milestone (the reference's lr_decay)"),
+    milestones: z
+      .array(fractional(z.number().min(0).max(1)))
+      .max(100, "at most 100")
+      .default([...STEP_SCHEDULE_FRACTIONS])
+      .describe(
+        "fractions of training at which the lr is multiplied by lrDecay, at floor(f epochs) as the reference's int() (default 1/3 and 2/3)",
+      ),
     init: z.enum(STITCH_INITS).default("lstsq").describe("lstsq (least squares on real images), random or identity"),
     initImages: z
       .number()
@@ -136,8 +166,14 @@ export interface StitchConfig extends StitchData {
   limit: number | null;
   epochs: number;
   batchSize: number;
+  /** The recipe: Adam, its lr, weight decay, betas and epsilon, lr x lrDecay at each milestone (fractions of the epochs). */
+  optimizer: (typeof STITCH_OPTIMIZERS)[number];
   lr: number;
   weightDecay: number;
+  betas: [number, number];
+  adamEps: number;
+  lrDecay: number;
+  milestones: number[];
   init: (typeof STITCH_INITS)[number];
   initImages: number;
   bnMode: BnMode;
@@ -193,8 +229,13 @@ export function resolveStitchConfig(
     limit: s.limit,
     epochs: s.epochs ?? defaultStitchEpochs(data.dataset),
     batchSize: s.batchSize,
+    optimizer: s.optimizer,
     lr: s.lr,
     weightDecay: s.weightDecay,
+    betas: s.betas,
+    adamEps: s.adamEps,
+    lrDecay: s.lrDecay,
+    milestones: s.milestones,
     init: s.init,
     initImages: s.initImages,
     bnMode: s.bnMode?.[what.mode] ?? defaultBnMode(what.mode),

@@ -15,6 +15,7 @@ import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
 import { CosineAnnealingLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
+import { fractional, PIXEL_UNITS } from "../train/config.js";
 
 type Tensor = torch.Tensor;
 
@@ -32,19 +33,20 @@ export type IriStart = (typeof IRI_STARTS)[number];
 export const iriOptionsSchema = z
   .object({
     steps: z.number().int().min(1).max(1_000_000, "at most 10^6").describe("descent steps (no early stop)"),
-    stepSize: z.number().positive().max(1).describe("signed step in pixel units ([0, 1] images), optimizer sign"),
+    stepSize: fractional(z.number().positive().max(1, PIXEL_UNITS)).describe(
+      "signed step in pixel units ([0, 1] images; 1/255 may be written so), optimizer sign",
+    ),
     optimizer: z.enum(IRI_OPTIMIZERS).describe("sign: signed-gradient steps; adam: Adam with cosine decay"),
     lr: z
       .number()
       .positive()
       .describe("Adam's learning rate in pixel units, decayed to 0 by a cosine (optimizer adam)"),
     start: z.enum(IRI_STARTS).describe("uniform noise, Gaussian noise, or another image of the batch"),
-    ball: z
-      .number()
-      .positive()
-      .max(1)
+    ball: fractional(z.number().positive().max(1, PIXEL_UNITS))
       .nullable()
-      .describe("L-inf radius around the start, in pixel units; null: only the valid range bounds x'"),
+      .describe(
+        "L-inf radius around the start, in pixel units (16/255 may be written so); null: only the valid range bounds x'",
+      ),
     keepBest: z.boolean().describe("return each image's best iterate (lowest own residual) rather than the last"),
     batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
     seed: z

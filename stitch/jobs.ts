@@ -49,7 +49,7 @@ import {
 import { type ObjectiveWeights, parseObjective } from "./objectives.js";
 import { robustStitchScores, type StitchRobustResult } from "./robust.js";
 import { StitchedModel } from "./stitched.js";
-import { type StitchTrainProgress, trainStitch } from "./train.js";
+import { recipeOf, type StitchTrainProgress, trainStitch } from "./train.js";
 
 export type { IrisConfig, StitchConfig, StitchMode } from "./config.js";
 
@@ -280,8 +280,7 @@ export async function runStitch(
         normalization: norm,
         epochs,
         batchSize: cfg.batchSize,
-        lr: cfg.lr,
-        weightDecay: cfg.weightDecay,
+        ...recipeOf(cfg),
         seed: cfg.seed,
         bnMode,
         init: cfg.init,

@@ -1,5 +1,7 @@
 // Training the stitching layer (PROTOCOL.md defaults): Adam, lr 1e-3, weight decay 1e-4,
 // batch 128, lr x0.1 at 1/3 and 2/3 of training; T initialised by least squares on real images.
+// Every number of that recipe comes in with the options (stitch/config.ts, the schema that holds
+// the defaults and puts them in the task's key): none is written here.
 // Standard mode trains on real images, invariance-aware mode on an IRI set: the same loop, fed
 // different data (x' with the labels of x), which is exactly the mode rule of the paper.
 import {
@@ -21,7 +23,7 @@ import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
-import { STEP_SCHEDULE_FRACTIONS, stepSchedule } from "../nn/schedule.js";
+import { stepSchedule } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
@@ -81,8 +83,14 @@ export interface StitchTrainOptions {
   normalization: Normalization;
   epochs: number;
   batchSize: number;
+  /** The optimiser (Adam) and its settings; the lr is multiplied by lrDecay at each milestone (fractions of the epochs). */
+  optimizer: "adam";
   lr: number;
   weightDecay: number;
+  betas: readonly [number, number];
+  adamEps: number;
+  lrDecay: number;
+  milestones: readonly number[];
   /** Seeds the least-squares draw and the loader's shuffle. */
   seed: number;
   bnMode: BnMode;
@@ -122,6 +130,22 @@ export interface StitchTrainOptions {
   /** In-memory budget for those rows in bytes (default stitch/frozen.ts defaultFrozenBudget()). */
   frozenBudgetBytes?: number;
 }
+
+/** The optimiser's recipe among the options: every one is a setting of stitch/config.ts, so in the task's key. */
+export const STITCH_RECIPE_KEYS = [
+  "optimizer",
+  "lr",
+  "weightDecay",
+  "betas",
+  "adamEps",
+  "lrDecay",
+  "milestones",
+] as const;
+export type StitchRecipe = Pick<StitchTrainOptions, (typeof STITCH_RECIPE_KEYS)[number]>;
+
+/** The recipe's fields of a resolved stitching config (or of the stitching schema's defaults). */
+export const recipeOf = (c: StitchRecipe): StitchRecipe =>
+  Object.fromEntries(STITCH_RECIPE_KEYS.map((k) => [k, c[k]])) as unknown as StitchRecipe;
 
 /** Whether A's features and B's targets are the same in every epoch (see StitchTrainOptions.frozenOnce). */
 export const frozenOnceApplies = (opts: StitchTrainOptions): boolean =>
@@ -175,9 +199,14 @@ export function trainStitch(
   }
 
   const params = s.layer.parameters();
-  const opt = new Adam(params, { lr: opts.lr, weightDecay: opts.weightDecay });
+  const opt = new Adam(params, {
+    lr: opts.lr,
+    weightDecay: opts.weightDecay,
+    betas: [opts.betas[0], opts.betas[1]],
+    eps: opts.adamEps,
+  });
   // Base training's step schedule (floor, as the reference's int(); 4 epochs drop after 1 and 2).
-  const sched = stepSchedule(opt, STEP_SCHEDULE_FRACTIONS, opts.epochs);
+  const sched = stepSchedule(opt, opts.milestones, opts.epochs, opts.lrDecay);
   const epochLosses: number[] = [];
   // The last partial batch is dropped, as the reference's loader does (drop_last=True).
   const steps = Math.floor(datasetSize(train) / batchSize);

@@ -9,15 +9,24 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { Command } from "commander";
 import { irisConfigFromFlags, registerIrisCommand } from "../cli/iris.js";
+import { fraction } from "../cli/parse.js";
 import { registerStitchCommand, stitchConfigFromFlags } from "../cli/stitch.js";
 import { registerTrainCommand, trainConfigFromFlags } from "../cli/train.js";
+import type { Dataset } from "../data/index.js";
+import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
 import { taskKey } from "../experiments/cache.js";
-import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
-import { ExperimentError, parseExperiment } from "../experiments/spec.js";
+import { type IrisTask, type Plan, planExperiment, type StitchTask, type TrainTask } from "../experiments/plan.js";
+import { ExperimentError, parseExperiment, readExperiment } from "../experiments/spec.js";
 import { modelSourceSchema, resolveNormalization } from "../models/checkpoint.js";
-import { stitchConfig } from "../stitch/config.js";
-import { REFERENCE_ROBUST_EVAL_224 } from "../train/config.js";
+import { createModel } from "../models/registry.js";
+import { type StitchConfig, stitchConfig, stitchSettingsSchema } from "../stitch/config.js";
+import { StitchedModel } from "../stitch/stitched.js";
+import { recipeOf, STITCH_RECIPE_KEYS, type StitchRecipe, trainStitch } from "../stitch/train.js";
+import * as torch from "../torch/index.js";
+import { parseFraction, REFERENCE_ROBUST_EVAL_224 } from "../train/config.js";
+import { stitchTrainOptions } from "./helpers/stitch.js";
 
+const root = join(import.meta.dirname, "..");
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-config-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
@@ -353,4 +362,165 @@ test("the reference's robust-evaluation settings are a named choice, resolved in
     () => plan(FILE("stitch: { robustEval: { settings: art } }")),
     (e: unknown) => e instanceof ExperimentError && /stitch\.robustEval\.settings/.test(e.message),
   );
+});
+
+/** A setting's default changed to another valid value: numbers moved, an array's first entry moved, another enum option. */
+function perturbed(v: unknown, options?: readonly unknown[]): unknown {
+  if (typeof v === "number") return Number.isInteger(v) ? v + 1 : v / 2;
+  if (Array.isArray(v)) return [perturbed(v[0]), ...v.slice(1)];
+  if (typeof v === "string") return options?.find((o) => o !== v);
+  throw new Error(`no perturbation for ${JSON.stringify(v)}`);
+}
+
+test("every value of stitching's recipe reaches the task key: change one, the key changes (issue 36)", () => {
+  const d = stitchSettingsSchema.parse({});
+  const keys = (stitch: Record<string, unknown>) =>
+    plan(FILE(`stitch: ${JSON.stringify(stitch)}`))
+      .tasks.filter((t) => t.kind === "stitch")
+      .map((t) => t.key)
+      .sort();
+  const implicit = keys({});
+  const what = { front: "a", back: "b", frontPoint: "layer1.0", objective: "slm", mode: "standard" } as const;
+  const spec = (c: StitchConfig) => {
+    const { front: _f, back: _b, iris: _i, device: _d, ...config } = c;
+    return { kind: "stitch", front: { task: "a" }, back: { task: "b" }, iris: null, config };
+  };
+  const base = stitchConfig(what, {}, { dataset: "fashion-mnist" });
+  for (const k of STITCH_RECIPE_KEYS) {
+    // The resolved config holds it, with the schema's default (what trainStitch is given: recipeOf).
+    assert.deepEqual(base[k], d[k], `${k} is in the resolved config`);
+    assert.deepEqual(recipeOf(base)[k], d[k]);
+    // Written out, the default changes nothing.
+    assert.deepEqual(keys({ [k]: d[k] }), implicit, `${k}: its default written out`);
+    const options = (stitchSettingsSchema.shape[k] as { unwrap?: () => { options?: unknown[] } }).unwrap?.().options;
+    const other = perturbed(d[k], options);
+    if (other === undefined) {
+      // One choice only (optimizer: adam): still in the config, so the key changes with it.
+      assert.notEqual(taskKey("stitch", spec({ ...base, [k]: "other" })), taskKey("stitch", spec(base)), k);
+      continue;
+    }
+    assert.notDeepEqual(keys({ [k]: other }), implicit, `${k}: ${JSON.stringify(d[k])} -> ${JSON.stringify(other)}`);
+  }
+  // Milestones may be written as fractions, as pixel units are: 1/3 is the default's 1/3.
+  assert.deepEqual(keys({ milestones: ["1/3", "2/3"] }), implicit);
+  // The recipe is all of trainStitch's optimiser settings: the options type has no other number
+  // than those resolved from the schema (the rest is the run's data, batch and seed).
+  assert.deepEqual([...STITCH_RECIPE_KEYS].sort(), [
+    "adamEps",
+    "betas",
+    "lr",
+    "lrDecay",
+    "milestones",
+    "optimizer",
+    "weightDecay",
+  ]);
+});
+
+test("trainStitch uses every value of the recipe it is given: each changed alone gives another T", () => {
+  // The other half of the key's promise: a recipe value in the key that the loop ignored (a
+  // constant written in stitch/train.ts instead) would give the same T for two keys.
+  torch.manualSeed(0);
+  const front = createModel("resnet18", { width: 0.0625 });
+  const back = createModel("resnet18", { width: 0.0625 });
+  torch.manualSeed(1);
+  const data: Dataset = {
+    images: torch.keep(torch.rand([32, 3, 32, 32]).mul(255).to("uint8")),
+    labels: torch.keep(torch.arange(32).remainder(10).long()),
+    classes: Array.from({ length: 10 }, (_, i) => String(i)),
+    name: "noise",
+  };
+  const d = stitchSettingsSchema.parse({});
+  const trained = (over: Partial<StitchRecipe>): Float32Array => {
+    const s = new StitchedModel(front, back, "layer1.0");
+    trainStitch(
+      s,
+      data,
+      data,
+      stitchTrainOptions({
+        objective: { slm: 1 },
+        normalization: CIFAR10_NORMALIZATION,
+        epochs: 3,
+        batchSize: 16,
+        bnMode: "eval",
+        init: "identity",
+        frozenOnce: false,
+        ...over,
+      }),
+    );
+    const w = torch.tidy(() => torch.cat(s.layer.parameters().map((p) => p.flatten())).toTypedArray() as Float32Array);
+    s.layer.dispose();
+    return w;
+  };
+  const plain = trained({});
+  const changes: Partial<StitchRecipe> = {
+    lr: d.lr * 3,
+    weightDecay: 0.5,
+    betas: [0.5, d.betas[1]],
+    adamEps: 1e-2,
+    // Epochs 3: the default drops at epochs 1 and 2; these keep the lr for longer or cut it harder.
+    lrDecay: 0.5,
+    milestones: [2 / 3],
+  };
+  for (const k of STITCH_RECIPE_KEYS) {
+    if (k === "optimizer") continue; // one choice
+    assert.ok(k in changes, `a change of ${k}`);
+    const w = trained({ [k]: changes[k] });
+    const moved = w.reduce((m, v, i) => Math.max(m, Math.abs(v - plain[i])), 0);
+    assert.ok(moved > 1e-6, `${k} changed T (by ${moved})`);
+  }
+  assert.deepEqual(trained({}), plain, "and the same recipe gives the same T");
+  front.dispose();
+  back.dispose();
+  torch.dispose(data.images);
+  torch.dispose(data.labels);
+});
+
+test("an experiment file takes 8/255 as the flags do (one parser): the preset's robust model and the CLI's are one key", () => {
+  assert.equal(parseFraction("8/255"), 8 / 255);
+  assert.equal(parseFraction(" 16 / 255 "), 16 / 255);
+  assert.equal(parseFraction("0.5"), 0.5);
+  assert.throws(() => parseFraction("8/0"), /finite fraction/);
+  assert.throws(() => parseFraction("eight"), /a number or a fraction such as 8\/255/);
+  // The flags' parser is the same function.
+  assert.equal(fraction("8/255"), parseFraction("8/255"));
+  assert.throws(() => fraction("8/0"), /finite fraction/);
+  // In a file: pixel units of training, stitching, robust evaluation and IRIs.
+  const p = plan(
+    FILE(
+      "iris: { stepSize: 1/255, ball: 16/255 }\nstitch: { adversarial: { eps: 8/255, step: 2/255 }, robustEval: { eps: 8/255, stepSize: 1/255 } }",
+      ", adversarial: { eps: 16/255, step: 4/255 }",
+    ),
+  );
+  const train = p.tasks.find((t) => t.kind === "train")?.spec as TrainTask;
+  assert.deepEqual([train.config.adversarial?.eps, train.config.adversarial?.step], [16 / 255, 4 / 255]);
+  const iris = p.tasks.map((t) => t.spec).find((s): s is IrisTask => s.kind === "iris");
+  assert.deepEqual([iris?.options.stepSize, iris?.options.ball], [1 / 255, 16 / 255]);
+  const stitch = p.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch" && !!s.config.adversarial);
+  assert.deepEqual([stitch?.config.adversarial?.eps, stitch?.config.adversarial?.step], [8 / 255, 2 / 255]);
+  assert.deepEqual([stitch?.config.robustEval?.eps, stitch?.config.robustEval?.stepSize], [8 / 255, 1 / 255]);
+  // A bad fraction is named by its path in the file.
+  assert.throws(
+    () => parseExperiment(FILE("stitch: { adversarial: { eps: 8/0 } }"), "bad.yaml"),
+    (e: unknown) =>
+      e instanceof ExperimentError && /stitch\.adversarial\.eps: expected a finite fraction/.test(e.message),
+  );
+  // The preset's robust model of seed 0 (paper scale) and the same model from `stitchlab train`.
+  const path = join(root, "presets", "adversarial-stitching.yaml");
+  const preset = planExperiment(readExperiment(path, "paper"), path);
+  const robust = preset.tasks.find(
+    (t) => t.spec.kind === "train" && t.spec.config.seed === 0 && t.spec.config.adversarial !== null,
+  );
+  assert.ok(robust);
+  const cli = trainConfigFromFlags(
+    flags(registerTrainCommand, "train", [
+      ...["--model", "resnet18", "--dataset", "cifar10", "--root", "data/cifar-10-binary.tar.gz", "--out", "x"],
+      ...["--seed", "0", "--epochs", "200", "--adversarial", "--eps", "8/255", "--pgd-step", "2/255"],
+    ]),
+  );
+  assert.equal(cli.adversarial?.eps, 8 / 255);
+  assert.equal(taskKey("train", { kind: "train", config: cli }), robust.key, "the preset and the CLI: one model");
+  // So are robust.yaml's: the two presets train it once.
+  const robustPath = join(root, "presets", "robust.yaml");
+  const robustPlan = planExperiment(readExperiment(robustPath, "paper"), robustPath);
+  assert.ok(robustPlan.tasks.some((t) => t.key === robust.key));
 });

@@ -15,6 +15,45 @@ import { AUTOCAST_MODES, type AutocastMode, type Device } from "../torch/index.j
 
 export const PIXEL_UNITS = "pixel units are in [0, 1]; did you mean 8/255?";
 
+/**
+ * A number as a user writes it, on the command line or in an experiment file: "0.0314", or a
+ * fraction such as "8/255" (pixel units are read that way, and 0.0313725 is not 8/255: a preset
+ * that wrote it trained another model, under another key, than `--eps 8/255`). The one parser of
+ * such text: cli/parse.ts `fraction` (the flags) and fractional (the files' schema) both call it.
+ */
+export function parseFraction(text: string): number {
+  const m = text.match(/^\s*([\d.]+)\s*\/\s*([\d.]+)\s*$/);
+  if (!m) {
+    const n = Number(text);
+    if (text.trim() === "" || !Number.isFinite(n))
+      throw new Error(`expected a number or a fraction such as 8/255, not '${text}'`);
+    return n;
+  }
+  const q = Number(m[1]) / Number(m[2]);
+  if (!Number.isFinite(q)) throw new Error(`expected a finite fraction such as 8/255, not '${text}'`);
+  return q;
+}
+
+/**
+ * A schema of a number that a file may write as a fraction (pixel units, "8/255"; the lr's
+ * milestones, "1/3"): a number, or text that parseFraction reads, checked by `number` (its
+ * bounds). Experiment files take what the flags take.
+ */
+export function fractional<T extends z.ZodType<number, number>>(number: T) {
+  return z
+    .union([z.number(), z.string()])
+    .transform((v, ctx) => {
+      if (typeof v === "number") return v;
+      try {
+        return parseFraction(v);
+      } catch (e) {
+        ctx.addIssue({ code: "custom", message: (e as Error).message });
+        return z.NEVER;
+      }
+    })
+    .pipe(number);
+}
+
 /** PROTOCOL's L-inf radius on CIFAR-sized images, pixel units: of adversarial training and robust evaluation. */
 export const CIFAR_EPS = 8 / 255;
 
@@ -33,16 +72,10 @@ export const seedSchema = z
  */
 export const pgdRecipeSchema = z
   .object({
-    eps: z
-      .number()
-      .positive()
-      .max(1, PIXEL_UNITS)
+    eps: fractional(z.number().positive().max(1, PIXEL_UNITS))
       .default(CIFAR_EPS)
       .describe("L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR)"),
-    step: z
-      .number()
-      .positive()
-      .max(1, PIXEL_UNITS)
+    step: fractional(z.number().positive().max(1, PIXEL_UNITS))
       .default(2 / 255)
       .describe("PGD step in pixel units"),
     steps: z.number().int().min(1).max(10_000, "at most 10000").default(10).describe("PGD iterations"),
@@ -128,12 +161,9 @@ export const robustEvalSchema = z
       .enum(ROBUST_EVAL_ATTACKS)
       .optional()
       .describe("apgd (APGD-CE and APGD-DLR, worst case per image; the default) or pgd"),
-    eps: z.number().positive().max(1, PIXEL_UNITS).optional().describe("L-inf radius in pixel units"),
+    eps: fractional(z.number().positive().max(1, PIXEL_UNITS)).optional().describe("L-inf radius in pixel units"),
     steps: z.number().int().min(1).max(10_000, "at most 10000").optional().describe("iterations of each attack"),
-    stepSize: z
-      .number()
-      .positive()
-      .max(1, PIXEL_UNITS)
+    stepSize: fractional(z.number().positive().max(1, PIXEL_UNITS))
       .optional()
       .describe(
         "APGD's first step (halved on its schedule; default 2 eps, the reference's 2/255) or PGD's step, in pixel units",
@@ -280,8 +310,10 @@ export interface TrainConfig extends TrainData {
   momentum: number;
   nesterov: boolean;
   weightDecay: number;
-  /** Fractions of training at which the lr is multiplied by 0.1 (nn/schedule.ts stepScheduleMilestones: floor). */
+  /** Fractions of training at which the lr is multiplied by lrDecay (nn/schedule.ts stepScheduleMilestones: floor). */
   milestones: number[];
+  /** The lr's factor at each milestone (the reference's lr_decay, 0.1). */
+  lrDecay: number;
   /**
    * The final robust evaluation on the test set (train/evaluate.ts robustEvaluation): by default
    * at the adversarial radius (PROTOCOL's 8/255 for clean models); null: none.
@@ -291,16 +323,19 @@ export interface TrainConfig extends TrainData {
   autocast: AutocastMode | null;
   /** SimCLR pre-training first, then the classifier alone for `epochs`; null: supervised. */
   simclr: { epochs: number; temperature: number } | null;
-  /**
-   * The stem starts colour-blind (nn/init.ts greyStem). Present only when true, so the keys of
-   * models without it (every colour dataset's) are those they had before it existed.
-   */
-  greyStem?: true;
+  /** The stem starts colour-blind (nn/init.ts greyStem); in every config, true or false, so in every key. */
+  greyStem: boolean;
   device: Device;
 }
 
 /** The optimiser's fixed part of PROTOCOL's recipe (not settable: the paper's and the reference's). */
-const SGD_RECIPE = { momentum: 0.9, nesterov: true, weightDecay: 1e-4, milestones: [...STEP_SCHEDULE_FRACTIONS] };
+const SGD_RECIPE = {
+  momentum: 0.9,
+  nesterov: true,
+  weightDecay: 1e-4,
+  milestones: [...STEP_SCHEDULE_FRACTIONS],
+  lrDecay: 0.1,
+};
 
 /**
  * Given settings (parsed by trainSettingsSchema) and data to the resolved config. Throws on
@@ -332,7 +367,7 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
       s.method === "simclr"
         ? { epochs: s.simclr?.epochs ?? s.epochs, temperature: s.simclr?.temperature ?? simclrTemperature() }
         : null,
-    ...((s.greyStem ?? greyDataset(data.dataset)) ? { greyStem: true as const } : {}),
+    greyStem: s.greyStem ?? greyDataset(data.dataset),
     device,
   };
 }

@@ -51,7 +51,7 @@ export function ntXentLoss(z: Tensor, temperature: number): Tensor {
  */
 export type SimclrOptions = Pick<
   TrainConfig,
-  "batchSize" | "lr" | "momentum" | "nesterov" | "weightDecay" | "milestones" | "seed" | "device"
+  "batchSize" | "lr" | "momentum" | "nesterov" | "weightDecay" | "milestones" | "lrDecay" | "seed" | "device"
 > & {
   /** Pre-training epochs (the reference's ss_epochs). */
   epochs: number;
@@ -89,7 +89,7 @@ export function pretrainSimclr(
   const sched = new MultiStepLR(
     opt,
     o.milestones.map((f) => Math.floor(f * o.epochs)),
-    0.1,
+    o.lrDecay,
   );
   const steps = Math.floor((train.images.shape[0] as number) / o.batchSize);
   if (steps === 0) throw new Error(`SimCLR needs a full batch of ${o.batchSize} images; the training set has fewer`);

@@ -124,6 +124,7 @@ export async function trainModel(
           nesterov: cfg.nesterov,
           weightDecay: cfg.weightDecay,
           milestones: cfg.milestones,
+          lrDecay: cfg.lrDecay,
           seed: cfg.seed,
           normalization: norm,
           device: cfg.device,
@@ -155,7 +156,7 @@ export async function trainModel(
         weightDecay: cfg.weightDecay,
       }),
     );
-    const sched = stepSchedule(opt, cfg.milestones, cfg.epochs);
+    const sched = stepSchedule(opt, cfg.milestones, cfg.epochs, cfg.lrDecay);
     // The last partial batch is dropped, as the reference's training loader does
     // (dataloaders/dataset.py: drop_last=True).
     const steps = numBatches(trainSet, { batchSize: cfg.batchSize, dropLast: true });

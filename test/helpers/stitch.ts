@@ -3,11 +3,11 @@
 // planner), and trainStitch's options take the stitching schema's own defaults (stitch/config.ts)
 // for what a test does not vary. Nothing here writes a default again.
 import { type StitchConfig, stitchConfig, stitchSettingsSchema } from "../../stitch/config.js";
-import type { StitchTrainOptions } from "../../stitch/train.js";
+import { recipeOf, type StitchTrainOptions } from "../../stitch/train.js";
 
 /**
- * trainStitch's options: what a test names, the schema's defaults for the rest (Adam's lr and
- * weight decay, batch, least squares on its image count, seed), no augmentation, markers or
+ * trainStitch's options: what a test names, the schema's defaults for the rest (the recipe: Adam's
+ * lr, weight decay, betas and epsilon, the lr's drops; batch, least squares on its image count, seed), no augmentation, markers or
  * adversarial examples, on the CPU.
  */
 export function stitchTrainOptions(
@@ -16,8 +16,7 @@ export function stitchTrainOptions(
   const d = stitchSettingsSchema.parse({});
   return {
     batchSize: d.batchSize,
-    lr: d.lr,
-    weightDecay: d.weightDecay,
+    ...recipeOf(d),
     seed: d.seed,
     init: d.init,
     initImages: d.initImages,
