@@ -155,7 +155,8 @@ export const IRI_VERDICT_MAX_RESIDUAL = 0.3;
 /**
  * Sanity warnings, each naming the rows it affects:
  * - the back or front model near chance (accuracy at most 2/K: nothing there to stitch);
- * - an IRI set whose mean residual is above 0.1 ("loose IRIs": A does not represent x' as x);
+ * - an IRI set whose mean residual is above IRI_VERDICT_MAX_RESIDUAL, 0.3 ("loose IRIs": A does
+ *   not represent x' as x, and the reading gives no invariance-aware verdict at that point);
  * - T trained for fewer than 100 optimiser steps;
  * - a score that is not finite.
  */

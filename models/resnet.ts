@@ -7,7 +7,7 @@
 // (layer1.0, layer1.2, layer2.0, layer2.3, layer3.0, layer3.5, layer4.0, layer4.2: the
 // reference's resnet50 points, models/model_utils.py).
 
-import { kaimingNormalFanOut } from "../nn/init.js";
+import { defaultWeightAndBias, kaimingNormalFanOut } from "../nn/init.js";
 import { AdaptiveAvgPool2d, BatchNorm2d, Conv2d, Linear, MaxPool2d, runInOrder, Sequential } from "../nn/layers.js";
 import { Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
@@ -265,13 +265,17 @@ export class ResNet extends StitchableModel {
     // models/resnet/resnet_architecture.py builds torchvision's resnet18 with weights=None):
     // convolutions kaiming-normal (fan_out, relu); batch norm weight 1 and bias 0 (BatchNorm2d's
     // own); the classifier keeps nn.Linear's default (the reference replaces torchvision's fc by
-    // a fresh nn.Linear for its class count).
+    // a fresh nn.Linear for its class count). The 32 px stem is the exception: the reference
+    // swaps torchvision's conv1 for a new 3x3 nn.Conv2d after torchvision has initialised the
+    // model (the same file, its low-resolution branch), so that conv keeps nn.Conv2d's default,
+    // kaiming_uniform_(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (nn/init.ts).
     torch.noGrad(() => {
       for (const [, m] of this.namedModules())
         if (m instanceof Conv2d) {
           const w = m.namedParameters().find(([n]) => n === "weight")?.[1];
           if (!w) continue;
-          const init = kaimingNormalFanOut(w.shape);
+          const init =
+            m === this.conv1 && !imagenet ? defaultWeightAndBias(w.shape, false).weight : kaimingNormalFanOut(w.shape);
           w.copy_(init);
           init.dispose();
         }

@@ -108,22 +108,57 @@ test("ResNet-18 has torchvision's parameter names and count", () => {
   m.dispose();
 });
 
-test("ResNets start from torchvision's initialisation: convolutions N(0, 2/fan_out), batch norm 1 and 0", () => {
+test("ResNets start from the reference's initialisation: convolutions N(0, 2/fan_out), the 32 px stem nn.Conv2d's U(-1/sqrt(fan_in), 1/sqrt(fan_in)), batch norm 1 and 0", () => {
+  // The reference's models are torchvision's resnet18 (kaiming_normal_, mode fan_out, relu), whose
+  // conv1 its low-resolution branch replaces afterwards by a fresh 3x3 nn.Conv2d
+  // (models/resnet/resnet_architecture.py): that one keeps PyTorch's default,
+  // kaiming_uniform_(a=sqrt(5)), i.e. bound sqrt(6 / ((1 + a^2) fan_in)) = 1/sqrt(fan_in).
+  // The tolerances come from the sample size n: five standard errors of each statistic.
+  const values = (w: torch.Tensor) => Array.from(torch.tidy(() => w.flatten().toTypedArray()) as Float32Array);
+  const moments = (v: number[]) => {
+    const mean = v.reduce((a, b) => a + b, 0) / v.length;
+    const std = Math.sqrt(v.reduce((a, b) => a + (b - mean) ** 2, 0) / (v.length - 1));
+    return { mean, std };
+  };
+  const normal = (name: string, w: torch.Tensor, fanOut: number) => {
+    const v = values(w);
+    const { mean, std } = moments(v);
+    const want = Math.sqrt(2 / fanOut);
+    // A normal sample's std has relative standard error 1/sqrt(2n); its mean sigma/sqrt(n).
+    assert.ok(Math.abs(std / want - 1) < 5 / Math.sqrt(2 * v.length), `${name}: std ${std}, torchvision's ${want}`);
+    assert.ok(Math.abs(mean) < (5 * want) / Math.sqrt(v.length), `${name}: mean ${mean} near 0`);
+  };
   torch.manualSeed(0);
   const m = createModel("resnet18", { width: 0.5 });
   const params = Object.fromEntries(m.namedParameters());
-  // fan_out = out channels x kernel area (kaiming_normal_, mode fan_out, relu): the closed form.
   for (const [name, fanOut] of [
+    ["layer1.0.conv1.weight", 32 * 9],
     ["layer4.1.conv2.weight", 256 * 9],
     ["layer3.0.downsample.0.weight", 128],
-    ["conv1.weight", 32 * 9],
-  ] as const) {
-    const w = params[name];
-    const std = torch.tidy(() => w.std().item());
-    const want = Math.sqrt(2 / fanOut);
-    assert.ok(Math.abs(std / want - 1) < 0.05, `${name}: std ${std}, torchvision's ${want}`);
-    assert.ok(Math.abs(torch.tidy(() => w.mean().item())) < want / 10, `${name}: mean near 0`);
-  }
+  ] as const)
+    normal(name, params[name], fanOut);
+
+  // The 32 px stem: U(-b, b), b = 1/sqrt(fan_in), fan_in = 3 x 3 x 3.
+  const v = values(params["conv1.weight"]);
+  const n = v.length;
+  assert.equal(n, 32 * 27);
+  const b = 1 / Math.sqrt(27);
+  const { mean, std } = moments(v);
+  const top = Math.max(...v.map(Math.abs));
+  assert.ok(top <= b * (1 + 1e-6), `within the bound: ${top} <= ${b}`);
+  // The largest of n draws falls below b (1 - d) with probability (1 - d)^n; d = 20/n makes that e^-20.
+  assert.ok(top >= b * (1 - 20 / n), `reaches the bound: ${top} (b ${b})`);
+  // U(-b, b): std b/sqrt(3); a uniform sample's std has relative standard error sqrt(1/(5n))
+  // (kurtosis 9/5). Torchvision's kaiming-normal would give sqrt(2/(32 x 9)) = 0.083, not 0.111.
+  assert.ok(
+    Math.abs(std / (b / Math.sqrt(3)) - 1) < 5 * Math.sqrt(1 / (5 * n)),
+    `stem std ${std}, want ${b / Math.sqrt(3)}`,
+  );
+  assert.ok(Math.abs(mean) < (5 * b) / Math.sqrt(3 * n), `stem mean ${mean} near 0`);
+  // Flat, not bell-shaped: half the draws within b/2 (a normal of that std puts 61% there).
+  const inner = v.filter((x) => Math.abs(x) < b / 2).length / n;
+  assert.ok(Math.abs(inner - 0.5) < 5 * Math.sqrt(0.25 / n), `share within b/2: ${inner}`);
+
   assert.equal(
     torch.tidy(() => params["layer2.0.bn1.weight"].sub(1).abs().max().item()),
     0,
@@ -136,6 +171,14 @@ test("ResNets start from torchvision's initialisation: convolutions N(0, 2/fan_o
   const fc = torch.tidy(() => params["fc.weight"].abs().max().item());
   assert.ok(fc <= 1 / Math.sqrt(256) && fc > 0.5 / Math.sqrt(256), `fc bound ${fc}`);
   m.dispose();
+
+  // The ImageNet stem is torchvision's own 7x7 conv1: kaiming-normal like the rest.
+  torch.manualSeed(0);
+  const big = createModel("resnet18", { width: 0.5, stem: "imagenet" });
+  const stem = big.namedParameters().find(([name]) => name === "conv1.weight")?.[1];
+  assert.ok(stem);
+  normal("imagenet conv1.weight", stem, 32 * 49);
+  big.dispose();
 });
 
 test("loadStateDict lists every missing key, unexpected key and shape mismatch, and copies nothing", () => {

@@ -4,8 +4,10 @@
 // each scale; and a pair's own adversarial stitching, which lets one file hold both ratios. That
 // every preset plans at all: experiments.test.ts; which data the presets mark: fidelity.test.ts.
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
+import { parse as parseYaml } from "yaml";
 import { type Plan, planExperiment, type StitchTask, type Task, type TrainTask } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment, readExperiment } from "../experiments/spec.js";
 import { settingsLines } from "../experiments/summary.js";
@@ -179,4 +181,38 @@ test("the reading's settings name each pair's adversarial stitching when pairs d
     parts[1],
     "none for robust-to-robust-ratio-0, robust-to-clean-ratio-0, clean-to-robust-ratio-0, clean-to-clean-ratio-0",
   );
+});
+
+test("no preset pairs a front with a back of its own seed, unless the pair is an identical-model control (issue 36)", () => {
+  // A front trained with its back's seed shares its initialisation, batch order and crops, which
+  // can inflate that pair's similarity: the reference's fronts have seeds 1-3 against a back of
+  // seed 0 (configs/adversarial_stitching, configs/backdoor_stitching). Checked on the planned
+  // tasks, so at every scale and in every replicate (replicate r adds 1000 r to a front's seed).
+  const presets = readdirSync(join(root, "presets")).filter((f) => f.endsWith(".yaml"));
+  assert.ok(presets.includes("robust.yaml"), "the presets folder is read");
+  for (const file of presets) {
+    const name = file.replace(/\.yaml$/, "");
+    const scales = Object.keys((parseYaml(readFileSync(join(root, "presets", file), "utf8")).scales ?? {}) as object);
+    for (const scale of scales.length ? scales : [undefined]) {
+      const path = join(root, "presets", file);
+      const plan = planExperiment(readExperiment(path, scale), path);
+      const byKey = new Map<string, Task>(plan.tasks.map((t) => [t.key, t]));
+      const seedOf = (ref: StitchTask["front"]): number | null => {
+        const spec = "task" in ref ? byKey.get(ref.task)?.spec : undefined;
+        return spec?.kind === "train" ? spec.config.seed : null;
+      };
+      for (const s of plan.stitches) {
+        const task = byKey.get(s.key)?.spec as StitchTask;
+        const where = `${name} --scale ${scale}: ${s.relation} (${s.front} -> ${s.back}, replicate ${s.replicate})`;
+        const same = "task" in task.front && "task" in task.back && task.front.task === task.back.task;
+        if (same) {
+          assert.match(s.relation, /identical/, `${where}: a model stitched with itself is the identical control`);
+          continue;
+        }
+        const [front, back] = [seedOf(task.front), seedOf(task.back)];
+        if (front === null || back === null) continue; // a checkpoint: its seed is not the file's to choose
+        assert.notEqual(front, back, `${where}: front and back share seed ${front}`);
+      }
+    }
+  }
 });
