@@ -9,17 +9,19 @@
 // was measured, so there the layout stays contiguous. Our figures: docs/benchmarks.md.
 //
 // Where it is safe, by measurement (issue 36): oneDNN 2.6's AVX2 channels-last convolutions
-// corrupt the heap when a convolution has few channels (a ResNet-18 at width 1/16, whose 4-channel
-// stages abort with "double free or corruption" on an AVX2 CPU, in plain PyTorch as well; a lone
-// 1x1 stride-2 convolution from 4 to 8 channels does it under glibc's malloc checks). On an AMD
-// EPYC with AVX2 only, PyTorch's calibration epoch gained nothing from the layout (12.9 s against
-// 13.2 s), so "auto" takes channels-last only where oneDNN runs AVX-512 kernels: there every
-// convolution of 1-12 input and 4-12 output channels, kernel 1 and 3, stride 1 and 2, ran
-// forward and backward under glibc's malloc checks without a fault (.scratch probe, docs/
-// benchmarks.md "Layout safety"). A layout forced on an AVX2 CPU still keeps each convolution
-// with fewer than AVX2_MIN_CHANNELS input or output channels contiguous. oneDNN's ISA is asked
-// of oneDNN itself (it follows DNNL_MAX_CPU_ISA); where libtorch hides it (a PyTorch wheel's
-// libtorch), it is unknown, and unknown counts as unsafe.
+// corrupt the heap (a ResNet-18 at width 1/16 aborted with "double free or corruption" on an AVX2
+// CPU, in plain PyTorch as well). bench/layout_safety.py runs every convolution from 1, 3, 4, 5,
+// 7, 8, 12 or 16 channels to any of them, kernel 1 and 3, stride 1 and 2, 15, 16 and 32 px,
+// batch 1 and 8, forward and backward in plain PyTorch under glibc's malloc checks: with oneDNN
+// capped at AVX2, every pair with fewer than 8 input channels aborted at the 1x1 stride-2
+// convolution at 16 px, batch 8 (the shape of a ResNet's downsampling shortcut), and the 24 pairs
+// from 8 channels up ran clean; with AVX-512 (Zen 4, avx512_core_bf16), all 64 ran clean. On an
+// AMD EPYC with AVX2 only, PyTorch's calibration epoch also gained nothing from the layout (12.9 s
+// against 13.2 s). So "auto" takes channels-last only where oneDNN runs AVX-512 kernels, and a
+// layout forced on an AVX2 CPU still keeps each convolution with fewer than AVX2_MIN_CHANNELS
+// input or output channels contiguous. oneDNN's ISA is asked of oneDNN itself (it follows
+// DNNL_MAX_CPU_ISA); where libtorch hides it (a PyTorch wheel's libtorch), it is unknown, and
+// unknown counts as AVX2. docs/benchmarks.md, "Layout safety", has the table.
 //
 // Only the activations change layout: a convolution's input is made channels-last, and oneDNN
 // keeps its output so, through batch norm, ReLU and the additions of a residual block, to the
