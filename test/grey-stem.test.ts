@@ -132,7 +132,13 @@ test("one SGD step on grey images moves the grey-stem and the PyTorch-initialise
   const end = sums[0].after.sub(sums[1].after).abs().max().item();
   assert.ok(start < 1e-6, `the same channel sums at the start (${start})`);
   assert.ok(sums[0].moved > 1e-3, `the step moves them (${sums[0].moved})`);
-  assert.ok(end < 1e-4 * sums[0].moved, `and moves both alike (difference ${end})`);
+  // Exact in real arithmetic. In float32 the two models' activations agree only to rounding, and
+  // where a pre-activation sits within rounding of ReLU's kink, the CPU's summation order decides
+  // which side it falls, and so whether its gradient counts: measured 5e-6 of the move on 2
+  // threads (contiguous), 1e-4 on an AVX2 Zen 3, 1.5e-3 on one AVX-512 thread (channels-last;
+  // each convolution there is within 1e-6 of float64 alone). A stem whose channel sums moved
+  // differently would differ by the order of the move itself, so 1% of it separates the two.
+  assert.ok(end < 1e-2 * sums[0].moved, `and moves both alike (difference ${end}, move ${sums[0].moved})`);
   for (const m of models) m.dispose();
   for (const t of [x, y, ...sums.flatMap((s) => [s.before, s.after])]) t.dispose();
 });
