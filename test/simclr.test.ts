@@ -146,7 +146,10 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
   // little, and how little depends on the CPU's rounding.)
   const chance = 0.1;
   const bar = chance + 3 * Math.sqrt((chance * (1 - chance)) / 200);
-  assert.ok((r.accuracies.clean ?? 0) > bar, `a linear classifier on SimCLR features: ${r.accuracies.clean}, bar ${bar}`);
+  assert.ok(
+    (r.accuracies.clean ?? 0) > bar,
+    `a linear classifier on SimCLR features: ${r.accuracies.clean}, bar ${bar}`,
+  );
   // The classifier phase left the pre-trained convolutions as they were: the same pre-training
   // done here again gives the checkpoint's weights exactly.
   const again = await loadDataset("fashion-mnist", { split: "train", limit: 512, pad32: true, rgb: true });
