@@ -1,6 +1,9 @@
 // Builds the addon: finds libtorch, writes native/libtorch.gypi and native/build/libtorch.json
 // (read by `stitchlab doctor`), then runs node-gyp. Prints what it found so a failed build
 // can be traced to the libtorch it used.
+//   --force     rebuild even when nothing changed
+//   --sanitize  build with AddressSanitizer into native/build-asan/ (the release build is left as
+//               it is); load it with STITCHLAB_ADDON=asan and libasan preloaded (test/sanitize.test.ts)
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -10,6 +13,10 @@ import { fileURLToPath } from "node:url";
 import { findCudaInclude, findLibtorch, linkLibraries } from "./find-libtorch.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
+const sanitize = process.argv.includes("--sanitize");
+// Where node-gyp builds: native/ itself, or for the sanitizer a folder of its own whose
+// binding.gyp is the release one with ASan's flags, pointing back at the same sources.
+const gypDir = sanitize ? join(here, "build-asan") : here;
 let lt;
 try {
   lt = findLibtorch();
@@ -51,10 +58,13 @@ for (const f of [
     .map((f) => join("src", f)),
 ])
   hash.update(f).update(readFileSync(join(here, f)));
-hash.update(JSON.stringify(gypi)).update(process.version);
+hash
+  .update(JSON.stringify(gypi))
+  .update(process.version)
+  .update(sanitize ? "asan" : "release");
 const stamp = hash.digest("hex");
-const stampFile = join(here, "build", "stamp");
-const output = join(here, "build", "Release", "stitchlab.node");
+const stampFile = join(gypDir, "build", "stamp");
+const output = join(gypDir, "build", "Release", "stitchlab.node");
 if (
   !process.argv.includes("--force") &&
   existsSync(output) &&
@@ -66,7 +76,29 @@ if (
 }
 
 writeFileSync(join(here, "libtorch.gypi"), JSON.stringify(gypi, null, 2));
-mkdirSync(join(here, "build"), { recursive: true });
+mkdirSync(join(gypDir, "build"), { recursive: true });
+if (sanitize) writeFileSync(join(gypDir, "binding.gyp"), JSON.stringify(asanBinding(), null, 2));
+
+/**
+ * The release binding.gyp for AddressSanitizer: the same sources (from ../src), ASan's compile
+ * and link flags, frame pointers and -O1 for readable reports.
+ */
+function asanBinding() {
+  const gyp = JSON.parse(readFileSync(join(here, "binding.gyp"), "utf8"));
+  gyp.includes = gyp.includes.map((f) => join("..", f));
+  for (const t of gyp.targets) {
+    t.sources = t.sources.map((f) => join("..", f));
+    t.cflags_cc = [
+      ...t.cflags_cc.filter((f) => f !== "-O2"),
+      "-O1",
+      "-g",
+      "-fsanitize=address",
+      "-fno-omit-frame-pointer",
+    ];
+    t.ldflags = [...(t.ldflags ?? []), "-fsanitize=address"];
+  }
+  return gyp;
+}
 
 const require = createRequire(import.meta.url);
 const gyp = require.resolve("node-gyp/bin/node-gyp.js");
@@ -77,7 +109,7 @@ const nodeRoot = join(dirname(process.execPath), "..");
 const nodedir =
   process.env.npm_config_nodedir ??
   (existsSync(join(nodeRoot, "include", "node", "node_api.h")) ? nodeRoot : undefined);
-const gypArgs = [gyp, "rebuild", "--directory", here, "--jobs", jobs];
+const gypArgs = [gyp, "rebuild", "--directory", gypDir, "--jobs", jobs];
 if (nodedir) gypArgs.push(`--nodedir=${nodedir}`);
 const r = spawnSync(process.execPath, gypArgs, {
   stdio: "inherit",
@@ -87,6 +119,6 @@ if (r.status !== 0) {
   process.exit(r.status ?? 1);
 }
 // node-gyp rebuild clears build/, so these are written after it.
-writeFileSync(join(here, "build", "libtorch.json"), JSON.stringify(lt, null, 2));
+writeFileSync(join(gypDir, "build", "libtorch.json"), JSON.stringify(lt, null, 2));
 writeFileSync(stampFile, stamp);
 console.log(`stitchlab build: wrote ${output}`);

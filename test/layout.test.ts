@@ -396,7 +396,10 @@ test("every case above again with oneDNN capped at AVX2 and glibc's malloc check
   const env: NodeJS.ProcessEnv = { ...process.env, DNNL_MAX_CPU_ISA: "AVX2", STITCHLAB_LAYOUT_CHILD: "1" };
   // Else the child reports to this runner's protocol instead of printing its results.
   delete env.NODE_TEST_CONTEXT;
-  if (MALLOC_DEBUG) Object.assign(env, { LD_PRELOAD: MALLOC_DEBUG, GLIBC_TUNABLES: "glibc.malloc.check=3" });
+  // Under AddressSanitizer (test/sanitize.test.ts) ASan's allocator is the check, and glibc's
+  // must not replace it.
+  if (process.env.STITCHLAB_ADDON === "asan") console.error("layout test: the AVX2 run goes under AddressSanitizer");
+  else if (MALLOC_DEBUG) Object.assign(env, { LD_PRELOAD: MALLOC_DEBUG, GLIBC_TUNABLES: "glibc.malloc.check=3" });
   else console.error("layout test: glibc's libc_malloc_debug.so.0 not found; the AVX2 run goes without malloc checks");
   const r = spawnSync(process.execPath, ["--expose-gc", "--import", "tsx", "--test", import.meta.filename], {
     env,

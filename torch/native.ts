@@ -85,6 +85,8 @@ export interface NativeAddon {
     mkl: boolean;
     openmp: boolean;
     lapack: boolean;
+    /** Whether this addon was built with AddressSanitizer (`npm run build:native -- --sanitize`). */
+    addressSanitizer: boolean;
     parallelInfo: string;
     config: string;
   };
@@ -105,7 +107,14 @@ export interface NativeAddon {
   graphFree(id: number): void;
 }
 
-export const addonPath = join(ROOT, "native", "build", "Release", "stitchlab.node");
+/**
+ * The addon's file: the release build, or with STITCHLAB_ADDON=asan the AddressSanitizer build
+ * (`npm run build:native -- --sanitize`; run Node with libasan preloaded: docs/benchmarks.md).
+ */
+export const addonPath =
+  process.env.STITCHLAB_ADDON === "asan"
+    ? join(ROOT, "native", "build-asan", "build", "Release", "stitchlab.node")
+    : join(ROOT, "native", "build", "Release", "stitchlab.node");
 
 /**
  * The default thread count: STITCHLAB_THREADS if set, else every core. Set explicitly because
@@ -127,7 +136,9 @@ function load(): NativeAddon {
   if (!existsSync(addonPath)) {
     throw new Error(
       `stitchlab's native addon is not built (${addonPath} is missing). ` +
-        "Run `npm run build:native` (or scripts/setup.sh on a fresh machine).",
+        (process.env.STITCHLAB_ADDON === "asan"
+          ? "Run `npm run build:native -- --sanitize` (STITCHLAB_ADDON=asan asks for the sanitizer build)."
+          : "Run `npm run build:native` (or scripts/setup.sh on a fresh machine)."),
     );
   }
   // OpenMP threads that spin while idle steal the cores from OpenBLAS's threads and from the

@@ -19,6 +19,11 @@ static Napi::Value Version(const Napi::CallbackInfo& info) {
   o.Set("mkl", Napi::Boolean::New(env, at::hasMKL()));
   o.Set("openmp", Napi::Boolean::New(env, at::hasOpenMP()));
   o.Set("lapack", Napi::Boolean::New(env, at::hasLAPACK()));
+#if defined(__SANITIZE_ADDRESS__)
+  o.Set("addressSanitizer", Napi::Boolean::New(env, true));
+#else
+  o.Set("addressSanitizer", Napi::Boolean::New(env, false));
+#endif
   o.Set("parallelInfo", at::get_parallel_info());
   o.Set("config", at::show_config());
   return o;
