@@ -10,6 +10,7 @@
 // (CUDA only) would need one, and stitchlab offers only bfloat16 in its configs.
 import { type Device, isCuda } from "./device.js";
 import { dtypeCode, dtypeName } from "./dtype.js";
+import { cpuBf16Refusal } from "./isa.js";
 import { native } from "./native.js";
 
 export type AutocastDeviceType = "cpu" | "cuda";
@@ -43,6 +44,8 @@ export function autocast<T>(deviceType: AutocastDeviceType, opts: AutocastOption
   if (deviceType === "cpu" && dtype !== "bfloat16")
     throw new TypeError("autocast: CPU autocast supports bfloat16 only (libtorch 1.13)");
   const enabled = opts.enabled ?? true;
+  const refusal = deviceType === "cpu" && enabled ? cpuBf16Refusal() : null;
+  if (refusal) throw new Error(`autocast: ${refusal}`);
   const prevEnabled = native.isAutocastEnabled(deviceType);
   const prevDtype = native.getAutocastDtype(deviceType);
   const prevCache = native.isAutocastCacheEnabled();

@@ -18,12 +18,12 @@ export { cudaIndex, type Device, isCuda, isDevice, parseDevice, requireDevice } 
 export { type DType, isFloating } from "./dtype.js";
 export * from "./functional.js";
 export { GraphedStep, graphsRequested, graphsUnavailable } from "./graphs.js";
+export { cpuBf16Refusal, onednnIsa } from "./isa.js";
 export {
   AVX2_MIN_CHANNELS,
   type ConvLayout,
   channelsLastSafe,
   convLayout,
-  onednnIsa,
   setConvLayout,
   toConvLayout,
 } from "./layout.js";

@@ -30,50 +30,14 @@
 // the layout. It changes sums' order, as the thread count does (docs/experiments.md, "Threads"),
 // and it follows from the thread count and the CPU, which every cache entry records.
 import type { Device } from "./device.js";
+import { avx512 } from "./isa.js";
 import { native } from "./native.js";
 import type { MemoryFormat, Tensor } from "./tensor.js";
 
 export type ConvLayout = MemoryFormat;
 
-/**
- * oneDNN's CPU instruction sets (dnnl_cpu_isa_t in oneDNN 2.x's dnnl_types.h). The values are
- * bit masks: each includes the bits of the sets it extends.
- */
-const ONEDNN_ISAS: Record<number, string> = {
-  1: "sse41",
-  3: "avx",
-  7: "avx2",
-  1031: "avx2_vnni",
-  15: "avx512_mic",
-  31: "avx512_mic_4ops",
-  39: "avx512_core",
-  103: "avx512_core_vnni",
-  231: "avx512_core_bf16",
-  999: "avx512_core_amx",
-};
-/** The bits that avx512_core (0x27) adds to avx2 (0x7). */
-const AVX512_CORE_BITS = 0x20;
 /** AVX2's vector holds 8 floats: convolutions with fewer channels were the ones that faulted. */
 export const AVX2_MIN_CHANNELS = 8;
-
-let isa: number | undefined;
-/** oneDNN's effective ISA in this process, as a number (-1: unknown). Fixed once asked. */
-function onednnIsaValue(): number {
-  isa ??= native.onednnIsa();
-  return isa;
-}
-
-/** The instruction set oneDNN's CPU kernels use here ("avx2", "avx512_core", ...), or "unknown". */
-export function onednnIsa(): string {
-  const v = onednnIsaValue();
-  return v < 0 ? "unknown" : (ONEDNN_ISAS[v] ?? `0x${v.toString(16)}`);
-}
-
-/** Whether oneDNN runs AVX-512 kernels here: where channels-last was measured safe at any channel count. */
-function avx512(): boolean {
-  const v = onednnIsaValue();
-  return v >= 0 && (v & AVX512_CORE_BITS) !== 0;
-}
 
 let forced: ConvLayout | null = null;
 
