@@ -27,17 +27,33 @@ export interface LockHolder {
   started?: number;
 }
 
-/** A process's start time in clock ticks since boot (/proc/<pid>/stat, field 22), or undefined (no such process, no /proc). */
-export function processStart(pid: number): number | undefined {
+/** Fields 3 on of /proc/<pid>/stat (field 3, the state, first), or undefined (no such process, no /proc). */
+function procStat(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // Field 2, the command name, is in parentheses and may itself hold spaces and ")": the
     // fields are counted from the last ")", which is followed by field 3.
-    const started = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[22 - 3]);
-    return Number.isSafeInteger(started) ? started : undefined;
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   } catch {
     return undefined;
   }
+}
+
+/** A process's start time in clock ticks since boot (/proc/<pid>/stat, field 22), or undefined (no such process, no /proc). */
+export function processStart(pid: number): number | undefined {
+  const fields = procStat(pid);
+  const started = Number(fields?.[22 - 3]);
+  return Number.isSafeInteger(started) ? started : undefined;
+}
+
+/**
+ * Whether a pid names a process that has ended but was not yet reaped (state Z or X): it still
+ * answers kill(pid, 0) and keeps its /proc entry and start time. Where nobody reaps orphans (a
+ * container's first process), a worker of a killed run stays so.
+ */
+function ended(pid: number): boolean {
+  const state = procStat(pid)?.[0];
+  return state === "Z" || state === "X";
 }
 
 /** Milliseconds since the file at path was last changed (0 when it is gone). */
@@ -85,6 +101,7 @@ function processAlive(h: LockHolder): boolean {
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "EPERM") return false; // EPERM: alive, another user's
   }
+  if (ended(h.pid)) return false;
   const started = processStart(h.pid);
   if (h.started !== undefined && started !== undefined) return started === h.started;
   // A lock without the start time (an older stitchlab's), or no /proc: a reused pid is told by
