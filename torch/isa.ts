@@ -26,23 +26,51 @@ const ONEDNN_ISAS: Record<number, string> = {
 /** The bits that avx512_core (0x27) adds to avx2 (0x7). */
 const AVX512_CORE_BITS = 0x20;
 
+/** The ISA cap set in the environment (DNNL_MAX_CPU_ISA, or ONEDNN_MAX_CPU_ISA), as named there. */
+function capName(): { name: string; variable: string } | null {
+  for (const variable of ["DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA"]) {
+    const name = process.env[variable];
+    if (name) return { name, variable };
+  }
+  return null;
+}
+
+/**
+ * oneDNN's ISA where libtorch hides oneDNN's query (a PyTorch wheel's or archive's libtorch): the
+ * best the CPU's flags allow (AVX-512 BW/VL/DQ: avx512_core; AVX2), under the environment's cap.
+ */
+function isaFromFlags(): number {
+  const best = cpuHasAvx512Core() ? 0x27 : cpuFlags().includes("avx2") ? 0x7 : 0x1;
+  const cap = capName()?.name.toLowerCase();
+  if (!cap || cap === "all") return best;
+  const capped = Number(Object.entries(ONEDNN_ISAS).find(([, n]) => n === cap)?.[0] ?? best);
+  return capped & best;
+}
+
 let isa: number | undefined;
-/** oneDNN's effective ISA in this process, as a number (-1: unknown). Fixed once asked. */
+/** oneDNN's effective ISA in this process, as a number; from the CPU's flags where oneDNN cannot be asked. */
 function onednnIsaValue(): number {
   isa ??= native.onednnIsa();
+  if (isa < 0) isa = isaFromFlags();
   return isa;
 }
 
-/** The instruction set oneDNN's CPU kernels use here ("avx2", "avx512_core", ...), or "unknown". */
+/** The instruction set oneDNN's CPU kernels use here ("avx2", "avx512_core", ...). */
 export function onednnIsa(): string {
   const v = onednnIsaValue();
-  return v < 0 ? "unknown" : (ONEDNN_ISAS[v] ?? `0x${v.toString(16)}`);
+  return ONEDNN_ISAS[v] ?? `0x${v.toString(16)}`;
 }
 
-/** Whether oneDNN runs AVX-512 (core or better) kernels here; false where unknown. */
+/** Whether oneDNN runs AVX-512 (core or better) kernels here. */
 export function avx512(): boolean {
-  const v = onednnIsaValue();
-  return v >= 0 && (v & AVX512_CORE_BITS) !== 0;
+  return (onednnIsaValue() & AVX512_CORE_BITS) !== 0;
+}
+
+/** The CPU's flags from /proc/cpuinfo; none where there is no /proc. */
+function cpuFlags(): string[] {
+  if (!existsSync("/proc/cpuinfo")) return [];
+  const line = readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m);
+  return line ? line[1].split(/\s+/) : [];
 }
 
 /**
@@ -50,11 +78,7 @@ export function avx512(): boolean {
  * (mkldnn_bf16_device_check: AVX-512 BW, VL and DQ), read from /proc/cpuinfo; false elsewhere.
  */
 function cpuHasAvx512Core(): boolean {
-  if (!existsSync("/proc/cpuinfo")) return false;
-  const flags =
-    readFileSync("/proc/cpuinfo", "utf8")
-      .match(/^flags\s*:(.*)$/m)?.[1]
-      .split(/\s+/) ?? [];
+  const flags = cpuFlags();
   return ["avx512bw", "avx512vl", "avx512dq"].every((f) => flags.includes(f));
 }
 
@@ -65,10 +89,10 @@ function cpuHasAvx512Core(): boolean {
  * iterator". (On a CPU without AVX-512 libtorch takes its own bf16 kernels, and autocast runs.)
  */
 export function cpuBf16Refusal(): string | null {
-  if (avx512() || !cpuHasAvx512Core() || onednnIsaValue() < 0) return null;
-  const cap = process.env.DNNL_MAX_CPU_ISA ?? process.env.ONEDNN_MAX_CPU_ISA;
+  if (avx512() || !cpuHasAvx512Core()) return null;
+  const cap = capName();
   return (
-    `bf16 autocast on the CPU: oneDNN is capped at ${onednnIsa()}${cap ? ` (DNNL_MAX_CPU_ISA=${cap})` : ""} on a CPU ` +
+    `bf16 autocast on the CPU: oneDNN is capped at ${onednnIsa()}${cap ? ` (${cap.variable}=${cap.name})` : ""} on a CPU ` +
     "with AVX-512, where libtorch 1.13 sends bf16 convolutions to oneDNN kernels the cap removed; " +
     "lift the cap or run in float32 (no autocast)"
   );

@@ -20,8 +20,8 @@
 // against 13.2 s). So "auto" takes channels-last only where oneDNN runs AVX-512 kernels, and a
 // layout forced on an AVX2 CPU still keeps each convolution with fewer than AVX2_MIN_CHANNELS
 // input or output channels contiguous. oneDNN's ISA is asked of oneDNN itself (it follows
-// DNNL_MAX_CPU_ISA); where libtorch hides it (a PyTorch wheel's libtorch), it is unknown, and
-// unknown counts as AVX2. docs/benchmarks.md, "Layout safety", has the table.
+// DNNL_MAX_CPU_ISA); where libtorch hides it (a PyTorch wheel's libtorch), from the
+// CPU's flags and the cap (torch/isa.ts). docs/benchmarks.md, "Layout safety", has the table.
 //
 // Only the activations change layout: a convolution's input is made channels-last, and oneDNN
 // keeps its output so, through batch norm, ReLU and the additions of a residual block, to the

@@ -46,7 +46,7 @@ static Napi::Value GetNumThreads(const Napi::CallbackInfo& info) {
 // the convolution layout by it, because oneDNN 2.6's AVX2 channels-last convolutions corrupt the
 // heap at small channel counts. Looked up at run time, not linked: Debian's libtorch loads
 // libdnnl.so.2 with its symbols exported, a PyTorch wheel's libtorch hides them, and then this
-// says -1 (unknown) and the caller decides from the CPU's flags. Asking fixes the ISA for the
+// says -1 (unknown) and torch/isa.ts decides from the CPU's flags and the cap. Asking fixes the ISA for the
 // process, as oneDNN's first kernel would.
 static Napi::Value OnednnIsa(const Napi::CallbackInfo& info) {
   using GetIsa = int (*)();
