@@ -6,7 +6,9 @@
 // killed process, a cancelled or finished Slurm job) is taken over: a killed job never gets to
 // remove its lock. On the holder's own machine its process decides, whatever its Slurm job says (a
 // retried attempt runs in the job of the attempt that died), and the process must be the one that
-// wrote the lock: the same pid and the same start time (a pid is reused once its process is gone). An experiment's folder has a lock of its own (`<out>/run.lock`,
+// wrote the lock: the same pid and the same start time (a pid is reused once its process is gone);
+// on another machine in the waiter's own job, which run of the job it was (Slurm requeues a job
+// onto other nodes, and the lock records SLURM_RESTART_COUNT). An experiment's folder has a lock of its own (`<out>/run.lock`,
 // experiments/outdir.ts), which a second run is refused rather than made to wait for.
 import { linkSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -25,6 +27,19 @@ export interface LockHolder {
    * locks of older stitchlabs and where there is no /proc.
    */
   started?: number;
+  /**
+   * SLURM_RESTART_COUNT of the holder's job when it wrote the lock (0 until Slurm requeues the
+   * job): which run of its job it was. Absent in locks of older stitchlabs and outside Slurm.
+   */
+  restarts?: number;
+}
+
+/** This process's Slurm job, if any: its id and how often Slurm has requeued it (SLURM_RESTART_COUNT, default 0). */
+function ownJob(env: NodeJS.ProcessEnv = process.env): { job: string; restarts: number } | null {
+  const job = env.SLURM_JOB_ID;
+  if (!job) return null;
+  const restarts = Number(env.SLURM_RESTART_COUNT ?? 0);
+  return { job, restarts: Number.isSafeInteger(restarts) && restarts >= 0 ? restarts : 0 };
 }
 
 /** Fields 3 on of /proc/<pid>/stat (field 3, the state, first), or undefined (no such process, no /proc). */
@@ -79,11 +94,15 @@ export function readHolder(path: string): LockHolder | null {
  * stitchlabs are read). Its Slurm job is not asked there: a task retried within one job (Slurm's
  * own requeue, or the executor's next attempt) would otherwise wait forever for the attempt that
  * died, since the job, the waiter's own, is alive. On another machine its Slurm job decides, and
- * without one (or without Slurm's commands here) it is assumed to work.
+ * without one (or without Slurm's commands here) it is assumed to work; but where that job is the
+ * waiter's own, asking Slurm says nothing (it runs: the waiter is in it), and the runs of the job
+ * decide (ownJobHolderAlive).
  */
 export function holderAlive(h: LockHolder): boolean {
   if (h.host === hostname()) return processAlive(h);
   if (h.job) {
+    const own = ownJob();
+    if (own && h.job === own.job) return ownJobHolderAlive(h, own.restarts);
     try {
       const s = jobStates([h.job]).get(h.job);
       if (s) return LIVE.has(s.state);
@@ -92,6 +111,24 @@ export function holderAlive(h: LockHolder): boolean {
     }
   }
   return true; // another machine, and no job to ask: assume it works
+}
+
+/**
+ * A holder on another machine in the waiter's own Slurm job. Slurm requeued the job (a node
+ * failed, a preemption, scontrol requeue) and it now runs on another node: Slurm stops all of a
+ * run's processes before it requeues the job, and counts the runs (SLURM_RESTART_COUNT), so a
+ * holder of an earlier run (a lower count) is gone. A holder of this same run on another machine
+ * is alive: it is a process of this job on another of its nodes (a multi-node allocation, as
+ * `srun -N2 stitchlab task KEY` or steps spread over its nodes make), working now, and its pid
+ * cannot be asked from here. Had it died, the waiter waits until the job ends (its time limit;
+ * the next job then asks Slurm, which says this one ended): the safe side, since taking over a
+ * lock whose holder works would have two processes make one task at once. A holder of a later run than ours (we are what is
+ * left of an earlier run, about to be stopped) is alive too. A lock of an older stitchlab, without
+ * the count, is read as before: the job, alive, holds it.
+ */
+function ownJobHolderAlive(h: LockHolder, restarts: number): boolean {
+  if (h.restarts === undefined) return true;
+  return h.restarts >= restarts;
 }
 
 /** Whether the holder's process (on this machine) still runs: its pid lives and was not reused since. */
@@ -114,7 +151,8 @@ function processAlive(h: LockHolder): boolean {
 }
 
 export function describeHolder(h: LockHolder): string {
-  return `${h.host} pid ${h.pid}${h.job ? ` (Slurm job ${h.job})` : ""} since ${h.at}`;
+  const run = h.restarts ? `, requeued ${h.restarts} time${h.restarts === 1 ? "" : "s"}` : "";
+  return `${h.host} pid ${h.pid}${h.job ? ` (Slurm job ${h.job}${run})` : ""} since ${h.at}`;
 }
 
 /**
@@ -135,6 +173,8 @@ export async function withLock<T>(
     job: process.env.SLURM_JOB_ID ?? null,
     at: new Date().toISOString(),
   };
+  const own = ownJob();
+  if (own) me.restarts = own.restarts;
   const started = processStart(process.pid);
   if (started !== undefined) me.started = started;
   const heard = new Set<string>();
