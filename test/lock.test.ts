@@ -1,7 +1,7 @@
 // The task lock (experiments/lock.ts): a live holder is waited for, a dead one is taken over,
 // and the lock goes when the work ends, thrown or not.
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import {
   chmodSync,
   existsSync,
@@ -197,4 +197,105 @@ test("a lock records its holder's start time; a pid reused by another process do
     "ran",
   );
   assert.ok(!existsSync(path));
+});
+
+/** Runs fn with the environment's variables set (undefined: unset) as given, and as they were after. */
+async function withEnv<T>(vars: Record<string, string | undefined>, fn: () => T | Promise<T>): Promise<T> {
+  const was = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  const set = (v: Record<string, string | undefined>) => {
+    for (const [k, x] of Object.entries(v))
+      if (x === undefined) delete process.env[k];
+      else process.env[k] = x;
+  };
+  set(vars);
+  try {
+    return await fn();
+  } finally {
+    set(was);
+  }
+}
+
+test("a holder on another machine in our own Slurm job: an earlier run of the job (requeued onto another node) is gone, this run's is alive", async () => {
+  // Slurm requeued job 7 (a node failed): its run 1 waited forever for the lock of its run 0 on the
+  // failed node, since the lock's job, its own, was alive (squeue says RUNNING).
+  const elsewhere = (restarts?: number): LockHolder => ({
+    ...holder(1, "7"),
+    host: "elsewhere.invalid",
+    ...(restarts === undefined ? {} : { restarts }),
+  });
+  await withSqueue("RUNNING", () =>
+    withEnv({ SLURM_JOB_ID: "7", SLURM_RESTART_COUNT: "1" }, async () => {
+      assert.ok(!holderAlive(elsewhere(0)), "run 0 of our job, requeued since");
+      assert.ok(holderAlive(elsewhere(1)), "this run, on another of the job's nodes (a multi-node job)");
+      assert.ok(holderAlive(elsewhere(2)), "a later run than ours");
+      assert.ok(holderAlive(elsewhere()), "an older stitchlab's lock, without the count: read as before");
+      assert.ok(holderAlive({ ...elsewhere(0), job: "8" }), "another job: Slurm decides (running)");
+      // Taken over at once, and the new lock records this run's count.
+      const path = join(tmp, "k8.lock");
+      writeFileSync(path, JSON.stringify(elsewhere(0)));
+      const held = await withLock(
+        path,
+        async () => JSON.parse(readFileSync(path, "utf8")) as LockHolder,
+        () => assert.fail("waited for an earlier run of its own job"),
+        20,
+      );
+      assert.equal(held.job, "7");
+      assert.equal(held.restarts, 1);
+      assert.ok(!existsSync(path));
+    }),
+  );
+  // Not requeued yet: SLURM_RESTART_COUNT is unset, and the count is 0.
+  await withEnv({ SLURM_JOB_ID: "7", SLURM_RESTART_COUNT: undefined }, async () => {
+    const path = join(tmp, "k9.lock");
+    await withLock(path, async () => assert.equal(JSON.parse(readFileSync(path, "utf8")).restarts, 0));
+    assert.ok(holderAlive(elsewhere(0)));
+  });
+  // Outside Slurm no count is recorded.
+  await withEnv({ SLURM_JOB_ID: undefined, SLURM_RESTART_COUNT: undefined }, async () => {
+    const path = join(tmp, "k10.lock");
+    await withLock(path, async () => assert.equal(JSON.parse(readFileSync(path, "utf8")).restarts, undefined));
+  });
+});
+
+/** The state of a process (field 3 of /proc/<pid>/stat), or undefined. */
+function procState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[0];
+  } catch {
+    return undefined;
+  }
+}
+
+test("a holder that has ended but was not reaped (a zombie) is gone, though its pid answers and its start time is the lock's", {
+  skip: processStart(process.pid) === undefined && "no /proc here",
+  timeout: 10_000,
+}, async () => {
+  // A child of a parent that never waits: sh starts `sleep 30` in the background, prints its pid,
+  // and becomes (exec) a sleep that never reaps it. Killed, the child stays a zombie of that parent,
+  // as a worker of a SIGKILLed run stays where nobody reaps orphans (a container's first process).
+  const parent = spawn("sh", ["-c", "sleep 30 & echo $!; exec sleep 30"], { stdio: ["ignore", "pipe", "inherit"] });
+  try {
+    const pid = await new Promise<number>((resolve, reject) => {
+      let text = "";
+      parent.stdout.on("data", (d: Buffer) => {
+        text += d.toString();
+        if (text.includes("\n")) resolve(Number(text.trim()));
+      });
+      parent.on("error", reject);
+    });
+    const started = processStart(pid);
+    assert.ok(started !== undefined, `pid ${pid} has a start time`);
+    const lock: LockHolder = { ...holder(pid), started };
+    assert.ok(holderAlive(lock), "alive while it runs");
+    process.kill(pid, "SIGKILL");
+    for (let i = 0; i < 500 && procState(pid) !== "Z"; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(procState(pid), "Z", "a zombie");
+    // What the other checks see: the pid answers, the start time is the lock's.
+    assert.doesNotThrow(() => process.kill(pid, 0));
+    assert.equal(processStart(pid), started);
+    assert.ok(!holderAlive(lock), "a zombie does not hold the lock");
+  } finally {
+    parent.kill("SIGKILL");
+  }
 });
