@@ -99,6 +99,13 @@ export interface Manifest {
     threads: number;
     libtorch: string;
     cpu: string;
+    /**
+     * The instruction set oneDNN ran with and the convolutions' layout: like the thread count,
+     * they change sums' order, and DNNL_MAX_CPU_ISA changes them on one CPU (torch/layout.ts).
+     * Absent from entries made before issue 36.
+     */
+    onednnIsa?: string;
+    layout?: torch.ConvLayout;
     node: string;
   };
 }
@@ -132,6 +139,8 @@ export function finishEntry(cache: string, key: string, partial: string, device:
       threads: torch.getNumThreads(),
       libtorch: torch.buildInfo().torch,
       cpu: cpus()[0]?.model ?? "unknown",
+      onednnIsa: torch.onednnIsa(),
+      layout: torch.convLayout(device),
       node: process.version,
     },
   };

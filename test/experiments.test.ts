@@ -12,6 +12,7 @@ import { taskKey } from "../experiments/cache.js";
 import { planExperiment } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment } from "../experiments/spec.js";
 import { cliCommand, reportCommand } from "../experiments/tasks.js";
+import * as torch from "../torch/index.js";
 import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { csvRows, REQUIRED_COLUMNS } from "./helpers/csv.js";
@@ -226,6 +227,12 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   const scores = manifest.files.find((f: { path: string }) => f.path === "scores.json");
   assert.ok(scores && scores.bytes > 0 && /^[0-9a-f]{64}$/.test(scores.sha256), JSON.stringify(manifest.files));
   assert.equal(manifest.made.device, "cpu");
+  // The ISA and layout it ran with (a worker of one thread: channels-last exactly under AVX-512).
+  assert.equal(manifest.made.onednnIsa, torch.onednnIsa());
+  assert.equal(
+    manifest.made.layout,
+    manifest.made.threads === 1 && torch.onednnAvx512() ? "channels-last" : "contiguous",
+  );
   assert.ok(manifest.made.threads >= 1 && manifest.made.libtorch && manifest.made.cpu, JSON.stringify(manifest.made));
   // A truncated file: the entry is no longer taken as done; the next run sets it aside and makes it again.
   const text = readFileSync(join(entry, "scores.json"), "utf8");

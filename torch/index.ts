@@ -18,7 +18,7 @@ export { cudaIndex, type Device, isCuda, isDevice, parseDevice, requireDevice } 
 export { type DType, isFloating } from "./dtype.js";
 export * from "./functional.js";
 export { GraphedStep, graphsRequested, graphsUnavailable } from "./graphs.js";
-export { cpuBf16Refusal, onednnIsa } from "./isa.js";
+export { avx512 as onednnAvx512, cpuBf16Refusal, onednnIsa } from "./isa.js";
 export {
   AVX2_MIN_CHANNELS,
   type ConvLayout,

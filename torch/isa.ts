@@ -61,7 +61,7 @@ export function onednnIsa(): string {
   return ONEDNN_ISAS[v] ?? `0x${v.toString(16)}`;
 }
 
-/** Whether oneDNN runs AVX-512 (core or better) kernels here. */
+/** Whether oneDNN runs AVX-512 (core or better) kernels here (torch.onednnAvx512). */
 export function avx512(): boolean {
   return (onednnIsaValue() & AVX512_CORE_BITS) !== 0;
 }
