@@ -6,7 +6,8 @@
 // `--layout contiguous`), an IRI step to layer4.1 35-37 against 45 ms; in Python PyTorch, at
 // width 1/4, at full width and at batch 128, it was never slower. With two threads the
 // width-1/8 step was slower in channels-last (PyTorch: 61 against 52 ms), and on a GPU nothing
-// was measured, so there the layout stays contiguous. Our figures: docs/benchmarks.md.
+// was measured, so there the layout stays contiguous. The issue's AMD EPYC measured channels-last
+// 1.6x faster on one thread in PyTorch (issue 23); our figures: docs/benchmarks.md.
 //
 // Where it is safe, by measurement (issue 36): oneDNN 2.6's AVX2 channels-last convolutions
 // corrupt the heap (a ResNet-18 at width 1/16 aborted with "double free or corruption" on an AVX2
@@ -15,9 +16,12 @@
 // batch 1 and 8, forward and backward in plain PyTorch under glibc's malloc checks: with oneDNN
 // capped at AVX2, every pair with fewer than 8 input channels aborted at the 1x1 stride-2
 // convolution at 16 px, batch 8 (the shape of a ResNet's downsampling shortcut), and the 24 pairs
-// from 8 channels up ran clean; with AVX-512 (Zen 4, avx512_core_bf16), all 64 ran clean. On an
-// AMD EPYC with AVX2 only, PyTorch's calibration epoch also gained nothing from the layout (12.9 s
-// against 13.2 s). So "auto" takes channels-last only where oneDNN runs AVX-512 kernels, and a
+// from 8 channels up ran clean; with AVX-512 (Zen 4, avx512_core_bf16), all 64 ran clean. And
+// under AVX2 the layout gains little: a width-1/8 ResNet-18's training step (batch 64, one
+// thread, the two layouts' steps alternated in one process) took 0.95 of the contiguous time with
+// the guard below, against 0.75 under AVX-512 on the same Zen 4; on an AMD EPYC with AVX2 only,
+// PyTorch's calibration epoch (two threads) gained nothing (12.9 s against 13.2 s). So "auto"
+// takes channels-last only where oneDNN runs AVX-512 kernels, and a
 // layout forced on an AVX2 CPU still keeps each convolution with fewer than AVX2_MIN_CHANNELS
 // input or output channels contiguous. oneDNN's ISA is asked of oneDNN itself (it follows
 // DNNL_MAX_CPU_ISA); where libtorch hides it (a PyTorch wheel's libtorch), from the
