@@ -19,7 +19,12 @@
 //   before any byte is read);
 // - the time: every window of STITCHLAB_DOWNLOAD_RATE_WINDOW seconds (default 60) must bring
 //   STITCHLAB_DOWNLOAD_MIN_RATE kB/s (default 10) on average, so a server that trickles a byte
-//   now and then (which no idle timeout catches) is stopped too; 0 turns the rate off.
+//   now and then (which no idle timeout catches) is stopped too; 0 turns the rate off;
+// - the headers: each hop's response headers must be in within STITCHLAB_DOWNLOAD_HEADER_TIMEOUT
+//   seconds (default 60) of its request, so a server that trickles the headers (which neither the
+//   idle timeout nor the rate, which starts with the body, catches) is stopped too;
+// - the bodies not taken: a redirect's or an error's body is not read but its connection closed,
+//   so an endless one keeps neither the socket nor the process.
 //
 // Loading a model is synchronous (models/checkpoint.ts loadCheckpoint), so downloadSync runs the
 // download in a child Node process (this file as its entry point) and waits for it; the child's
@@ -66,6 +71,8 @@ export interface DownloadJob {
   /** Fewer bytes per second than this over any window of rateWindowMs is an error (default: downloadLimits(); 0: none). */
   minBytesPerSecond?: number;
   rateWindowMs?: number;
+  /** Each hop's response headers must arrive within this long of its request (ms; default: downloadLimits()). */
+  headerTimeoutMs?: number;
 }
 
 /** The bounds of a download (see the top of this file), from the environment, each checked. */
@@ -73,13 +80,15 @@ export interface DownloadLimits {
   maxBytes: number;
   minBytesPerSecond: number;
   rateWindowMs: number;
+  headerTimeoutMs: number;
 }
 
 /**
  * The bounds the environment sets: STITCHLAB_DOWNLOAD_MAX_MB (default 4096: ViT-B's weights are
  * 350 MB), STITCHLAB_DOWNLOAD_MIN_RATE in kB/s (default 10; 0: no minimum) and
- * STITCHLAB_DOWNLOAD_RATE_WINDOW in seconds (default 60). A value that is not a number is an
- * error naming the variable.
+ * STITCHLAB_DOWNLOAD_RATE_WINDOW in seconds (default 60), and STITCHLAB_DOWNLOAD_HEADER_TIMEOUT
+ * in seconds (default 60: each hop's headers). A value that is not a number is an error naming
+ * the variable.
  */
 export function downloadLimits(env: NodeJS.ProcessEnv = process.env): DownloadLimits {
   const read = (name: string, fallback: number, zero: boolean, unit: string): number => {
@@ -94,6 +103,7 @@ export function downloadLimits(env: NodeJS.ProcessEnv = process.env): DownloadLi
     maxBytes: read("STITCHLAB_DOWNLOAD_MAX_MB", 4096, false, "megabytes") * 1e6,
     minBytesPerSecond: read("STITCHLAB_DOWNLOAD_MIN_RATE", 10, true, "kB/s") * 1e3,
     rateWindowMs: read("STITCHLAB_DOWNLOAD_RATE_WINDOW", 60, false, "seconds") * 1e3,
+    headerTimeoutMs: read("STITCHLAB_DOWNLOAD_HEADER_TIMEOUT", 60, false, "seconds") * 1e3,
   };
 }
 
@@ -161,8 +171,12 @@ const header = (h: http.IncomingHttpHeaders, name: string): string | undefined =
   return Array.isArray(v) ? v[0] : v;
 };
 
-/** GET `url`, following redirects (relative ones too, as huggingface_hub does for a renamed repository). */
-function get(url: string, idleMs: number): Promise<Response> {
+/**
+ * GET `url`, following redirects (relative ones too, as huggingface_hub does for a renamed
+ * repository). Each hop's headers must be in within headerMs of its request; a redirect's body is
+ * not read (its connection is closed).
+ */
+function get(url: string, idleMs: number, headerMs: number): Promise<Response> {
   const hops: Response["hops"] = [];
   const once = (u: string, left: number): Promise<Response> =>
     new Promise((resolvePromise, reject) => {
@@ -178,16 +192,19 @@ function get(url: string, idleMs: number): Promise<Response> {
         reject(new DownloadError(`${u}: only http and https URLs are fetched`, "failed", url));
         return;
       }
+      let deadline: NodeJS.Timeout | undefined;
       const req = lib.get(
         parsed,
         { headers: { "Accept-Encoding": "identity", "User-Agent": `stitchlab/${stitchlabVersion}` } },
         (res) => {
+          clearTimeout(deadline);
           const status = res.statusCode ?? 0;
           hops.push({ url: u, status, headers: res.headers });
           const location = header(res.headers, "location");
           if (status >= 300 && status < 400 && location) {
+            // Not drained (an endless body would keep the socket, and the process, going): closed.
             res.on("error", () => {});
-            res.resume();
+            res.destroy();
             if (left <= 0) {
               reject(new DownloadError(`${url}: more than ${MAX_REDIRECTS} redirects`, "failed", url));
               return;
@@ -198,10 +215,23 @@ function get(url: string, idleMs: number): Promise<Response> {
           resolvePromise({ res, req, hops });
         },
       );
+      // The headers' deadline: the idle timeout restarts with every byte, so headers sent a byte
+      // at a time would never end the request.
+      deadline = setTimeout(() => {
+        reject(
+          new DownloadError(
+            `${url}: no response headers${u === url ? "" : ` from ${u}`} within ${headerMs / 1000} s of the request (STITCHLAB_DOWNLOAD_HEADER_TIMEOUT): stopped; nothing was kept`,
+            "failed",
+            url,
+          ),
+        );
+        req.destroy();
+      }, headerMs);
       req.setTimeout(idleMs, () =>
         req.destroy(Object.assign(new Error(`no answer for ${idleMs / 1000} s`), { code: "ETIMEDOUT" })),
       );
       req.on("error", (e: NodeJS.ErrnoException) => {
+        clearTimeout(deadline);
         const code = e.code === "ECONNRESET" ? "ECONNRESET_BEFORE_RESPONSE" : (e.code ?? "");
         const kind = UNREACHABLE.has(code) ? "unreachable" : "failed";
         const why = e.code && !e.message.includes(e.code) ? `${e.code}: ${e.message}` : e.message;
@@ -330,11 +360,12 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
   };
   try {
     const limits = { ...downloadLimits(), ...definedOf(job) };
-    const { res, hops } = await get(url, job.idleTimeoutMs ?? 60_000);
+    const { res, hops } = await get(url, job.idleTimeoutMs ?? 60_000, limits.headerTimeoutMs);
     const status = res.statusCode ?? 0;
     if (status !== 200) {
+      // Its body is not read but its connection closed, as a redirect's.
       res.on("error", () => {});
-      res.resume();
+      res.destroy();
       const hubSays = header(res.headers, "x-error-message");
       const where = hops.length > 1 ? ` (redirected to ${hops[hops.length - 1].url})` : "";
       fail(
@@ -496,7 +527,7 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
 /** The bounds a job sets itself (undefined fields left to the environment's). */
 const definedOf = (job: DownloadJob): Partial<DownloadLimits> =>
   Object.fromEntries(
-    (["maxBytes", "minBytesPerSecond", "rateWindowMs"] as const)
+    (["maxBytes", "minBytesPerSecond", "rateWindowMs", "headerTimeoutMs"] as const)
       .filter((k) => job[k] !== undefined)
       .map((k) => [k, job[k]]),
   );
