@@ -108,7 +108,7 @@ export function stepScheduleMilestones(fractions: readonly number[], epochs: num
   return fractions.map((f) => Math.floor(f * epochs + 1e-9));
 }
 
-/** The step schedule over `epochs`: MultiStepLR at stepScheduleMilestones(fractions, epochs), gamma 0.1 unless given. */
-export function stepSchedule(opt: Optimizer, fractions: readonly number[], epochs: number, gamma = 0.1): MultiStepLR {
+/** The step schedule over `epochs`: MultiStepLR at stepScheduleMilestones(fractions, epochs), gamma from the recipe (its lrDecay). */
+export function stepSchedule(opt: Optimizer, fractions: readonly number[], epochs: number, gamma: number): MultiStepLR {
   return new MultiStepLR(opt, stepScheduleMilestones(fractions, epochs), gamma);
 }
