@@ -156,7 +156,7 @@ export const IRI_VERDICT_MAX_RESIDUAL = 0.3;
  * Sanity warnings, each naming the rows it affects:
  * - the back or front model near chance (accuracy at most 2/K: nothing there to stitch);
  * - an IRI set whose mean residual is above IRI_VERDICT_MAX_RESIDUAL, 0.3 ("loose IRIs": A does
- *   not represent x' as x, and the reading gives no invariance-aware verdict at that point);
+ *   not represent x' as x: the verdict leaves that set out, or withholds the point: contrast);
  * - T trained for fewer than 100 optimiser steps;
  * - a score that is not finite.
  */
@@ -254,6 +254,14 @@ export const PAPER_VALUES: Record<string, string> = {
   "rand-control": "excess agreement about 0 everywhere",
 };
 
+/** An IRI set too loose to judge (mean residual above IRI_VERDICT_MAX_RESIDUAL), left out of a point's verdict. */
+export interface LooseSet {
+  pair: string;
+  front: string;
+  replicate: number;
+  residual: number;
+}
+
 /** One pair against another on invariance-aware agreement, from the middle point on. */
 export interface Contrast {
   higher: string;
@@ -261,15 +269,19 @@ export interface Contrast {
   objective: string;
   points: {
     point: string;
+    /** The intervals over the replicates judged (those whose IRI sets are tight enough). */
     higher: Interval;
     lower: Interval;
+    /** Judged, and the intervals separate (higher above lower). */
     apart: boolean;
     /** The largest mean IRI residual of the two pairs' IRI sets at the point (null: none recorded). */
     residual: number | null;
-    /** The IRIs there are too loose to judge (residual above IRI_VERDICT_MAX_RESIDUAL): no verdict. */
+    /** Withheld: too many of a pair's IRI sets there are too loose to judge (see contrast): neither apart nor not. */
     loose: boolean;
+    /** The IRI sets left out as too loose, whether the point was then judged on the rest or withheld. */
+    looseSets: LooseSet[];
   }[];
-  /** Whether the intervals separate (higher above lower) at every point, each tight enough to judge. */
+  /** Whether the intervals separate (higher above lower) at every point judged, and one was. */
   apart: boolean;
   /** Per replicate: whether `higher` agrees more than `lower` at every point, that replicate alone. */
   perReplicate: { replicate: number; holds: boolean }[];
@@ -284,33 +296,101 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
   const from = points.slice(Math.floor((points.length - 1) / 2));
   const pick = (pair: string, point: string) =>
     rows.filter((r) => r.pair === pair && r.mode === "iris" && r.objective === objective && r.point === point);
+  const isLoose = (r: StitchRow) =>
+    r.iri_residual !== null && Number.isFinite(r.iri_residual) && r.iri_residual > IRI_VERDICT_MAX_RESIDUAL;
   const per = from.map((point) => {
-    const h = interval(perReplicate(pick(higher, point), (r) => r.agreement_prob));
-    const l = interval(perReplicate(pick(lower, point), (r) => r.agreement_prob));
-    const residuals = [...pick(higher, point), ...pick(lower, point)]
-      .map((r) => r.iri_residual)
-      .filter((v): v is number => v !== null && Number.isFinite(v));
+    const all = [...pick(higher, point), ...pick(lower, point)];
+    const residuals = all.map((r) => r.iri_residual).filter((v): v is number => v !== null && Number.isFinite(v));
     const residual = residuals.length ? Math.max(...residuals) : null;
-    const loose = residual !== null && residual > IRI_VERDICT_MAX_RESIDUAL;
-    return { point, higher: h, lower: l, apart: !loose && compareIntervals(h, l) === "higher", residual, loose };
+    const looseSets = [
+      ...new Map(
+        all
+          .filter(isLoose)
+          .map((r) => [
+            `${r.pair}\u0000${r.replicate}`,
+            { pair: r.pair, front: r.front, replicate: r.replicate, residual: r.iri_residual as number },
+          ]),
+      ).values(),
+    ];
+    // A loose IRI set is a failed measurement of that replicate (A does not represent x' as x), so
+    // a point is judged on each pair's tight replicates, as long as they are at least two (an
+    // interval needs two) and most of the pair's replicates. Where most sets are loose the recipe
+    // failed for that front and point, and what is left would be a selection: the point is withheld.
+    const tight = (pair: string) => {
+      const rs = pick(pair, point);
+      const kept = rs.filter((r) => !isLoose(r));
+      const n = new Set(rs.map((r) => r.replicate)).size;
+      const k = new Set(kept.map((r) => r.replicate)).size;
+      return { kept, enough: k === n || (k >= 2 && 2 * k > n) };
+    };
+    const [th, tl] = [tight(higher), tight(lower)];
+    const loose = !(th.enough && tl.enough);
+    const h = interval(perReplicate(loose ? pick(higher, point) : th.kept, (r) => r.agreement_prob));
+    const l = interval(perReplicate(loose ? pick(lower, point) : tl.kept, (r) => r.agreement_prob));
+    return {
+      point,
+      higher: h,
+      lower: l,
+      apart: !loose && compareIntervals(h, l) === "higher",
+      residual,
+      loose,
+      looseSets,
+    };
   });
   if (per.every((p) => p.higher.n === 0 || p.lower.n === 0)) return null;
   const replicates = [...new Set(rows.map((r) => r.replicate))].sort((a, b) => a - b);
+  // Per replicate, over the points judged, with that replicate's loose sets left out as above.
+  const judged = per.filter((p) => !p.loose);
   const verdicts = replicates.map((replicate) => ({
     replicate,
-    holds: from.every((point) => {
-      const [h] = perReplicate(
-        pick(higher, point).filter((r) => r.replicate === replicate),
-        (r) => r.agreement_prob,
-      );
-      const [l] = perReplicate(
-        pick(lower, point).filter((r) => r.replicate === replicate),
-        (r) => r.agreement_prob,
-      );
+    holds: judged.every(({ point }) => {
+      const mine = (pair: string) => pick(pair, point).filter((r) => r.replicate === replicate);
+      if ([...mine(higher), ...mine(lower)].some(isLoose)) return true;
+      const [h] = perReplicate(mine(higher), (r) => r.agreement_prob);
+      const [l] = perReplicate(mine(lower), (r) => r.agreement_prob);
       return h !== undefined && l !== undefined && h > l;
     }),
   }));
-  return { higher, lower, objective, points: per, apart: per.every((p) => p.apart), perReplicate: verdicts };
+  return {
+    higher,
+    lower,
+    objective,
+    points: per,
+    apart: judged.length > 0 && judged.every((p) => p.apart),
+    perReplicate: verdicts,
+  };
+}
+
+/** Loose IRI sets in words: "clean-s1 replicate 3 (residual 0.316)". */
+const looseWords = (sets: LooseSet[]): string =>
+  sets.map((x) => `${x.front} replicate ${x.replicate} (residual ${x.residual.toFixed(3)})`).join(", ");
+
+/**
+ * A contrast's verdict in words, on the points judged only (issue 37: a withheld point is neither
+ * apart nor not apart): the verdict, and a note naming the points withheld and the IRI sets left
+ * out, each with its front, replicate and residual ("" when none).
+ */
+export function verdictWords(c: Contrast, other: string): { word: string; note: string } {
+  const judged = c.points.filter((p) => !p.loose);
+  const withheld = c.points.filter((p) => p.loose);
+  const names = (ps: typeof c.points) => ps.map((p) => p.point).join(", ");
+  const apartAt = judged.filter((p) => p.apart);
+  const notAt = judged.filter((p) => !p.apart);
+  const word =
+    judged.length === 0
+      ? "no verdict: the IRIs are too loose to judge at every point"
+      : notAt.length === 0
+        ? `told apart${withheld.length ? ` at ${names(judged)}` : ""}: ${other} is less similar to the back model than a model of another seed`
+        : apartAt.length
+          ? `told apart at ${names(apartAt)}, not told apart at ${names(notAt)}`
+          : `not told apart${withheld.length ? ` at ${names(judged)}` : ""}`;
+  const notes = [
+    ...withheld.map((p) => `${p.point} withheld, its IRIs too loose to judge: ${looseWords(p.looseSets)}`),
+    ...judged
+      .filter((p) => p.looseSets.length)
+      .map((p) => `${p.point} judged without the too-loose IRI sets of ${looseWords(p.looseSets)}`),
+  ];
+  return { word, note: notes.length && judged.length ? ` ${notes.join("; ")}.` : "" };
 }
 
 /** A pair's standard-stitching agreement means, point by point (finite ones only). */
@@ -339,20 +419,20 @@ export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summariz
       for (const objective of [...new Set(rows.map((r) => r.objective))]) {
         const c = contrast(rows, "cross-seed", other, objective);
         if (!c) continue;
-        const loose = c.points.every((p) => p.loose);
-        const word = c.apart
-          ? `told apart: ${other} is less similar to the back model than a model of another seed`
-          : loose
-            ? "no verdict: the IRIs are too loose to judge"
-            : "not told apart";
+        const { word, note } = verdictWords(c, other);
         const std = [standard("cross-seed"), standard(other)].filter((v): v is number => v !== null);
         out.push(
           `Verdict, ${other} vs cross-seed (invariance-aware ${objective.toUpperCase()}, ${n} replicate${n === 1 ? "" : "s"}): ${word} (${c.points
-            .map((p) => `${p.point} ${formatInterval(p.higher, 2)} vs ${formatInterval(p.lower, 2)}`)
+            .map((p) =>
+              p.loose
+                ? `${p.point} withheld`
+                : `${p.point} ${formatInterval(p.higher, 2)} vs ${formatInterval(p.lower, 2)}`,
+            )
             .join(", ")})` +
             (std.length === 2
               ? `; standard stitching ${Math.min(...std) >= 0.7 ? "calls both similar" : "does not call both similar"} (${Math.min(...std).toFixed(2)} or more).`
-              : "."),
+              : ".") +
+            note,
         );
       }
   return out;
@@ -415,16 +495,16 @@ export function reading(
         const show = c.points
           .map(
             (x) =>
-              `${x.point} ${formatInterval(x.higher, 2)} vs ${formatInterval(x.lower, 2)}${x.loose ? ` (IRIs too loose to judge: residual up to ${x.residual?.toFixed(2)} > ${IRI_VERDICT_MAX_RESIDUAL})` : ""}`,
+              `${x.point} ${x.loose ? `withheld (IRIs too loose to judge: residual up to ${x.residual?.toFixed(2)} > ${IRI_VERDICT_MAX_RESIDUAL})` : `${formatInterval(x.higher, 2)} vs ${formatInterval(x.lower, 2)}`}`,
           )
           .join(", ");
-        const apartAt = c.points.filter((x) => x.apart).length;
-        const looseAt = c.points.filter((x) => x.loose).length;
         const held = c.perReplicate.filter((r) => r.holds).length;
+        const { word, note } = verdictWords(c, other);
+        const withheld = c.points.some((x) => x.loose);
         out.push(
           (c.apart
-            ? `Invariance-aware ${objective.toUpperCase()}: from the middle point on, cross-seed agrees more than ${other}, with the 95% intervals apart at every point (${show}): the ${other} front is not functionally similar to the back model in the way a model of another seed is, whatever standard stitching says.`
-            : `Invariance-aware ${objective.toUpperCase()}, cross-seed vs ${other} from the middle point on: ${show}: ${apartAt ? `apart at ${apartAt} of ${c.points.length} points, not told apart at the others` : looseAt === c.points.length ? "no verdict: the IRIs are too loose to judge at every point" : "not told apart"}${looseAt && looseAt < c.points.length ? ` (${looseAt} point${looseAt > 1 ? "s" : ""} too loose to judge)` : ""} with ${n} replicate${n > 1 ? "s" : ""}.`) +
+            ? `Invariance-aware ${objective.toUpperCase()}: from the middle point on, cross-seed agrees more than ${other}, with the 95% intervals apart at every point${withheld ? " judged" : ""} (${show}): the ${other} front is not functionally similar to the back model in the way a model of another seed is, whatever standard stitching says.${note}`
+            : `Invariance-aware ${objective.toUpperCase()}, cross-seed vs ${other} from the middle point on: ${show}: ${word} with ${n} replicate${n > 1 ? "s" : ""}.${note}`) +
             (c.perReplicate.length > 1
               ? ` Taken alone, ${held} of ${c.perReplicate.length} replicates rank cross-seed above ${other} at every one of these points.`
               : ""),

@@ -356,7 +356,7 @@ test("the settings line describes only the modes run, and adversarial stitching 
   );
 });
 
-test("IRIs too loose to judge: no verdict at a point whose IRI sets' mean residual passes the limit", () => {
+test("IRIs too loose to judge: a point is judged on its tight replicates, or withheld, and a withheld point is neither apart nor not apart", () => {
   const apart = rows(
     [
       [0.8, 0.6],
@@ -371,25 +371,76 @@ test("IRIs too loose to judge: no verdict at a point whose IRI sets' mean residu
   );
   const c = contrast(apart, "cross-seed", "cross-bias", "slm");
   assert.ok(c?.apart, "tight IRIs: apart");
-  // One cross-bias IRI set at layer4.1 too loose: that point has no verdict, so neither has the pair.
-  const loose = apart.map((r) =>
-    r.pair === "cross-bias" && r.point === "layer4.1" && r.replicate === 1
-      ? { ...r, iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.05 }
-      : r,
-  );
-  const l = contrast(loose, "cross-seed", "cross-bias", "slm");
-  assert.equal(l?.apart, false);
+  const limit = IRI_VERDICT_MAX_RESIDUAL;
+  const loosen = (pair: string, point: string, replicates: number[]) =>
+    apart.map((r) =>
+      r.pair === pair && r.point === point && replicates.includes(r.replicate)
+        ? { ...r, iri_residual: limit + 0.016 }
+        : r,
+    );
+  // One cross-bias IRI set of three at layer4.1 too loose: the point is judged on the other two,
+  // and the headline names the set left out.
+  const one = loosen("cross-bias", "layer4.1", [1]);
+  const o = contrast(one, "cross-seed", "cross-bias", "slm");
+  assert.equal(o?.apart, true);
   assert.deepEqual(
-    l?.points.map((p) => [p.point, p.loose, p.apart]),
+    o?.points.map((p) => [p.point, p.loose, p.apart, p.lower.n]),
+    [
+      ["layer2.1", false, true, 3],
+      ["layer4.1", false, true, 2],
+    ],
+  );
+  const oneLine = verdictLines(one)[0];
+  assert.match(oneLine, /: told apart: cross-bias is less similar/);
+  assert.ok(
+    oneLine.includes(
+      `layer4.1 judged without the too-loose IRI sets of pixel-s1 replicate 1 (residual ${(limit + 0.016).toFixed(3)})`,
+    ),
+    oneLine,
+  );
+  // Two of three loose at layer4.1: withheld (what is left would be a selection). The verdict is
+  // on layer2.1 alone, and the withheld point is named with its sets, not counted as not apart.
+  const most = loosen("cross-bias", "layer4.1", [0, 2]);
+  const m = contrast(most, "cross-seed", "cross-bias", "slm");
+  assert.deepEqual(
+    m?.points.map((p) => [p.point, p.loose, p.apart]),
     [
       ["layer2.1", false, true],
       ["layer4.1", true, false],
     ],
   );
-  const text = reading(loose).join("\n");
-  const limit = IRI_VERDICT_MAX_RESIDUAL;
-  assert.ok(text.includes(`(IRIs too loose to judge: residual up to ${(limit + 0.05).toFixed(2)} > ${limit})`), text);
-  assert.match(text, /apart at 1 of 2 points, not told apart at the others \(1 point too loose to judge\)/);
+  assert.equal(m?.apart, true, "apart at every point judged");
+  const line = verdictLines(most)[0];
+  assert.match(
+    line,
+    /: told apart at layer2\.1: cross-bias is less similar .*\(layer2\.1 .* vs .*, layer4\.1 withheld\)/,
+  );
+  assert.match(
+    line,
+    /layer4\.1 withheld, its IRIs too loose to judge: pixel-s1 replicate 0 \(residual 0\.316\), pixel-s1 replicate 2/,
+  );
+  assert.doesNotMatch(line, /not told apart/);
+  const text = reading(most).join("\n");
+  assert.ok(
+    text.includes(
+      `layer4.1 withheld (IRIs too loose to judge: residual up to ${(limit + 0.016).toFixed(2)} > ${limit})`,
+    ),
+    text,
+  );
+  assert.match(text, /with the 95% intervals apart at every point judged/);
+  // A withheld point beside one that is judged and not apart: "not told apart" at the judged one only.
+  const closeAndLoose = apart.map((r) =>
+    r.point === "layer2.1" && r.pair === "cross-bias"
+      ? { ...r, agreement_prob: r.agreement_prob + 0.5 }
+      : r.point === "layer4.1" && r.pair === "cross-seed"
+        ? { ...r, iri_residual: limit + 0.2 }
+        : r,
+  );
+  assert.match(verdictLines(closeAndLoose)[0], /: not told apart at layer2\.1 \(.*layer4\.1 withheld\)/);
+  // Every point withheld: no verdict, whatever the intervals say.
+  const all = apart.map((r) => ({ ...r, iri_residual: limit + 0.1 }));
+  assert.equal(contrast(all, "cross-seed", "cross-bias", "slm")?.apart, false);
+  assert.match(verdictLines(all)[0], /: no verdict: the IRIs are too loose to judge at every point \(/);
 });
 
 test("the reading: repeated warnings collapse into one line per kind; shortcut fronts' reliance is shown and a front that does not rely on its marker is named", () => {
@@ -475,5 +526,5 @@ test("the reading opens with the answer: one verdict line per pair against cross
   );
   assert.match(verdictLines(close)[0], /: not told apart \(/);
   const loose = apart.map((r) => ({ ...r, iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.1 }));
-  assert.match(verdictLines(loose)[0], /: no verdict: the IRIs are too loose to judge \(/);
+  assert.match(verdictLines(loose)[0], /: no verdict: the IRIs are too loose to judge at every point \(/);
 });
