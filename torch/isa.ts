@@ -66,11 +66,14 @@ export function avx512(): boolean {
   return (onednnIsaValue() & AVX512_CORE_BITS) !== 0;
 }
 
-/** The CPU's flags from /proc/cpuinfo; none where there is no /proc. */
+let flags: string[] | undefined;
+/** The CPU's flags from /proc/cpuinfo, read once (autocast asks on every entry); none where there is no /proc. */
 function cpuFlags(): string[] {
-  if (!existsSync("/proc/cpuinfo")) return [];
-  const line = readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m);
-  return line ? line[1].split(/\s+/) : [];
+  if (flags === undefined) {
+    const line = existsSync("/proc/cpuinfo") ? readFileSync("/proc/cpuinfo", "utf8").match(/^flags\s*:(.*)$/m) : null;
+    flags = line ? line[1].split(/\s+/) : [];
+  }
+  return flags;
 }
 
 /**
