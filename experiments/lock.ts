@@ -54,21 +54,15 @@ function procStat(pid: number): string[] | undefined {
   }
 }
 
-/** A process's start time in clock ticks since boot (/proc/<pid>/stat, field 22), or undefined (no such process, no /proc). */
-export function processStart(pid: number): number | undefined {
-  const fields = procStat(pid);
+/** The start time (field 22) in procStat's fields. */
+function startOf(fields: string[] | undefined): number | undefined {
   const started = Number(fields?.[22 - 3]);
   return Number.isSafeInteger(started) ? started : undefined;
 }
 
-/**
- * Whether a pid names a process that has ended but was not yet reaped (state Z or X): it still
- * answers kill(pid, 0) and keeps its /proc entry and start time. Where nobody reaps orphans (a
- * container's first process), a worker of a killed run stays so.
- */
-function ended(pid: number): boolean {
-  const state = procStat(pid)?.[0];
-  return state === "Z" || state === "X";
+/** A process's start time in clock ticks since boot (/proc/<pid>/stat, field 22), or undefined (no such process, no /proc). */
+export function processStart(pid: number): number | undefined {
+  return startOf(procStat(pid));
 }
 
 /** Milliseconds since the file at path was last changed (0 when it is gone). */
@@ -138,8 +132,12 @@ function processAlive(h: LockHolder): boolean {
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "EPERM") return false; // EPERM: alive, another user's
   }
-  if (ended(h.pid)) return false;
-  const started = processStart(h.pid);
+  const fields = procStat(h.pid);
+  // Ended but not yet reaped (state Z or X): it still answers kill(pid, 0) and keeps its /proc
+  // entry and start time. Where nobody reaps orphans (a container's first process), a worker of a
+  // killed run stays so.
+  if (fields?.[0] === "Z" || fields?.[0] === "X") return false;
+  const started = startOf(fields);
   if (h.started !== undefined && started !== undefined) return started === h.started;
   // A lock without the start time (an older stitchlab's), or no /proc: a reused pid is told by
   // its command line at least.

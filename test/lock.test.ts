@@ -53,11 +53,8 @@ test("a live holder is waited for; the work runs once it lets go, and the lock i
   assert.ok(!existsSync(path), "removed when the work ended");
 });
 
-test("a lock whose process is gone is taken over at once", async () => {
-  const path = join(tmp, "k2.lock");
-  const dead = spawnSync("true").pid as number;
-  assert.ok(!holderAlive(holder(dead)));
-  writeFileSync(path, JSON.stringify(holder(dead)));
+/** withLock on `path` runs at once, without waiting for the lock's (stale) holder. */
+async function takenOverAtOnce(path: string): Promise<void> {
   let waited = false;
   const r = await withLock(
     path,
@@ -68,7 +65,15 @@ test("a lock whose process is gone is taken over at once", async () => {
     20,
   );
   assert.equal(r, "ran");
-  assert.equal(waited, false);
+  assert.equal(waited, false, "taken over at once");
+}
+
+test("a lock whose process is gone is taken over at once", async () => {
+  const path = join(tmp, "k2.lock");
+  const dead = spawnSync("true").pid as number;
+  assert.ok(!holderAlive(holder(dead)));
+  writeFileSync(path, JSON.stringify(holder(dead)));
+  await takenOverAtOnce(path);
   assert.ok(!existsSync(path));
 });
 
@@ -157,17 +162,7 @@ test("a dead holder on this machine is stale even while its Slurm job runs (a re
     assert.ok(holderAlive({ ...holder(dead, "1"), host: "elsewhere.invalid" }));
     const path = join(tmp, "k6.lock");
     writeFileSync(path, JSON.stringify(holder(dead, "1")));
-    let waited = false;
-    const r = await withLock(
-      path,
-      async () => "ran",
-      () => {
-        waited = true;
-      },
-      20,
-    );
-    assert.equal(r, "ran");
-    assert.equal(waited, false, "taken over at once");
+    await takenOverAtOnce(path);
   });
   withSqueue("COMPLETED", () => assert.ok(!holderAlive({ ...holder(dead, "1"), host: "elsewhere.invalid" })));
 });
