@@ -37,6 +37,8 @@ export function irisConfigFromFlags(o: Record<string, unknown>): IrisConfig {
     ...optional("start", o.start),
     ...optional("ball", o.ball),
     ...(o.keepBest ? { keepBest: true } : {}),
+    ...optional("target", o.target),
+    ...optional("maxSteps", o.maxSteps),
     ...optional("batchSize", o.batchSize),
     ...optional("seed", o.seed),
     ...optional("autocast", o.autocast),
@@ -88,6 +90,12 @@ export function registerIrisCommand(program: Command): void {
     .option("--start <s>", `starting point: ${IRI_STARTS.join(", ")} (default ${d.start})`)
     .option("--ball <eps>", "L-inf radius around the start, in pixel units (e.g. 16/255)", fraction)
     .option("--keep-best", "keep each image's best iterate instead of the last")
+    .option(
+      "--target <r>",
+      "tight by construction: an image stops once its residual is at most r, and one above it after --steps restarts from another start, up to --max-steps in all (needs --keep-best)",
+      num,
+    )
+    .option("--max-steps <n>", "with --target: an image's steps over all its starts, at most (default: --steps)", int)
     .option("--batch-size <n>", `images per batch (default ${d.batchSize})`, int)
     .option("--seed <n>", `seed of the starting noise (default ${d.seed})`, int)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
@@ -133,10 +141,15 @@ export function registerIrisCommand(program: Command): void {
     });
     sink.stop();
     const res = info.residuals;
-    printDone(o, { out: o.out, count: info.count, residuals: res, seconds: info.seconds }, [
+    printDone(o, { out: o.out, count: info.count, residuals: res, descent: info.descent, seconds: info.seconds }, [
       `${info.count} IRIs of the front model at ${o.point}, in ${Math.round(info.seconds)} s`,
       `  relative residual ||A(x') - A(x)|| / ||A(x)||: mean ${score(res.mean)}, median ${score(res.median)}, 90th percentile ${score(res.p90)}`,
       `  ${(100 * res.below01).toFixed(0)}% at most 0.1 (a good IRI)${res.mean > IRI_VERDICT_MAX_RESIDUAL ? `; a mean above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge invariance-aware agreement (docs/method.md)` : ""}`,
+      ...(info.descent && info.options.target !== undefined
+        ? [
+            `  descent: ${info.descent.meanSteps.toFixed(0)} steps per image on average, ${info.descent.maxSteps} at most; ${info.descent.capped} image${info.descent.capped === 1 ? "" : "s"} still above the target ${info.options.target} at the cap`,
+          ]
+        : []),
       `wrote ${o.out}/iris.safetensors, iris.json and preview.png (--json for the JSON line)`,
     ]);
   });

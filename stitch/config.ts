@@ -19,7 +19,7 @@ import {
   robustEvalSchema,
   seedSchema,
 } from "../train/config.js";
-import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions, iriOptionsSchema } from "./iris.js";
+import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions, iriOptionsProblem, iriOptionsSchema } from "./iris.js";
 import { STITCH_INITS } from "./layer.js";
 import { formatObjective, parseObjective } from "./objectives.js";
 import { BN_MODES, type BnMode } from "./train.js";
@@ -300,6 +300,8 @@ export function resolveIrisConfig(
     ...(data.imageSize !== null ? { stepSize: defaultIriStepSize(data.imageSize) } : {}),
     ...Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)),
   };
+  const problem = iriOptionsProblem(options);
+  if (problem) throw new Error(`IRI settings: ${problem}`);
   const { dataset, root, imageSize, shortcut } = data;
   // The markers' strength matters only where the sources are marked.
   const markerScale = shortcut ? data.markerScale : 1;

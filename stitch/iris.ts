@@ -16,6 +16,7 @@ import { Adam } from "../nn/optim.js";
 import { CosineAnnealingLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 import { fractional, PIXEL_UNITS } from "../train/config.js";
+import { restartSeed, tightDescent } from "./iri-tight.js";
 
 type Tensor = torch.Tensor;
 
@@ -32,7 +33,12 @@ export type IriStart = (typeof IRI_STARTS)[number];
  */
 export const iriOptionsSchema = z
   .object({
-    steps: z.number().int().min(1).max(1_000_000, "at most 10^6").describe("descent steps (no early stop)"),
+    steps: z
+      .number()
+      .int()
+      .min(1)
+      .max(1_000_000, "at most 10^6")
+      .describe("descent steps (of each start, with target)"),
     stepSize: fractional(z.number().positive().max(1, PIXEL_UNITS)).describe(
       "signed step in pixel units ([0, 1] images; 1/255 may be written so), optimizer sign",
     ),
@@ -48,6 +54,21 @@ export const iriOptionsSchema = z
         "L-inf radius around the start, in pixel units (16/255 may be written so); null: only the valid range bounds x'",
       ),
     keepBest: z.boolean().describe("return each image's best iterate (lowest own residual) rather than the last"),
+    target: z
+      .number()
+      .positive()
+      .max(1)
+      .optional()
+      .describe(
+        "tight by construction: an image's descent stops once its own residual is at most this, and an image above it after `steps` restarts from another start, its best iterate kept, up to maxSteps in all (needs keepBest; absent: every image runs `steps`, as the reference)",
+      ),
+    maxSteps: z
+      .number()
+      .int()
+      .min(1)
+      .max(1_000_000, "at most 10^6")
+      .optional()
+      .describe("with target: an image's descent steps over all its starts, at most (default: steps, no restart)"),
     batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
     seed: z
       .number()
@@ -63,6 +84,20 @@ export const iriOptionsSchema = z
   })
   .strict();
 export type IriOptions = z.infer<typeof iriOptionsSchema>;
+
+/**
+ * The combinations the schema alone cannot refuse (it stays a plain object so that settings can be
+ * partial): a message naming the settings, or null.
+ */
+export function iriOptionsProblem(o: Pick<IriOptions, "steps" | "keepBest" | "target" | "maxSteps">): string | null {
+  if (o.maxSteps !== undefined && o.target === undefined)
+    return "maxSteps needs target (the residual at which an image stops; without it every image runs `steps` once)";
+  if (o.target !== undefined && !o.keepBest)
+    return "target needs keepBest: true (an image restarts from another start and keeps its best iterate over all of them)";
+  if (o.maxSteps !== undefined && o.maxSteps < o.steps)
+    return `maxSteps (${o.maxSteps}) is below steps (${o.steps}): it caps an image's steps over all its starts`;
+  return null;
+}
 
 /** PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate. */
 export const IRI_DEFAULTS: IriOptions = {
@@ -93,8 +128,10 @@ export interface IriBatch {
   images: Tensor;
   /** Per image, ||A(x'_j) - A(x_j)|| / ||A(x_j)|| of the quantised x'. */
   residuals: Float32Array;
-  /** ||A(x') - A(x)||_F / ||A(x)||_F over the batch (the minimised loss), quantised x'. */
+  /** ||A(x') - A(x)||_F / ||A(x)||_F over the batch (the minimised loss without a target), quantised x'. */
   batchResidual: number;
+  /** Descent steps each image had (`steps` for every image unless the options give a target). */
+  steps: Int32Array;
 }
 
 /** Per-image relative distance of features a to b (any shape with the batch first). */
@@ -140,6 +177,8 @@ export function generateIriBatch(
 ): IriBatch {
   front.stitchPoint(point); // one error, naming the points, when there is no such point
   if (x.dtype !== "uint8") throw new Error(`generateIriBatch: expected uint8 images, got ${x.dtype}`);
+  const problem = iriOptionsProblem(opts);
+  if (problem) throw new Error(`IRI settings: ${problem}`);
   front.requiresGrad_(false);
   return inEvalMode([front], () =>
     torch.tidy(() => {
@@ -153,6 +192,32 @@ export function generateIriBatch(
       const targetNorm = target.norm().item();
       if (!(targetNorm > 0))
         throw new Error(`A's features at ${point} are ${targetNorm} for this batch: nothing to match`);
+
+      // Quantise as stored, then measure what is stored.
+      const store = (chosen: Tensor, steps: Int32Array): IriBatch => {
+        const images = chosen.mul(255).round().clamp(0, 255).to("uint8");
+        const stored = torch.noGrad(() => features(images.float().div(255)));
+        return {
+          images,
+          residuals: perImageResidual(stored, target).toTypedArray() as Float32Array,
+          batchResidual: stored.sub(target).norm().item() / targetNorm,
+          steps,
+        };
+      };
+      const { target: tight } = opts;
+      if (tight !== undefined) {
+        const startFor = (restart: number) => {
+          const seed = restartSeed(batchSeed, restart);
+          torch.manualSeed(seed);
+          return startingPoint(x01, opts.start, norm, seed);
+        };
+        const out = tightDescent({ x01, target, features, amp, startFor, opts: { ...opts, target: tight }, onStep });
+        try {
+          return store(out.chosen, out.steps);
+        } finally {
+          out.chosen.dispose();
+        }
+      }
 
       torch.manualSeed(batchSeed);
       const start = startingPoint(x01, opts.start, norm, batchSeed);
@@ -247,14 +312,7 @@ export function generateIriBatch(
             ),
           );
         const chosen: Tensor = opts.keepBest && best ? best : last;
-        // Quantise as stored, then measure what is stored.
-        const images = chosen.mul(255).round().clamp(0, 255).to("uint8");
-        const stored = torch.noGrad(() => features(images.float().div(255)));
-        return {
-          images,
-          residuals: perImageResidual(stored, target).toTypedArray() as Float32Array,
-          batchResidual: stored.sub(target).norm().item() / targetNorm,
-        };
+        return store(chosen, new Int32Array(x.shape[0] as number).fill(opts.steps));
       } finally {
         adam?.dispose();
         graphed?.dispose();

@@ -47,8 +47,18 @@ export interface ResidualSummary {
   below01: number;
 }
 
+/** How long the descent ran (stitch/iri-tight.ts): per image, its steps over all its starts. */
+export interface DescentSummary {
+  meanSteps: number;
+  maxSteps: number;
+  /** Images that had every step the cap allows and are still above the target (0 without a target). */
+  capped: number;
+}
+
 export interface IriSetInfo extends IriSetSettings {
   residuals: ResidualSummary;
+  /** The descent's steps (absent in sets made before it was recorded). */
+  descent?: DescentSummary;
   /** The relative residual of each image in preview.png, left to right (absent in sets made before). */
   previewResiduals?: number[];
   seconds: number;
@@ -83,6 +93,18 @@ export function residualSummary(r: Float32Array): ResidualSummary {
     min: s[0],
     max: s[s.length - 1],
     below01: s.filter((v) => v <= 0.1).length / s.length,
+  };
+}
+
+export function descentSummary(steps: Int32Array, residuals: Float32Array, opts: IriOptions): DescentSummary {
+  const cap = opts.target === undefined ? opts.steps : (opts.maxSteps ?? opts.steps);
+  let capped = 0;
+  for (let i = 0; i < steps.length; i++)
+    if (opts.target !== undefined && steps[i] >= cap && (residuals[i] as number) > opts.target) capped++;
+  return {
+    meanSteps: steps.reduce((a, b) => a + b, 0) / steps.length,
+    maxSteps: steps.reduce((a, b) => Math.max(a, b), 0),
+    capped,
   };
 }
 
@@ -140,7 +162,10 @@ export async function generateIriSet(
 
   const { options: opts } = settings;
   const count = Math.ceil(n / opts.batchSize);
+  // With a target an image may run past `steps`, over restarts, up to the cap.
+  const stepsShown = opts.target === undefined ? opts.steps : (opts.maxSteps ?? opts.steps);
   const residuals = new Float32Array(n);
+  const steps = new Int32Array(n);
   let finished = 0;
   let sum = 0;
   let resumed = 0;
@@ -149,10 +174,17 @@ export async function generateIriSet(
     const index = Math.floor(b.indices[0] / opts.batchSize);
     const part = join(dir, "parts", partName(index));
     let r: Float32Array | null = null;
+    let used: Int32Array | null = null;
     if (existsSync(part)) {
       const saved = loadSafetensors(part).tensors;
       const ok = saved.residuals?.shape[0] === b.indices.length;
-      if (ok) r = Float32Array.from(saved.residuals.toTypedArray() as Float32Array);
+      if (ok) {
+        r = Float32Array.from(saved.residuals.toTypedArray() as Float32Array);
+        // Parts written before steps were recorded ran every step.
+        used = saved.steps
+          ? Int32Array.from(saved.steps.toTypedArray() as Int32Array)
+          : new Int32Array(r.length).fill(opts.steps);
+      }
       torch.dispose(Object.values(saved));
       if (r) resumed += b.indices.length;
     }
@@ -163,7 +195,7 @@ export async function generateIriSet(
           batch: index + 1,
           batches: count,
           step: step + 1,
-          steps: opts.steps,
+          steps: stepsShown,
           images: finished,
           meanResidual: finished ? sum / finished : Number.NaN,
           residual,
@@ -176,12 +208,15 @@ export async function generateIriSet(
           labels: b.y,
           indices: torch.tensor(BigInt64Array.from(b.indices, (i) => BigInt(i))),
           residuals: torch.tensor(out.residuals),
+          steps: torch.tensor(out.steps),
         });
       });
       out.images.dispose();
       r = out.residuals;
+      used = out.steps;
     }
     residuals.set(r, b.indices[0]);
+    steps.set(used ?? new Int32Array(r.length).fill(opts.steps), b.indices[0]);
     for (const v of r) sum += v;
     finished += r.length;
     torch.dispose(b);
@@ -191,8 +226,8 @@ export async function generateIriSet(
   onProgress({
     batch: count,
     batches: count,
-    step: opts.steps,
-    steps: opts.steps,
+    step: stepsShown,
+    steps: stepsShown,
     images: finished,
     meanResidual: sum / finished,
     residual: Number.NaN,
@@ -203,6 +238,7 @@ export async function generateIriSet(
   const info: IriSetInfo = {
     ...settings,
     residuals: residualSummary(residuals),
+    descent: descentSummary(steps, residuals, opts),
     previewResiduals: Array.from(residuals.subarray(0, Math.min(PREVIEW_IMAGES, n)), (r) => Number(r.toFixed(4))),
     seconds: elapsed,
     threads: torch.getNumThreads(),
@@ -221,7 +257,13 @@ async function assemble(dir: string, source: Dataset, count: number): Promise<vo
   try {
     const joined = torch.tidy(() => {
       const cat = (k: string) => torch.cat(loaded.map((t) => t[k]));
-      return { images: cat("images"), labels: cat("labels"), indices: cat("indices"), residuals: cat("residuals") };
+      return {
+        images: cat("images"),
+        labels: cat("labels"),
+        indices: cat("indices"),
+        residuals: cat("residuals"),
+        ...(loaded.every((t) => t.steps) ? { steps: cat("steps") } : {}),
+      };
     });
     saveSafetensors(join(dir, "iris.safetensors"), joined);
     const grid = torch.tidy(() => {
