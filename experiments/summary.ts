@@ -460,8 +460,10 @@ export function reading(
   // "0.91", not "0.91-0.91", where the ends agree to the digits shown.
   const range = (lo: number, hi: number) => (fmt(lo) === fmt(hi) ? fmt(lo) : `${fmt(lo)}-${fmt(hi)}`);
   const objectives = [...new Set(rows.map((r) => r.objective))];
+  // The settings line, when given, says "Replicates: n" already: said once.
+  const said = (opts.settings ?? []).some((l) => l.includes(`Replicates: ${n} `) || l.includes(`Replicates: ${n}.`));
   out.push(
-    `Replicates: ${n}. Values are means${n > 1 ? " ± the half-width of their 95% Student-t interval" : " (one replicate: no interval, so no difference can be called)"}.`,
+    `${said ? "" : `Replicates: ${n}. `}Values are means${n > 1 ? " ± the half-width of their 95% Student-t interval" : " (one replicate: no interval, so no difference can be called)"}.`,
   );
   if (pairs.includes("identical")) {
     const means = summary

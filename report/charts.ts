@@ -17,6 +17,12 @@ export interface Figure {
 
 const SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json";
 const MODES = ["standard", "iris"];
+/** The legend's words for the modes: "iris" (the data's and the CLI's name) is shown as "invariance-aware". */
+export const MODE_LABELS: Record<string, string> = { standard: "standard", iris: "invariance-aware" };
+const MODE_LABEL_EXPR = Object.entries(MODE_LABELS)
+  .map(([mode, label]) => `datum.value === ${JSON.stringify(mode)} ? ${JSON.stringify(label)} : `)
+  .join("")
+  .concat("datum.label");
 /**
  * Objectives in the paper's order, with fixed colours so every figure agrees: Okabe and Ito's
  * palette, which readers with the common colour-vision deficiencies tell apart (SLM orange and
@@ -190,7 +196,13 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
           type: "nominal",
           title: "mode",
           scale: { domain: modes, range: modes.map((m) => (m === "iris" ? [6, 4] : [1, 0])) },
-          legend: { symbolSize: 400, symbolStrokeWidth: 2, symbolStrokeColor: "#555" },
+          // The mode's name in files and the CLI is "iris"; a reader's name for it is the text's.
+          legend: {
+            symbolSize: 400,
+            symbolStrokeWidth: 2,
+            symbolStrokeColor: "#555",
+            labelExpr: MODE_LABEL_EXPR,
+          },
         },
       },
     },

@@ -2,7 +2,7 @@
 // CSS, the figures as inline SVG, the IRI grids as data: URLs, and plain tables. Every piece
 // of text that comes from the input is escaped.
 import type { Figure } from "./charts.js";
-import { formatInterval, rowKey, type SummaryRow } from "./summary.js";
+import { formatInterval, groupBy, rowKey, type SummaryRow } from "./summary.js";
 import type { IriPreview, ModelRow, ReportInput, StitchRow } from "./types.js";
 
 /** A figure ready for the page: its spec's description and the rendered SVG text. */
@@ -55,16 +55,30 @@ figure { margin: 16px 0 28px; }
 figure.chart svg { display: block; max-width: 100%; height: auto; }
 figcaption { color: #444; font-size: 0.9rem; max-width: 900px; margin-top: 6px; }
 figcaption .files { color: #888; font-size: 0.82rem; }
-.iris { display: flex; flex-wrap: wrap; gap: 20px; }
+.iris details { margin: 6px 0; }
+.iris summary { cursor: pointer; padding: 4px 0; }
+.iris summary .muted { font-size: 0.88rem; }
+.iris .sets { display: flex; flex-wrap: wrap; gap: 28px 20px; margin: 8px 0 18px; }
 .iris figure { margin: 0; }
+.iris figcaption { margin: 0 0 6px; }
 .iris img { image-rendering: pixelated; border: 1px solid #ddd; max-width: 100%; height: auto; }
 .iris .grid { display: flex; align-items: stretch; gap: 8px; }
 .iris .rows { display: flex; flex-direction: column; justify-content: space-around; font-size: 0.8rem; color: #444; text-align: right; }
 .iris .per-image-row { display: flex; gap: 8px; }
 .iris .per-image { display: flex; box-sizing: content-box; padding: 0 1px; font-size: 0.72rem; color: #444; font-variant-numeric: tabular-nums; }
 .iris .per-image span { flex: 1; text-align: center; }
-.iris .per-image span.loose { color: #b00; }
-.scroll { overflow-x: auto; max-width: 100%; }
+.iris .per-image span.loose, .iri-legend .loose { color: #b00; }
+.iri-legend { font-size: 0.9rem; color: #444; }
+.scroll { overflow-x: auto; max-width: 100%;
+  /* A wide table scrolls in its own box: a shadow at the right edge while columns lie beyond it (the
+     white cover travels with the table's end, so it hides the shadow once the end is in view), and
+     the first column stays in place. */
+  background: linear-gradient(to left, #fff 40%, rgba(255, 255, 255, 0)) right / 28px 100% no-repeat local,
+    radial-gradient(farthest-side at 100% 50%, rgba(0, 0, 0, 0.22), rgba(0, 0, 0, 0)) right / 14px 100% no-repeat scroll; }
+.scroll th:first-child, .scroll td:first-child { position: sticky; left: 0; z-index: 1; background: #fff;
+  box-shadow: inset -1px 0 #e3e3e3; }
+.scroll th:first-child { background: #f6f7f9; z-index: 2; }
+.scroll tr:hover td:first-child { background: #fafbfd; }
 table { border-collapse: collapse; font-size: 0.84rem; margin: 8px 0; }
 th, td { padding: 3px 9px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
 th { background: #f6f7f9; font-weight: 600; position: sticky; top: 0; }
@@ -197,7 +211,7 @@ function summarySection(
 ): string {
   if (rows.length === 0) return '<p class="muted">No stitched runs.</p>';
   const tagsOf = (key: string) => [...new Set(warned.filter((w) => w.rows.includes(key)).map((w) => w.tag))].join(", ");
-  const headers = [
+  const all = [
     "pair",
     "front → back",
     "point",
@@ -212,26 +226,43 @@ function summarySection(
     "excess agr.",
     "warnings",
   ];
-  const body = summary.map((s) => [
-    cell(s.pair),
-    cell(`${s.front} → ${s.back}`),
-    cell(s.point),
-    cell(s.objective),
-    cell(s.mode),
-    cell(s.test_data),
-    cell(String(s.n), true),
-    cell(formatInterval(s.scores.agreement_prob), true),
-    cell(formatInterval(s.scores.accuracy), true),
-    cell(formatInterval(s.scores.soft_error_consistency), true),
-    cell(formatInterval(s.scores.cka), true),
-    cell(formatInterval(s.scores.excess_agreement), true),
-    `<td class="warning">${h(tagsOf(rowKey(s)))}</td>`,
+  const texts = summary.map((s) => [
+    s.pair,
+    `${s.front} → ${s.back}`,
+    s.point,
+    s.objective,
+    s.mode,
+    s.test_data,
+    String(s.n),
+    formatInterval(s.scores.agreement_prob),
+    formatInterval(s.scores.accuracy),
+    formatInterval(s.scores.soft_error_consistency),
+    formatInterval(s.scores.cka),
+    formatInterval(s.scores.excess_agreement),
+    tagsOf(rowKey(s)),
   ]);
+  // A score no row has (excess agreement without marked test sets) and a warnings column with no
+  // warning are left out, so that the table fits the page where it can; it scrolls in its own
+  // box where it cannot.
+  const empty = (i: number) => all[i] !== "n" && texts.every((t) => t[i] === "-" || t[i] === "");
+  const keep = all.map((_, i) => i).filter((i) => !empty(i));
+  const left = all.filter((_, i) => empty(i));
+  const numeric = (i: number) => i >= all.indexOf("n") && all[i] !== "warnings";
+  const body = texts.map((t) =>
+    keep.map((i) => (all[i] === "warnings" ? `<td class="warning">${h(t[i])}</td>` : cell(t[i], numeric(i)))),
+  );
   return (
     "<p>Means over replicates ± the half-width of their 95% Student-t interval (no interval for one replicate); " +
     "larger = more similar. Two values differ only where their intervals do not overlap. " +
-    "Also in <code>summary.csv</code>, unrounded, with standard deviations.</p>\n" +
-    table(headers, body)
+    "Also in <code>summary.csv</code>, unrounded, with standard deviations." +
+    (left.length
+      ? ` Left out, with no value in any row: ${left.map((c) => (c === "warnings" ? "warnings (none)" : h(c))).join(", ")}.`
+      : "") +
+    "</p>\n" +
+    `<div class="summary">${table(
+      keep.map((i) => all[i]),
+      body,
+    )}</div>`
   );
 }
 
@@ -263,36 +294,64 @@ function modelsSection(models: ModelRow[]): string {
   return table(headers, body);
 }
 
+/**
+ * An IRI counts as good at a relative residual of at most this (the share "≤ 0.1" of each set,
+ * stitch/iriset.ts): above it, a previewed image's residual is shown in red.
+ */
+export const GOOD_IRI_RESIDUAL = 0.1;
+
+/** One IRI grid: its title above it, the picture with its rows labelled, each image's residual under its column. */
+function irisFigure(p: IriPreview): string {
+  const what = `IRI preview for ${p.front} at ${p.point}`;
+  const { width, height } = pngSize(p.png, what);
+  // Small previews (32 px images) are shown at twice their size, pixelated, up to the page width.
+  const scale = width <= 600 ? 2 : 1;
+  const r = p.residuals;
+  // Each grid row is labelled beside the picture: the image, its IRI, their amplified difference.
+  const labels =
+    `<div class="rows" style="height:${height * scale}px"><span>x</span><span>x′ (IRI)</span>` +
+    "<span>|x − x′|, amplified</span></div>";
+  // Under each column, that image's residual (red above GOOD_IRI_RESIDUAL), aligned with the picture.
+  const per = p.previewResiduals?.length
+    ? `<div class="per-image-row"><div class="rows" style="visibility:hidden"><span>|x − x′|, amplified</span></div>` +
+      `<div class="per-image" style="width:${width * scale}px" title="relative residual of each image">` +
+      p.previewResiduals
+        .map((v) => `<span${v > GOOD_IRI_RESIDUAL ? ' class="loose"' : ""}>${h(v.toFixed(3))}</span>`)
+        .join("") +
+      "</div></div>"
+    : "";
+  // The title comes first, so that it reads as this grid's and not as the one after it.
+  return (
+    `<figure><figcaption><strong>${h(p.front)}</strong> at <strong>${h(p.point)}</strong><br>` +
+    `relative residual: mean ${fmt(r.mean)}, median ${fmt(r.median)}, p90 ${fmt(r.p90)}; ` +
+    `share &le; ${GOOD_IRI_RESIDUAL}: ${h((100 * r.below01).toFixed(1))}%</figcaption>\n` +
+    `<div class="grid">${labels}<img src="data:image/png;base64,${p.png.toString("base64")}" width="${width * scale}" ` +
+    `height="${height * scale}" alt="${h(what)}"></div>${per}</figure>`
+  );
+}
+
 function irisSection(iris: IriPreview[]): string {
   if (iris.length === 0) return '<p class="muted">No IRI sets in this run.</p>';
-  const items = iris.map((p) => {
-    const what = `IRI preview for ${p.front} at ${p.point}`;
-    const { width, height } = pngSize(p.png, what);
-    // Small previews (32 px images) are shown at twice their size, pixelated, up to the page width.
-    const scale = width <= 600 ? 2 : 1;
-    const r = p.residuals;
-    // Each grid row is labelled beside the picture: the image, its IRI, their amplified difference.
-    const labels =
-      `<div class="rows" style="height:${height * scale}px"><span>x</span><span>x′ (IRI)</span>` +
-      "<span>|x − x′|, amplified</span></div>";
-    // Under each column, that image's residual (red above 0.1, a loose IRI), aligned with the picture.
-    const per = p.previewResiduals?.length
-      ? `<div class="per-image-row"><div class="rows" style="visibility:hidden"><span>|x − x′|, amplified</span></div>` +
-        `<div class="per-image" style="width:${width * scale}px" title="relative residual of each image">` +
-        p.previewResiduals.map((v) => `<span${v > 0.1 ? ' class="loose"' : ""}>${h(v.toFixed(3))}</span>`).join("") +
-        "</div></div>"
-      : "";
+  // One fold per front model (and replicate), its points side by side; the first open. A run's
+  // dozens of grids would otherwise make a page many screens long.
+  const folds = [...groupBy(iris, (p) => p.front).entries()].map(([front, sets], i) => {
+    const means = sets.map((p) => `${h(p.point)} ${fmt(p.residuals.mean)}`).join(", ");
     return (
-      `<figure><div class="grid">${labels}<img src="data:image/png;base64,${p.png.toString("base64")}" width="${width * scale}" ` +
-      `height="${height * scale}" alt="${h(what)}"></div>${per}\n<figcaption><strong>${h(p.front)}</strong> at ` +
-      `<strong>${h(p.point)}</strong><br>relative residual: mean ${fmt(r.mean)}, median ${fmt(r.median)}, ` +
-      `p90 ${fmt(r.p90)}; share &le; 0.1: ${h((100 * r.below01).toFixed(1))}%</figcaption></figure>`
+      `<details${i === 0 ? " open" : ""}><summary><strong>${h(front)}</strong> ` +
+      `<span class="muted">(mean relative residual: ${means})</span></summary>\n` +
+      `<div class="sets">\n${sets.map(irisFigure).join("\n")}\n</div></details>`
     );
   });
   return (
     "<p>Rows: the original image x, its IRI x′, and |x − x′|. The relative residual is " +
-    "‖A(x′) − A(x)‖ / ‖A(x)‖ at the stitch point; an IRI set whose residuals are large is not an IRI set.</p>\n" +
-    `<div class="iris">\n${items.join("\n")}\n</div>`
+    "‖A(x′) − A(x)‖ / ‖A(x)‖ at the stitch point; an IRI set whose residuals are large is not an IRI set. " +
+    `One fold per front model; ${iris.length} IRI set${iris.length === 1 ? "" : "s"} in ${folds.length}, the first open.</p>\n` +
+    (iris.some((p) => p.previewResiduals?.length)
+      ? `<p class="iri-legend">Numbers under a grid: each image's own relative residual ‖A(x′) − A(x)‖ / ‖A(x)‖, ` +
+        `in the column of its picture; <span class="loose">red</span> when above ${GOOD_IRI_RESIDUAL} ` +
+        "(not a good IRI).</p>\n"
+      : "") +
+    `<div class="iris">\n${folds.join("\n")}\n</div>`
   );
 }
 

@@ -1,6 +1,9 @@
 // report/: results.csv's columns and quoting, the files writeReport leaves, and report.html
 // opened in headless Chromium (Debian's `chromium`): charts drawn, IRI grid loaded, no console
-// errors and no request leaving the page.
+// errors and no request leaving the page; and the page as a reader sees it at 1400 px (issue 37,
+// section 6): the summary table fits or scrolls in its own box, IRI titles above their grids and
+// folded per front, a legend for the red residuals, "invariance-aware" in the figures' legends,
+// and "Replicates: n" said once in the reading.
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -8,12 +11,19 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { pathToFileURL } from "node:url";
 import sharp from "sharp";
+import { planExperiment } from "../experiments/plan.js";
+import { parseExperiment } from "../experiments/spec.js";
+import { reading, settingsLines } from "../experiments/summary.js";
+import { GOOD_IRI_RESIDUAL } from "../report/html.js";
 import {
   escapeHtml,
   type IriPreview,
   type ReportInput,
+  renderSvg,
   reportFigures,
+  reportHtml,
   resultsCsv,
+  rowKey,
   type StitchRow,
   summarize,
   writeReport,
@@ -515,4 +525,221 @@ test("the agreement and accuracy figures end as the reference's curves do: B alo
   assert.match(spec, /"shape":"cross"/, "the ends are drawn as crosses");
   assert.match(spec, /"filter":"datum.end !== true"/, "the curves leave the ends out");
   assert.equal(endsOf("excess_agreement", "excess_agreement").length, 0);
+});
+
+// Issue 37, section 6: the report as a reader sees it at 1400 px.
+
+/** A small PNG preview grid whose column count is `columns` (8x8 images, three rows). */
+async function gridPng(columns: number): Promise<Buffer> {
+  const [w, h] = [8 * columns, 24];
+  const raw = Buffer.alloc(w * h * 3, 128);
+  return sharp(raw, { raw: { width: w, height: h, channels: 3 } })
+    .png()
+    .toBuffer();
+}
+
+/** IRI previews as a run with replicates makes them: each front (and replicate) at two points. */
+async function manyPreviews(): Promise<IriPreview[]> {
+  const png = await gridPng(3);
+  return ["clean-s1", "clean-s1 (replicate 1)", "pixel-s1"].flatMap((front) =>
+    ["layer2.1", "layer4.1"].map((point) => ({
+      front,
+      point,
+      residuals: { mean: 0.08, median: 0.07, p90: 0.15, below01: 0.7 },
+      // At the threshold itself: not red; just above it: red.
+      previewResiduals: [0.05, GOOD_IRI_RESIDUAL, GOOD_IRI_RESIDUAL + 0.001],
+      png,
+    })),
+  );
+}
+
+/** The page's section with this id. */
+function sectionOf(page: string, id: string): string {
+  const start = page.indexOf(`<section id="${id}">`);
+  assert.ok(start >= 0, `the page has a section #${id}`);
+  return page.slice(start, page.indexOf("</section>", start));
+}
+
+test("IRIs: each grid's title above its grid, one fold per front (the first open), and a legend for the red residuals", async () => {
+  const input = { ...(await syntheticInput()), iris: await manyPreviews() };
+  const iris = sectionOf(reportHtml(input, [], summarize(input.rows)), "iris");
+  const folds = [...iris.matchAll(/<details( open)?><summary>(.*?)<\/summary>/g)];
+  assert.deepEqual(
+    folds.map((m) => [Boolean(m[1]), /<strong>(.*?)<\/strong>/.exec(m[2])?.[1]]),
+    [
+      [true, "clean-s1"],
+      [false, "clean-s1 (replicate 1)"],
+      [false, "pixel-s1"],
+    ],
+  );
+  const figures = [...iris.matchAll(/<figure>([\s\S]*?)<\/figure>/g)].map((m) => m[1]);
+  assert.equal(figures.length, 6);
+  for (const f of figures) {
+    assert.ok(f.startsWith("<figcaption>"), `the title comes first: ${f.slice(0, 80)}`);
+    assert.ok(f.indexOf("</figcaption>") < f.indexOf("<img"), "the title precedes its grid");
+  }
+  assert.match(figures[1], /^<figcaption><strong>clean-s1<\/strong> at <strong>layer4\.1<\/strong>/);
+  // The legend names what the numbers are and the threshold that makes them red; red is that threshold.
+  assert.match(
+    iris,
+    new RegExp(
+      `each image's own relative residual ‖A\\(x′\\) − A\\(x\\)‖ / ‖A\\(x\\)‖, in the column of its picture; <span class="loose">red</span> when above ${GOOD_IRI_RESIDUAL} `,
+    ),
+  );
+  assert.match(figures[0], /<span>0\.050<\/span><span>0\.100<\/span><span class="loose">0\.101<\/span>/);
+  // No per-image residuals (sets made before they were recorded): no legend for them.
+  const old = input.iris.map(({ previewResiduals: _, ...p }) => p);
+  assert.ok(!sectionOf(reportHtml({ ...input, iris: old }, [], summarize(input.rows)), "iris").includes("iri-legend"));
+});
+
+test("figure legends say 'invariance-aware' where the data (and files) keep the mode's name 'iris'", async () => {
+  const figures = reportFigures(syntheticRows());
+  const agreement = figures.find((f) => f.name === "agreement")!;
+  const values = (agreement.spec as unknown as { data: { values: { mode?: string }[] } }).data.values;
+  assert.ok(
+    values.some((v) => v.mode === "iris"),
+    "the data keep 'iris'",
+  );
+  const svg = await renderSvg(agreement.spec);
+  const texts = [...svg.matchAll(/<text[^>]*>([^<]*)<\/text>/g)].map((m) => m[1]);
+  assert.ok(texts.includes("invariance-aware"), `legend texts: ${texts.join(" | ")}`);
+  assert.ok(texts.includes("standard"));
+  assert.ok(!texts.includes("iris"), "no legend entry says 'iris'");
+});
+
+test("the summary table leaves out columns with no value in any row, and sits in its own scrolling box", async () => {
+  const input = await syntheticInput();
+  const headersOf = (page: string) =>
+    [...sectionOf(page, "summary").matchAll(/<th>(.*?)<\/th>/g)].map((m) => m[1].replace("&gt;", ">"));
+  const clean = input.rows.filter((r) => r.pair === "cross-seed");
+  const plain = reportHtml({ ...input, rows: clean }, [], summarize(clean));
+  assert.ok(!headersOf(plain).includes("excess agr.") && !headersOf(plain).includes("warnings"));
+  assert.match(sectionOf(plain, "summary"), /Left out, with no value in any row: excess agr\., warnings \(none\)\./);
+  assert.match(sectionOf(plain, "summary"), /<div class="summary"><div class="scroll"><table>/);
+  const key = rowKey(summarize(input.rows)[0]);
+  const warned = reportHtml(
+    { ...input, warnings: [{ text: "a warning", tag: "loose IRIs", rows: [key] }] },
+    [],
+    summarize(input.rows),
+  );
+  assert.deepEqual(headersOf(warned).slice(-2), ["excess agr.", "warnings"]);
+});
+
+test("the reading says 'Replicates: n' once: in the settings when given, else on its own", () => {
+  const dir = tempDir();
+  const yaml = `
+name: reps
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  clean-s0: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }
+  clean-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+pairs:
+  - { front: clean-s1, back: clean-s0, relation: cross-seed }
+points: [layer1.0]
+objectives: [slm]
+modes: [standard, iris]
+replicates: 2
+iris: { limit: 64, steps: 3, batchSize: 32 }
+stitch: { limit: 64, epochs: 1, batchSize: 32 }
+`;
+  const plan = planExperiment(parseExperiment(yaml, "reps.yaml"), join(dir, "reps.yaml"));
+  const rows = [0, 1].flatMap((replicate) =>
+    (["standard", "iris"] as const).map((mode) => row({ replicate, mode, agreement_prob: 0.9 - 0.1 * replicate })),
+  );
+  const count = (lines: string[]) => lines.join("\n").match(/Replicates: 2\b/g)?.length ?? 0;
+  const withSettings = reading(rows, { settings: settingsLines(plan) });
+  assert.equal(count(withSettings), 1, withSettings.join("\n"));
+  assert.ok(withSettings.some((l) => l.startsWith("Values are means ± the half-width")));
+  assert.equal(count(reading(rows)), 1, "without the settings, the reading says it itself");
+});
+
+test("at 1400 px: the page never scrolls sideways, a wide summary table scrolls in its box with its first column kept, IRI titles above their grids, folds closed but the first", {
+  skip: skipUnlessChromium(),
+  timeout: 60_000,
+}, async () => {
+  const input = { ...(await syntheticInput()), iris: await manyPreviews() };
+  const summary = summarize(input.rows);
+  // Long warning tags on every row: a summary table wider than any page.
+  const tags = [
+    "loose IRIs",
+    "T trained for fewer than 100 steps",
+    "back model near chance",
+    "front model near chance",
+  ];
+  const warnings = tags.map((tag) => ({ text: tag, tag, rows: summary.map(rowKey) }));
+  const dir = tempDir();
+  const narrowFile = join(dir, "fits.html");
+  const wideFile = join(dir, "wide.html");
+  writeFileSync(narrowFile, reportHtml(input, [], summary));
+  writeFileSync(wideFile, reportHtml({ ...input, warnings }, [], summary));
+  const { launch } = await import("puppeteer-core");
+  const browser = await launch({
+    executablePath: CHROMIUM!,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+  try {
+    const page = await browser.newPage();
+    await page.setViewport({ width: 1400, height: 900 });
+    for (const [file, wide] of [
+      [narrowFile, false],
+      [wideFile, true],
+    ] as const) {
+      await page.goto(pathToFileURL(file).href, { waitUntil: "load" });
+      const m = await page.$eval("#summary .scroll", (box) => {
+        // No helper functions in here: tsx would wrap them in a __name the page does not have.
+        const table = box.querySelector("table")!;
+        return {
+          pageScroll: document.documentElement.scrollWidth,
+          page: document.documentElement.clientWidth,
+          overflowX: getComputedStyle(box).overflowX,
+          boxRight: box.getBoundingClientRect().right,
+          client: box.clientWidth,
+          scroll: box.scrollWidth,
+          table: table.getBoundingClientRect().width,
+        };
+      });
+      assert.ok(m.pageScroll <= m.page, `the page is ${m.pageScroll} px wide at ${m.page} px: ${JSON.stringify(m)}`);
+      assert.ok(m.boxRight <= m.page, "the table's box ends inside the page");
+      assert.equal(m.overflowX, "auto", "what does not fit scrolls inside its box");
+      if (!wide) assert.ok(m.table <= m.client, `the table fits its box: ${JSON.stringify(m)}`);
+      else {
+        assert.ok(m.scroll > m.client, `the wide table scrolls: ${JSON.stringify(m)}`);
+        // Scrolled to its end: the last column in view, the first still at the box's left edge.
+        const end = await page.$eval("#summary .scroll", (box) => {
+          box.scrollLeft = box.scrollWidth;
+          const row = box.querySelector("tbody tr")!;
+          const cells = row.querySelectorAll("td");
+          const b = box.getBoundingClientRect();
+          return {
+            box: { left: b.left, right: b.right },
+            first: { left: cells[0].getBoundingClientRect().left, text: cells[0].textContent },
+            last: { right: cells[cells.length - 1].getBoundingClientRect().right },
+          };
+        });
+        assert.ok(Math.abs(end.first.left - end.box.left) < 1, `the first column stays: ${JSON.stringify(end)}`);
+        assert.ok(end.last.right <= end.box.right + 1, `the last column comes into view: ${JSON.stringify(end)}`);
+      }
+    }
+    // Each grid's title sits above its own grid, below the grid before it.
+    const boxes = await page.$$eval("#iris details[open] figure", (figs) =>
+      figs.map((f) => {
+        const cap = f.querySelector("figcaption")!.getBoundingClientRect();
+        const img = f.querySelector("img")!.getBoundingClientRect();
+        return { capBottom: cap.bottom, imgTop: img.top };
+      }),
+    );
+    assert.equal(boxes.length, 2);
+    for (const b of boxes) assert.ok(b.capBottom <= b.imgTop, `title above its grid: ${JSON.stringify(b)}`);
+    const shown = await page.$$eval("#iris details", (ds) =>
+      ds.map((d) => [(d as HTMLDetailsElement).open, (d.querySelector("img") as HTMLElement).checkVisibility()]),
+    );
+    assert.deepEqual(shown, [
+      [true, true],
+      [false, false],
+      [false, false],
+    ]);
+  } finally {
+    await browser.close();
+  }
 });
