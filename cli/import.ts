@@ -7,7 +7,7 @@ import { CHECK_IMAGES, importModel, LOGIT_SPREAD_LIMIT } from "../models/import.
 import { modelNames } from "../models/registry.js";
 import { printDone } from "./output.js";
 import { int, optional } from "./parse.js";
-import { modelSourceFrom } from "./source.js";
+import { modelSourceFrom, requireModelSettings } from "./source.js";
 
 export function registerImportCommand(program: Command): void {
   program
@@ -39,6 +39,10 @@ export function registerImportCommand(program: Command): void {
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)")
     .action(async (file: string, o: Record<string, unknown>) => {
       const given = modelSourceFrom(o, null, file);
+      requireModelSettings(o, [{ role: null, file }], {
+        normalization: "dataset",
+        dataset: { flag: "--dataset", given: o.dataset as string | undefined, why: "the dataset it was trained on" },
+      });
       if (typeof given === "string" && !isHubName(file)) throw new Error("--arch is required");
       const source = asModelSource(given);
       // Checked on real images: a scale bound means nothing on noise (models/import.ts, LOGIT_SPREAD_LIMIT).

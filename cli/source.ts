@@ -4,9 +4,18 @@
 //   --front FILE --front-arch resnet18 --front-options '{numClasses: 10, stem: imagenet}'
 //       --front-normalization imagenet --front-image-size 224
 // (and the same with --back-). Options and normalisation are YAML flow or JSON.
+import { existsSync } from "node:fs";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
-import { type ModelSourceLike, modelSourceSchema } from "../models/checkpoint.js";
+import { isNormalizationName } from "../data/transforms.js";
+import {
+  checkpointDataset,
+  foreignWeightsFacts,
+  isStitchlabCheckpoint,
+  type ModelSourceLike,
+  modelSourceSchema,
+} from "../models/checkpoint.js";
+import { isHubName } from "../models/hub.js";
 import { modelNames } from "../models/registry.js";
 import { int } from "./parse.js";
 
@@ -56,7 +65,10 @@ export function modelSourceFrom(o: Record<string, unknown>, role: Role | null, f
     rawNorm === undefined || /^[\w-]*$/.test(rawNorm) ? rawNorm : yamlValue(flag("normalization"), rawNorm);
   const imageSize = o[key("ImageSize")] as number | undefined;
   const given = { arch, options, normalization, imageSize };
-  if (Object.values(given).every((v) => v === undefined)) return file;
+  if (Object.values(given).every((v) => v === undefined)) {
+    askOnce(o, role);
+    return file;
+  }
   const parsed = modelSourceSchema.safeParse({
     checkpoint: file,
     ...Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined)),
@@ -68,5 +80,161 @@ export function modelSourceFrom(o: Record<string, unknown>, role: Role | null, f
       `${field === "checkpoint" ? `--${role ?? "checkpoint"}` : flag(field)}: ${issue?.message ?? "invalid"}`,
     );
   }
+  askOnce(o, role);
   return parsed.data;
+}
+
+/**
+ * A command that names its models by --front and --back (stitch, iris) asks for what their files
+ * do not say all at once, on its first modelSourceFrom, before any weights are loaded: the dataset
+ * defaults to the back's (stitch) or else the front's (iris). Other commands ask for themselves
+ * (compare, import: requireModelSettings).
+ */
+function askOnce(o: Record<string, unknown>, role: Role | null): void {
+  if (!role || (typeof o.front !== "string" && typeof o.back !== "string")) return;
+  const models = (["front", "back"] as const)
+    .filter((r) => typeof o[r] === "string")
+    .map((r): CommandModel => ({ role: r, file: o[r] as string }));
+  requireModelSettings(o, models, {
+    dataset: { flag: "--dataset", given: o.dataset as string | undefined, from: o.back ? "back" : "front" },
+  });
+}
+
+/** A model of a command, for requireModelSettings: its role (null: the command's one model), its file, and its name in words. */
+export interface CommandModel {
+  role: Role | null;
+  file: string;
+  /** What the message calls it (default: "the front", "the back", or its path). */
+  name?: string;
+}
+
+export interface SettingsContext {
+  /** The command has flags for both models at once (compare's --arch, --normalization, --image-size). */
+  both?: boolean;
+  /**
+   * Whether a model's normalisation must be given ("required": it is run on data), or defaults to
+   * the dataset's statistics ("dataset": import, whose --dataset is the data it was trained on).
+   */
+  normalization?: "required" | "dataset";
+  /**
+   * The command's dataset flag and its value; `from`: the model whose recorded dataset is the
+   * default (the dataset is missing when that one is weights made elsewhere); absent: always needed.
+   */
+  dataset?: { flag: string; given?: string; from?: Role | null; why?: string };
+}
+
+/** Fashion-MNIST's and MNIST's side: 28 px, or 32 padded; CIFAR-10's 32. */
+const DATASET_SIDES: Record<string, string> = {
+  "fashion-mnist": "28 px, or 32 padded",
+  mnist: "28 px, or 32 padded",
+  cifar10: "32 px",
+};
+
+/**
+ * The settings weights made elsewhere cannot show, asked for all at once in the command's own flag
+ * names: the architecture (with the one their keys look like), the input statistics (with the
+ * dataset's own where the dataset is known), the side of their images where the weights do not show
+ * it (left out, the architecture's default is taken), and the dataset where no model records one.
+ * Null when nothing required is missing; a stitchlab checkpoint, a model by hub and a file not found
+ * (the load names it) are never asked about. The weights are read only when something is missing.
+ */
+export function missingModelSettings(
+  o: Record<string, unknown>,
+  models: CommandModel[],
+  ctx: SettingsContext = {},
+): string | null {
+  const norm = ctx.normalization ?? "required";
+  const flag = (role: Role | null, k: string, both: boolean) =>
+    `--${role && !both ? `${role}-` : ""}${k[0].toLowerCase()}${k.slice(1).replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  const value = (role: Role | null, k: string) => o[role ? `${role}${k}` : `${k[0].toLowerCase()}${k.slice(1)}`];
+  const foreign = (file: string) => !isHubName(file) && existsSync(file) && !isStitchlabCheckpoint(file);
+  const nameOf = (m: CommandModel) => m.name ?? (m.role ? `the ${m.role}` : m.file);
+  // The dataset: given, or recorded by a stitchlab checkpoint among the models (its statistics are suggested).
+  const recorded = models.map((m) => (foreign(m.file) || isHubName(m.file) ? null : checkpointDataset(m.file)));
+  const known = ctx.dataset?.given ?? recorded.find((d) => d) ?? undefined;
+  const from = ctx.dataset ? models.find((m) => m.role === ctx.dataset?.from) : undefined;
+  const dataMissing =
+    ctx.dataset !== undefined &&
+    ctx.dataset.given === undefined &&
+    (ctx.dataset.from === undefined || (from !== undefined && foreign(from.file)));
+
+  type Ask = { model: CommandModel; setting: "Arch" | "Normalization" | "ImageSize"; value: string; why: string };
+  const asks: Ask[] = [];
+  let required = false;
+  for (const m of models) {
+    if (!foreign(m.file)) continue;
+    const given = (k: string) => value(m.role, k) !== undefined;
+    const needNorm = norm === "required" && !given("Normalization");
+    if (given("Arch") && !needNorm) continue;
+    const facts = foreignWeightsFacts(m.file, value(m.role, "Arch") as string | undefined);
+    const arch = !given("Arch") && !facts?.recorded;
+    if (!arch && !needNorm) continue;
+    required = true;
+    if (arch)
+      asks.push({
+        model: m,
+        setting: "Arch",
+        value: facts?.arch ?? "<name>",
+        why: `the architecture the weights fit${facts?.looks ? `: their keys look like ${facts.looks}` : ""}${facts?.arch ? "" : `; the zoo has ${modelNames().join(", ")}`}`,
+      });
+    if (!given("Normalization")) {
+      const stats = known && isNormalizationName(known) ? known : undefined;
+      asks.push({
+        model: m,
+        setting: "Normalization",
+        value: stats ?? "<stats>",
+        why: `the statistics the inputs were normalised with in training: ${stats ? `${stats} (the dataset's own)` : "a dataset's (cifar10, imagenet, fashion-mnist, mnist)"}, none (pixels in [0, 1] as ToTensor() gives them), or '{mean: [...], std: [...]}'${norm === "dataset" ? `; left out: ${stats ? `${stats}'s` : "the dataset's"}` : ""}`,
+      });
+    }
+    if (!given("ImageSize") && facts?.imageSize == null) {
+      const side = known ? DATASET_SIDES[known] : undefined;
+      asks.push({
+        model: m,
+        setting: "ImageSize",
+        value: "<px>",
+        why: `the side of the training images, which the weights do not show${side ? ` (${known}'s: ${side})` : ""}; left out: ${facts?.defaultImageSize ?? 32} px`,
+      });
+    }
+  }
+  if (!required) return null;
+
+  const lines: [string, string][] = [];
+  for (const setting of ["Arch", "Normalization", "ImageSize"] as const) {
+    const these = asks.filter((a) => a.setting === setting);
+    if (!these.length) continue;
+    // One flag for both models where the command has one and they need the same (compare's --arch).
+    const shared =
+      ctx.both &&
+      these.length === models.length &&
+      these.every((a) => a.value === these[0].value && a.why === these[0].why);
+    if (shared) lines.push([`${flag(null, setting, true)} ${these[0].value}`, these[0].why]);
+    // Per model, on one line where the reason is the same (stitch's --front-arch and --back-arch).
+    else
+      for (const why of new Set(these.map((a) => a.why))) {
+        const group = these.filter((a) => a.why === why);
+        const named = group.length === 1 && models.length > 1;
+        lines.push([
+          group.map((a) => `${flag(a.model.role, setting, false)} ${a.value}`).join(" "),
+          named ? `${nameOf(group[0].model)}: ${why}` : why,
+        ]);
+      }
+  }
+  if (dataMissing && ctx.dataset)
+    lines.push([
+      `${ctx.dataset.flag} <name>`,
+      `${ctx.dataset.why ?? "the dataset"} (fashion-mnist, mnist, cifar10, or imagefolder with --root)${from ? `: ${nameOf(from)} does not record one` : ""}`,
+    ]);
+  const asked = models.filter((m) => asks.some((a) => a.model === m));
+  const who = asked.map((m) => (m.name ? `${m.name} (${m.file})` : m.role ? `the ${m.role} (${m.file})` : m.file));
+  const width = Math.max(...lines.map(([f]) => f.length));
+  return [
+    `${who.join(" and ")} ${asked.length > 1 ? "are" : "is"} not ${asked.length > 1 ? "stitchlab checkpoints" : "a stitchlab checkpoint"}: give what ${asked.length > 1 ? "the files do" : "the file does"} not say:`,
+    ...lines.map(([f, why]) => `  ${f.padEnd(width)}  ${why}`),
+  ].join("\n");
+}
+
+/** missingModelSettings's message as an error, when anything required is missing. */
+export function requireModelSettings(o: Record<string, unknown>, models: CommandModel[], ctx?: SettingsContext): void {
+  const missing = missingModelSettings(o, models, ctx);
+  if (missing) throw new Error(missing);
 }

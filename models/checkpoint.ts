@@ -166,6 +166,59 @@ export function resolveNormalization(n: ModelSource["normalization"]): Normaliza
 export const isStitchlabCheckpoint = (path: string): boolean =>
   path.endsWith(".safetensors") && existsSync(sidecarPath(path));
 
+/** What weights made elsewhere show of themselves (foreignWeightsFacts). */
+export interface ForeignWeightsFacts {
+  /** The layout their keys follow, in words ("torchvision's resnet18 (BasicBlock blocks 2-2-2-2, 10 classes)"), or null. */
+  looks: string | null;
+  /** The zoo architecture named in the file's own metadata (a stitchlab safetensors file without its sidecar), or null. */
+  recorded: string | null;
+  /** The zoo architecture those keys fit (given, recorded, or recognised), or null. */
+  arch: string | null;
+  /** The side of the images, where the weights show it (a ViT's position embeddings); null where they do not (CNNs). */
+  imageSize: number | null;
+  /** The side a model built from them takes when none is given: a ResNet's by its stem (models/resnet.ts), else 32. */
+  defaultImageSize: number;
+}
+
+/**
+ * What the weights in a file made elsewhere show, for a message that asks for the rest all at once
+ * (cli/source.ts requireModelSettings): what their keys look like, the architecture, and whether they
+ * show the side of their images. Null when the file cannot be read as weights (loading it says why).
+ */
+export function foreignWeightsFacts(path: string, arch?: string): ForeignWeightsFacts | null {
+  let owned: unknown;
+  try {
+    let recorded: string | null = null;
+    let obj: unknown;
+    if (path.endsWith(".safetensors")) {
+      const file = loadSafetensors(path);
+      owned = file.tensors;
+      obj = file.tensors;
+      recorded = file.metadata.arch && modelNames().includes(file.metadata.arch) ? file.metadata.arch : null;
+    } else {
+      owned = torchLoad(path);
+      obj = owned;
+    }
+    const { stateDict } = unwrapStateDict(obj, path);
+    const looks = recogniseStateDict(stateDict);
+    const named = looks ? modelNames().find((n) => new RegExp(`(^|[^\\w])${n}([^\\w]|$)`).test(looks)) : undefined;
+    const zoo = arch ?? recorded ?? named ?? null;
+    const inferred = zoo ? inferOptions(zoo, stateDict) : {};
+    const shown = typeof inferred.imageSize === "number" ? inferred.imageSize : null;
+    return {
+      looks,
+      recorded,
+      arch: zoo,
+      imageSize: shown,
+      defaultImageSize: shown ?? (inferred.stem === "imagenet" ? 224 : 32),
+    };
+  } catch {
+    return null;
+  } finally {
+    if (owned !== undefined) torch.dispose(owned);
+  }
+}
+
 /** What loading a source did, for the user: which wrapper was taken, which options were read from the weights. */
 export interface LoadNotes {
   unwrapped: string[];

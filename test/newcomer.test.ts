@@ -1,0 +1,223 @@
+// What a newcomer tripped on (issue 37, part 5): the settings weights made elsewhere cannot show,
+// asked for all at once in the command's flag names; `demo` printing its plan and an estimate
+// before it runs (--dry-run stops there); and progress that gives the time elapsed and left.
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { formatRunTime, TimeLeft } from "../cli/progress.js";
+import { eventPrinter, TASK_WEIGHT, type TrainingRate, trainSeconds } from "../cli/run.js";
+import { missingModelSettings, modelSourceFrom, requireModelSettings } from "../cli/source.js";
+import type { Task } from "../experiments/plan.js";
+import type { RunEvent } from "../experiments/runner.js";
+import { torchSave } from "../io/torchsave.js";
+import { saveCheckpoint } from "../models/checkpoint.js";
+import { createModel } from "../models/registry.js";
+import { resolveTrainConfig, trainSettingsSchema } from "../train/config.js";
+import { runCli } from "./helpers/cli.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-newcomer-"));
+const file = (name: string) => join(tmp, name);
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+before(() => {
+  // Plain state dicts as PyTorch saves them (torchvision's names; a CIFAR stem, 10 classes), narrow
+  // so that the test stays quick; a ViT's, whose position embeddings show its image size; and a
+  // stitchlab checkpoint, which says everything itself.
+  for (const name of ["a.pt", "b.pt"]) {
+    const m = createModel("resnet18", { width: 0.0625, numClasses: 10, stem: "cifar" });
+    torchSave(file(name), m.stateDict());
+    m.dispose();
+  }
+  const vit = createModel("vit_tiny_patch4_32", { depth: 1 });
+  torchSave(file("vit.pt"), vit.stateDict());
+  vit.dispose();
+  const own = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+  saveCheckpoint(file("own.safetensors"), own, { dataset: "fashion-mnist" });
+  own.dispose();
+});
+
+/** The message a call throws. */
+function thrown(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    return (e as Error).message;
+  }
+  return assert.fail("expected an error");
+}
+
+/** Never an experiment file's key (`normalization:`, `arch:`, `imageSize`), never a file a dry run did not write. */
+function flagsOnly(message: string): void {
+  assert.doesNotMatch(message, /(^|[\s(])(arch|normalization|imageSize|dataset):/m, message);
+  assert.doesNotMatch(message, /imageSize|compare\.yaml|experiment file/, message);
+}
+
+test("compare on two plain state dicts asks for --arch, --normalization and --image-size at once, with the dataset's statistics", () => {
+  const out = file("compare-out");
+  const r = runCli(["compare", file("a.pt"), file("b.pt"), "--data", "fashion-mnist", "--dry-run", "--out", out]);
+  assert.equal(r.status, 1, r.stdout);
+  const message = r.stderr;
+  assert.match(message, /A \(.*a\.pt\) and B \(.*b\.pt\) are not stitchlab checkpoints/);
+  // One flag for both where they need the same, each with its suggestion.
+  assert.match(message, /^ {2}--arch resnet18 .*their keys look like torchvision's resnet18/m);
+  assert.match(message, /^ {2}--normalization fashion-mnist .*fashion-mnist \(the dataset's own\), none/m);
+  assert.match(message, /^ {2}--image-size <px> .*fashion-mnist's: 28 px, or 32 padded/m);
+  flagsOnly(message);
+  assert.ok(!existsSync(out), "a dry run writes nothing");
+
+  // Without --data, the dataset is asked for in the same message; with --arch given, it is not asked for again.
+  const noData = thrown(() =>
+    requireModelSettings(
+      { frontArch: "resnet18", backArch: "resnet18" },
+      [
+        { role: "front", file: file("a.pt"), name: "A" },
+        { role: "back", file: file("b.pt"), name: "B" },
+      ],
+      { both: true, dataset: { flag: "--data", from: "back" } },
+    ),
+  );
+  assert.doesNotMatch(noData, /--arch/);
+  assert.match(noData, /^ {2}--normalization <stats> /m);
+  assert.match(noData, /^ {2}--data <name> .*B does not record one/m);
+  flagsOnly(noData);
+});
+
+test("stitch and iris ask for each model's flags by its role, and import for its own", () => {
+  // stitch: both models' settings in one message, under --front-* and --back-*, and the dataset.
+  const stitch = thrown(() => modelSourceFrom({ front: file("a.pt"), back: file("b.pt") }, "front", file("a.pt")));
+  assert.match(stitch, /^ {2}--front-arch resnet18 --back-arch resnet18 /m);
+  assert.match(stitch, /^ {2}--front-normalization <stats> --back-normalization <stats> /m);
+  assert.match(stitch, /^ {2}--front-image-size <px> --back-image-size <px> /m);
+  assert.match(stitch, /^ {2}--dataset <name> .*the back does not record one/m);
+  flagsOnly(stitch);
+  // A stitchlab back records its dataset: the front's statistics are suggested from it, no --dataset asked.
+  const withOwn = thrown(() =>
+    modelSourceFrom({ front: file("a.pt"), back: file("own.safetensors") }, "front", file("a.pt")),
+  );
+  assert.match(withOwn, /^the front \(.*a\.pt\) is not a stitchlab checkpoint/);
+  assert.match(withOwn, /--front-normalization fashion-mnist /);
+  assert.doesNotMatch(withOwn, /--back-|--dataset/);
+  // iris, the architecture given: what is left.
+  const iris = thrown(() =>
+    modelSourceFrom({ front: file("a.pt"), frontArch: "resnet18", dataset: "mnist" }, "front", file("a.pt")),
+  );
+  assert.match(iris, /--front-normalization mnist /);
+  assert.match(iris, /--front-image-size <px> /);
+  assert.doesNotMatch(iris, /--front-arch|--dataset/);
+  // import: its normalisation defaults to its dataset's, and it says so.
+  const imp = thrown(() =>
+    requireModelSettings({}, [{ role: null, file: file("a.pt") }], {
+      normalization: "dataset",
+      dataset: { flag: "--dataset", why: "the dataset it was trained on" },
+    }),
+  );
+  assert.match(imp, /^ {2}--arch resnet18 /m);
+  assert.match(imp, /^ {2}--normalization <stats> .*left out: the dataset's$/m);
+  assert.match(imp, /^ {2}--dataset <name> +the dataset it was trained on/m);
+  flagsOnly(imp);
+});
+
+test("nothing is asked when nothing required is missing; a ViT's weights show their side", () => {
+  const both = [
+    { role: "front" as const, file: file("a.pt") },
+    { role: "back" as const, file: file("own.safetensors") },
+  ];
+  // Architecture and statistics given: the side is left to its default, not asked for alone.
+  assert.equal(missingModelSettings({ frontArch: "resnet18", frontNormalization: "none" }, both), null);
+  // A stitchlab checkpoint and a file not found (its load names it) are never asked about.
+  assert.equal(missingModelSettings({}, [{ role: "back", file: file("own.safetensors") }]), null);
+  assert.equal(missingModelSettings({}, [{ role: "back", file: file("missing.pt") }]), null);
+  const vit = missingModelSettings({}, [{ role: "front", file: file("vit.pt") }]) ?? "";
+  assert.match(vit, /--front-arch vit_tiny_patch4_32 /);
+  assert.doesNotMatch(vit, /image-size/);
+});
+
+test("demo --dry-run prints its plan and an estimate from timed training steps, and stops", {
+  skip: skipUnlessFashionMnist(),
+}, () => {
+  const out = file("demo");
+  const r = runCli(["demo", "--dry-run", "--out", out, "--cache", file("cache"), "--workers", "2"]);
+  assert.equal(r.status, 0, r.stderr);
+  const s = r.stdout;
+  assert.match(s, /^demo: clean-s0 -> clean-s0 \(the control\), 1 replicate; .*cross-seed.*cross-bias/m);
+  assert.match(s, /^ {2}models {5}13 to train: resnet18 width 0\.125, \d+ epochs on \d+ fashion-mnist images/m);
+  assert.match(s, /^ {2}points {5}layer2\.1, layer4\.1 \(2\)$/m);
+  assert.match(s, /^ {2}tasks {6}13 models \(0 cached\), 26 IRI sets \(0 cached\), 52 stitches \(0 cached\)/m);
+  assert.match(
+    s,
+    /^estimate {3}\d.* on this machine with 2 workers \(13 models .*from 8 training steps timed here.*26 IRI sets and 52 stitches .*share of a model's time/m,
+  );
+  assert.ok(!existsSync(out), "a dry run writes nothing");
+});
+
+test("a training task's time from a measured rate: its steps and its evaluations", () => {
+  const c = resolveTrainConfig(
+    trainSettingsSchema.parse({ arch: "resnet18", epochs: 6, batchSize: 64, shortcut: "pixel" }),
+    { dataset: "fashion-mnist", root: null, imageSize: null, limit: 8000, testLimit: 1000, markerScale: 1 },
+  );
+  const rate: TrainingRate = { step: 0.05, evalPerImage: 0.001, overhead: 2, steps: 8, threads: 1, seconds: 3 };
+  // 6 x 125 steps, 6 + 1 clean evaluations and the marked and rolled ones, of 1000 images.
+  assert.ok(Math.abs(trainSeconds(c, rate) - (2 + 750 * 0.05 + 9 * 1000 * 0.001)) < 1e-9);
+});
+
+test("progress gives the time elapsed and left, the left updated as tasks finish", () => {
+  assert.equal(formatRunTime(125, 840), "2 min 5 s elapsed, about 14 min 0 s left");
+  assert.equal(formatRunTime(5, null), "5 s elapsed, time left not known yet");
+
+  let now = 0;
+  const todo = [
+    { key: "t1", kind: "train" },
+    { key: "t2", kind: "train" },
+    { key: "i", kind: "iris" },
+    { key: "s", kind: "stitch" },
+  ];
+  const weight = { train: 52, iris: 8, stitch: 5 };
+  const clock = new TimeLeft(todo, { workers: 2, weight, now: () => now });
+  assert.equal(clock.left(), null, "nothing to cost it by yet");
+  clock.start("t1");
+  clock.start("t2");
+  now = 10;
+  clock.progress("t1", 0.5);
+  // t1 projects to 20 s, so a model costs 20 s, an IRI set 20 x 8/52, a stitch 20 x 5/52; the work
+  // left (10 + 10 + 5) is shared by the two workers.
+  const close = (a: number | null, b: number) => assert.ok(a !== null && Math.abs(a - b) < 1e-9, `${a} vs ${b}`);
+  close(clock.left(), 12.5);
+  assert.equal(clock.elapsed(), 10);
+  now = 20;
+  clock.end("t1", 20);
+  clock.start("i");
+  // t2 has run its 20 s; the IRI set (20 x 8/52) and the stitch (20 x 5/52) are left.
+  close(clock.left(), (20 * 13) / 52 / 2);
+  now = 24;
+  clock.end("t2", 24);
+  // Models now cost their mean, 22 s; the kinds not measured yet scale with it.
+  close(clock.left(), (Math.max(0, (22 * 8) / 52 - 4) + (22 * 5) / 52) / 2);
+  clock.end("i", null);
+  clock.end("s", null);
+  assert.equal(clock.left(), 0);
+  // An estimate made before the run (the demo's) gives the time left from the start.
+  const prior = new TimeLeft(todo, { workers: 1, weight, prior: { train: 60, iris: 10, stitch: 5 }, now: () => 0 });
+  assert.equal(prior.left(), 135);
+  assert.deepEqual(Object.keys(TASK_WEIGHT).sort(), ["iris", "stitch", "train"]);
+});
+
+test("into a pipe, each task's end is followed by the run's time elapsed and left", () => {
+  let now = 0;
+  const task = (key: string, kind: string) => ({ key, label: `${kind} ${key}`, kind, deps: [] }) as unknown as Task;
+  const [a, b] = [task("a", "train"), task("b", "stitch")];
+  const clock = new TimeLeft([a, b], { workers: 1, weight: TASK_WEIGHT, now: () => now });
+  const lines: string[] = [];
+  const print = eventPrinter((l) => lines.push(l), clock);
+  const event = (e: Omit<RunEvent, "total">): RunEvent => ({ ...e, total: 2 });
+  print(event({ kind: "start", task: a, index: 1 }));
+  now = 52;
+  print(event({ kind: "done", task: a, index: 1, seconds: 52 }));
+  assert.deepEqual(lines, [
+    "[1/2] train a ...",
+    "[1/2] train a: done in 52.0 s",
+    "run: 52 s elapsed, about 5 s left (1 task to go)",
+  ]);
+});
