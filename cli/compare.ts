@@ -16,7 +16,7 @@ import { checkpointDataset } from "../models/checkpoint.js";
 import { requireDevice } from "../torch/index.js";
 import { int } from "./parse.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
-import { addModelSourceOptions, modelSourceFrom } from "./source.js";
+import { addModelSourceOptions, modelSourceFrom, requireModelSettings } from "./source.js";
 
 const words = (v: string) =>
   v
@@ -83,6 +83,15 @@ export function registerCompareCommand(program: Command): void {
     const exec = executorOptions(o);
     const front = modelSourceFrom(o, "front", a);
     const back = modelSourceFrom(o, "back", b);
+    // What weights made elsewhere do not say, asked for all at once as flags (cli/source.ts).
+    requireModelSettings(
+      o,
+      [
+        { role: "front", file: a, name: "A" },
+        { role: "back", file: b, name: "B" },
+      ],
+      { both: true, dataset: { flag: "--data", given: o.dataset as string | undefined, from: "back" } },
+    );
     const dataset = (o.dataset as string | undefined) ?? checkpointDataset(back);
     if (!dataset)
       throw new Error("B does not say which dataset it was trained on: pass --data (e.g. --data cifar10 --root ...)");
