@@ -99,7 +99,7 @@ function toRow(r: Record<string, string>): StitchRow {
 const CALIBRATION = { width: 0.125, images: 10_000 } as const;
 
 /** Seconds of the fixed PyTorch workload: one epoch of the demo's base model on 2 threads. */
-function calibrate(): number {
+export function calibrate(): number {
   const { width, images } = CALIBRATION;
   const r = spawnSync(
     python(),

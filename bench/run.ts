@@ -11,6 +11,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   slurm: () => import("./slurm.js"),
   overhead: () => import("./overhead.js"),
   "iri-tightness": () => import("./iri-tightness.js"),
+  "compare-full": () => import("./compare-full.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);

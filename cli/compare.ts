@@ -10,7 +10,7 @@ import { isDone } from "../experiments/cache.js";
 import { COMPARE_DEFAULTS, compareExperiment, compareVerdictLines, compareVerdicts } from "../experiments/compare.js";
 import { estimatePlan, formatDuration } from "../experiments/estimate.js";
 import { claimOut } from "../experiments/outdir.js";
-import { planExperiment } from "../experiments/plan.js";
+import { type IrisTask, planExperiment, type StitchTask } from "../experiments/plan.js";
 import { defaultCache } from "../experiments/run.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { requireDevice } from "../torch/index.js";
@@ -40,8 +40,8 @@ export function registerCompareCommand(program: Command): void {
   const cmd = program
     .command("compare <a> <b>")
     .description(
-      "is A functionally similar to B? Standard and invariance-aware stitching of A into B at every point they share " +
-        `(SLM, ${d.replicates} replicates), with B into itself as the control, run as an experiment (cached, resumable); ` +
+      "is A functionally similar to B? Standard and invariance-aware stitching of A into B at the middle and the last of the points they share " +
+        `(SLM, ${d.replicates} replicate, intervals over the test images), with B into itself as the control, run as an experiment (cached, resumable); ` +
         "prints the plan and a time estimate, then the verdict and the report, and writes the experiment as compare.yaml",
     )
     .requiredOption("--out <dir>", "experiment folder: the report, results.csv, compare.yaml (the experiment it ran)")
@@ -54,9 +54,21 @@ export function registerCompareCommand(program: Command): void {
       "the input statistics both were trained with (cifar10, imagenet, none, '{mean, std}')",
     )
     .option("--image-size <px>", "the side of the images both were trained on", int)
-    .option("--points <list>", "stitch points, comma-separated (default: every point the two share)")
+    .option(
+      "--points <list>",
+      "stitch points, comma-separated, or all (default: the shared points at the middle and the end of B's, e.g. layer2.1,layer4.1)",
+    )
     .option("--objectives <list>", "hlm, slm, dm, fula or weighted sums, comma-separated (default slm)")
-    .option("--replicates <n>", `replicates of A -> B: other IRI and stitching seeds (default ${d.replicates})`, int)
+    .option(
+      "--replicates <n>",
+      `replicates of A -> B: other IRI and stitching seeds (default ${d.replicates}: intervals over the test images; 2 or more: over the seeds)`,
+      int,
+    )
+    .option(
+      "--seed <s>",
+      "shift the IRI and stitching seeds by s: another draw of the same comparison (default 0)",
+      int,
+    )
     .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
     .option(
       "--limit <n>",
@@ -66,12 +78,16 @@ export function registerCompareCommand(program: Command): void {
     .option("--iris-limit <n>", `IRIs per model and point (default ${d.iris.limit})`, int)
     .option(
       "--iris-steps <n>",
-      `IRI descent steps (default ${d.iris.steps}: Adam from another image, keep-best; docs/method.md "How tight an IRI must be")`,
+      `IRI descent steps per start (default ${d.iris.steps}: Adam from another image, keep-best, an image stops at residual ${d.iris.target} and restarts up to ${d.iris.maxSteps} steps; docs/method.md "How tight an IRI must be")`,
       int,
     )
     .option("--stitch-limit <n>", `real training images for T (default ${d.stitch.limit})`, int)
-    .option("--epochs <n>", `epochs of T (default ${d.stitch.epochs}: 120 steps on 256 images)`, int)
-    .option("--batch-size <n>", "batch of T and of the IRI descent (default 128)", int)
+    .option(
+      "--epochs <n>",
+      `epochs of T (default ${d.stitch.epochs}: one batch of ${d.stitch.batchSize} per epoch)`,
+      int,
+    )
+    .option("--batch-size <n>", `batch of T and of the IRI descent (default ${d.stitch.batchSize})`, int)
     .option("--test-limit <n>", `test images (default ${d.testLimit})`, int)
     .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--force", "run into an --out that holds another experiment's run (its files are moved aside)")
@@ -109,13 +125,19 @@ export function registerCompareCommand(program: Command): void {
           ...some("testLimit", o.testLimit as number | undefined),
           ...(dataset === "imagefolder" ? some("imageSize", o.imageSize as number | undefined) : {}),
         },
-        ...some("points", o.points ? words(o.points as string) : undefined),
+        ...some("points", o.points === "all" ? ("all" as const) : o.points ? words(o.points as string) : undefined),
+        ...some("seed", o.seed as number | undefined),
         ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
         ...some("replicates", o.replicates as number | undefined),
         bothWays: Boolean(o.bothWays),
         iris: {
           ...some("limit", limit("irisLimit")),
           ...some("steps", o.irisSteps as number | undefined),
+          // Other steps per start keep the default's three starts at most.
+          ...some(
+            "maxSteps",
+            o.irisSteps === undefined ? undefined : (o.irisSteps as number) * (d.iris.maxSteps / d.iris.steps),
+          ),
           ...some("batchSize", o.batchSize as number | undefined),
         },
         stitch: {
@@ -140,26 +162,42 @@ export function registerCompareCommand(program: Command): void {
       (p) =>
         `${p.front} -> ${p.back}${p.relation === "identical" ? " (the control)" : ""}, ${p.replicates ?? e.replicates} replicate${(p.replicates ?? e.replicates) === 1 ? "" : "s"}`,
     );
-    const iris = e.iris;
+    // What the tasks will run, from their resolved settings (the defaults are the schemas').
+    const irisTask = plan.tasks.map((t) => t.spec).find((s): s is IrisTask => s.kind === "iris");
+    const stitchTask = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
+    const io = irisTask?.options;
+    const sc = stitchTask?.config;
+    const replicates = Math.max(...e.pairs.map((p) => p.replicates ?? e.replicates));
     console.log(
       [
         `compare: ${pairs.join("; ")}`,
         `  points     ${(e.points as string[]).join(", ")} (${(e.points as string[]).length})`,
         `  modes      standard, invariance-aware; objectives ${e.objectives.join(", ")}`,
         `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${e.dataset.testLimit ?? "all"} test images`,
-        `  IRIs       ${iris.limit ?? "all"} per model and point, ${iris.optimizer ?? "sign"} ${iris.steps ?? 200} steps${iris.start === "image" ? " from another image" : ""}${iris.keepBest ? ", keep-best" : ""}`,
-        `  stitching  ${e.stitch.epochs ?? 30} epochs on ${e.stitch.limit ?? "all"} real images (or the IRIs), batch ${e.stitch.batchSize ?? 128}`,
+        ...(io
+          ? [
+              `  IRIs       ${irisTask?.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${io.maxSteps ?? io.steps} steps` : ""}`,
+            ]
+          : []),
+        ...(sc
+          ? [
+              `  stitching  ${sc.epochs} epochs on ${sc.limit ?? "all"} real images (or the IRIs), batch ${sc.batchSize}, Adam lr ${sc.lr}`,
+            ]
+          : []),
+        `  intervals  ${replicates > 1 ? `Student t over ${replicates} replicates (IRI and stitching seeds)` : "one replicate: 95% intervals over the test images (mean ± 1.96 standard errors), none over seeds; --replicates N for those"}`,
         `  tasks      ${count("iris")} IRI sets, ${count("stitch")} stitches; cache ${cache}`,
       ].join("\n"),
     );
     if (exec.executor === "slurm") console.log("estimate: none (Slurm jobs run on other machines)");
     else {
       if (!o.dryRun) requireDevice(exec.device ?? "cpu");
-      const est = await estimatePlan(plan, cache, exec.device ?? "cpu");
+      const est = await estimatePlan(plan, cache, exec.device ?? "cpu", () =>
+        console.log("probing    timing a few IRI and stitching steps on these models (about 10 s)..."),
+      );
       const p = est.probe;
       console.log(
         p
-          ? `estimate   ${formatDuration(est.seconds)} on this machine (IRI sets ${formatDuration(est.iris.seconds)}, stitches ${formatDuration(est.stitch.seconds)}; from a ${p.seconds.toFixed(1)} s timed probe of IRI and stitching steps on these models${(exec.workers ?? 1) > 1 ? `, as if one worker: --workers ${exec.workers} shares the same cores` : ""})`
+          ? `estimate   ${formatDuration(est.seconds)} on this machine (IRI sets ${formatDuration(est.iris.seconds)}, stitches ${formatDuration(est.stitch.seconds)}; from ${p.reused ? "the kept" : `a ${p.seconds.toFixed(1)} s`} timed probe of IRI and stitching steps on these models${(exec.workers ?? 1) > 1 ? `, as if one worker: --workers ${exec.workers} shares the same cores` : ""})`
           : "estimate   every task is in the cache",
       );
     }

@@ -13,21 +13,41 @@ import { type Experiment, parseExperiment } from "./spec.js";
 import { IRI_VERDICT_MAX_RESIDUAL } from "./summary.js";
 
 /**
- * The defaults of a quick but honest answer (measured on the demo's models; docs/method.md "How
- * tight an IRI must be"): IRIs by Adam from another image of the batch, 200 steps, keep-best
- * (mean residuals 0.04-0.3 where signed steps from noise leave 0.4-0.8), 256 per front and point;
- * T trained 60 epochs on 256 images (two batches of 128: 120 optimiser steps); 1,000 test images;
- * SLM; three replicates. The demo takes 48 IRIs and images (120 steps of one batch), to afford six
- * replicates of new front models, whose spread is what its intervals measure; compare's fixed
- * checkpoints vary only in IRI and stitching seeds, so it keeps 256 for models nobody has measured.
+ * The defaults: an answer on two full-width ResNet-18s within 45 minutes on a 2-core CPU (the
+ * budget and its measurement: docs/benchmarks.md "compare at full width"; `npm run bench --
+ * compare-full`). The demo's recipe, whose answers are measured over six seeds (presets/demo.yaml):
+ * - two points, at the middle and the end of B's stitch points (relative depths 1/2 and 1;
+ *   layer2.1 and layer4.1 of a ResNet-18): where the paper's findings part (docs/method.md);
+ * - 48 IRIs per front and point, tight by construction (stitch/iri-tight.ts: Adam from another
+ *   image of the batch, keep-best; an image stops at a residual of 0.2, and one still above it
+ *   after 200 steps restarts, up to 600 steps in all);
+ * - T trained 120 steps of one batch of 48 at Adam lr 0.01 (the protocol's 1e-3 barely moves T
+ *   from its least-squares start in 120 steps);
+ * - 1,000 test images; SLM;
+ * - one replicate. The models are fixed checkpoints, so a replicate differs only in IRI and
+ *   stitching seeds, of which the IRI seeds moved a demo replicate by at most 0.006 (docs/experiments.md
+ *   "Where the spread comes from"); the test sample moves it more
+ *   (a standard error of about 0.01 over 1,000 images). So the interval of a one-replicate score
+ *   is over the test images: mean +- 1.96 standard errors (compareVerdicts), and --replicates N
+ *   gives Student-t intervals over seeds instead.
  */
 export const COMPARE_DEFAULTS = {
-  iris: { limit: 256, optimizer: "adam", steps: 200, keepBest: true, start: "image" },
-  stitch: { limit: 256, epochs: 60 },
+  depths: [0.5, 1],
+  iris: { limit: 48, optimizer: "adam", steps: 200, keepBest: true, start: "image", target: 0.2, maxSteps: 600 },
+  stitch: { limit: 48, batchSize: 48, epochs: 120, lr: 0.01 },
   testLimit: 1000,
   objectives: ["slm"],
-  replicates: 3,
+  replicates: 1,
 } as const;
+
+/** The normal quantile of a two-sided 95% interval over the test images. */
+const Z_975 = 1.959964;
+
+/** Of points in network order, those at these relative depths (0: the first, 1: the last), each once. */
+export function pointsAtDepths(points: readonly string[], depths: readonly number[]): string[] {
+  const picked = depths.map((d) => points[Math.round(Math.min(1, Math.max(0, d)) * (points.length - 1))] as string);
+  return points.filter((p) => picked.includes(p));
+}
 
 /** Standard and invariance-aware agreement whose means differ by at most this are close, whatever their intervals. */
 export const CLOSE_MARGIN = 0.05;
@@ -39,8 +59,10 @@ export interface CompareInput {
   a: ModelSourceLike;
   b: ModelSourceLike;
   dataset: { name: string; root?: string; limit?: number; testLimit?: number; imageSize?: number };
-  /** Stitch points; default: every point the two models share. */
-  points?: string[];
+  /** Stitch points, or "all" (every point the two share); default: the shared points at COMPARE_DEFAULTS.depths. */
+  points?: string[] | "all";
+  /** Shifts the IRI and stitching seeds (another draw of the same study); default 0. */
+  seed?: number;
   objectives?: string[];
   replicates?: number;
   /** Also B -> A. */
@@ -100,7 +122,12 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   const names = compareNames(input.a, input.b);
   const a = absolute(input.a);
   const b = absolute(input.b);
-  const points = input.points ?? sharedPoints(a, b);
+  const points = Array.isArray(input.points)
+    ? input.points
+    : input.points === "all"
+      ? sharedPoints(a, b)
+      : pointsAtDepths(sharedPoints(a, b), COMPARE_DEFAULTS.depths);
+  const seed = input.seed ?? 0;
   const d = input.dataset;
   const entry = (s: ModelSourceLike) => (typeof s === "string" ? { checkpoint: s } : s);
   const raw = {
@@ -129,7 +156,8 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
     objectives: input.objectives ?? [...COMPARE_DEFAULTS.objectives],
     modes: ["standard", "iris"],
     replicates: input.replicates ?? COMPARE_DEFAULTS.replicates,
-    iris: { ...COMPARE_DEFAULTS.iris, ...input.iris },
+    ...(seed ? { seeds: [seed] } : {}),
+    iris: { ...COMPARE_DEFAULTS.iris, ...(seed ? { seed } : {}), ...input.iris },
     stitch: { ...COMPARE_DEFAULTS.stitch, ...input.stitch },
   };
   const text =
@@ -158,9 +186,23 @@ export interface DirectionVerdict {
   back: string;
   objective: string;
   replicates: number;
+  /** What the intervals are over: replicates (Student t), or, with one replicate, the test images (normal, from the standard error). */
+  intervals: "replicates" | "test images" | "none";
   points: PointVerdict[];
   /** The first point from which every judged point is apart (null: none). */
   partsFrom: string | null;
+}
+
+/**
+ * A summary row's agreement with its interval: over replicates where there are several; with one,
+ * mean +- 1.96 standard errors over the test images (what another draw of test images would give).
+ */
+export function agreementInterval(row: SummaryRow): Interval {
+  const over = row.scores.agreement_prob;
+  const se = row.agreementProbSe ?? Number.NaN;
+  if (row.n > 1 || !Number.isFinite(se) || !Number.isFinite(over.mean)) return over;
+  const halfWidth = Z_975 * se;
+  return { ...over, halfWidth, lo: over.mean - halfWidth, hi: over.mean + halfWidth };
 }
 
 /** Close or apart by CLOSE_RULE. */
@@ -184,7 +226,10 @@ export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): Dire
       .sort((x, y) => x[1] - y[1])
       .map(([p]) => p);
     const points = order.map((point): PointVerdict => {
-      const pick = (mode: string) => rows.find((r) => r.point === point && r.mode === mode)?.scores.agreement_prob;
+      const pick = (mode: string) => {
+        const row = rows.find((r) => r.point === point && r.mode === mode);
+        return row ? agreementInterval(row) : undefined;
+      };
       const standard = pick("standard");
       const inv = pick("iris");
       const residuals = iris.filter((i) => i.front === first.front && i.point === point).map((i) => i.residuals.mean);
@@ -197,12 +242,19 @@ export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): Dire
     const judged = points.filter((p) => p.state === "close" || p.state === "apart");
     let partsFrom: string | null = null;
     for (let i = judged.length - 1; i >= 0 && judged[i].state === "apart"; i--) partsFrom = judged[i].point;
+    const replicates = Math.max(...rows.map((r) => r.n));
     out.push({
       relation: first.pair,
       front: first.front,
       back: first.back,
       objective: first.objective,
-      replicates: Math.max(...rows.map((r) => r.n)),
+      replicates,
+      intervals:
+        replicates > 1
+          ? "replicates"
+          : rows.every((r) => Number.isFinite(r.agreementProbSe ?? Number.NaN))
+            ? "test images"
+            : "none",
       points,
       partsFrom,
     });
@@ -266,12 +318,16 @@ export function compareVerdictLines(verdicts: DirectionVerdict[]): string[] {
           `  ${p.point.padEnd(10)} standard ${iv(p.standard).padEnd(15)} invariance-aware ${iv(p.iris).padEnd(15)} ${p.state === "loose" ? `too loose to judge (residual ${p.residual?.toFixed(2)})` : p.state}`,
         );
   }
-  const n = Math.max(0, ...verdicts.filter((v) => v.relation !== "identical").map((v) => v.replicates));
+  const compared = verdicts.filter((v) => v.relation !== "identical");
+  const n = Math.max(0, ...compared.map((v) => v.replicates));
+  const overImages = compared.some((v) => v.intervals === "test images");
   lines.push(
-    `Rule: ${CLOSE_RULE}; agreement is the agreement probability, mean ± 95% half-width over replicates.`,
+    `Rule: ${CLOSE_RULE}; agreement is the agreement probability, mean ± 95% half-width.`,
     n > 1
       ? `The models are fixed checkpoints: the ${n} replicates differ in IRI and stitching seeds only, the only source of variation these intervals measure (not training seeds: another training run of either model may land elsewhere).`
-      : "One replicate: no interval, so only the margin decides; the models are fixed checkpoints, so replicates would differ in IRI and stitching seeds only.",
+      : overImages
+        ? "One replicate: each interval is over the test images (mean ± 1.96 standard errors: what another draw of as many test images would give). The models are fixed checkpoints, so another replicate would differ only in IRI and stitching seeds, which moved a demo replicate by at most 0.006 (docs/experiments.md); neither measures another training run of either model. --replicates N gives intervals over seeds."
+        : "One replicate and no standard error recorded: no interval, so only the margin decides.",
   );
   return lines;
 }

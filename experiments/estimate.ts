@@ -6,21 +6,27 @@
 //   stitch task = load models + load data + least squares + (standard: epochs x steps x step;
 //                 invariance-aware: A and B over the IRIs once + epochs x steps x frozen step)
 //                 + scoring (test images x (stitched + A alone) + CKA images)
-// Steps are timed at the configured batch size: a step's time does not scale linearly with the
-// batch (on 2 cores, an IRI step of a width-1/16 ResNet-18 on 128 images took 7 times one on 32),
-// so a smaller probe batch under-estimated by about 2. Trained models (train tasks) are not
-// probed: the estimate covers checkpoints.
-import { type Dataset, datasetSize, disposeDataset, pixelScale, standardAugment, subset } from "../data/index.js";
-import { loadCheckpoint, type ModelSource } from "../models/checkpoint.js";
+// Steps are timed at the configured batch where a step is cheap (a small model's step is far from
+// linear in the batch: on 2 cores an IRI step of a width-1/16 ResNet-18 on 128 images took 7 times
+// one on 32, so a smaller probe batch under-estimated by about 2), and at 16 images, scaled, where
+// it is not (at full width a step is linear in the batch and takes seconds). A tight IRI descent
+// (the IRI setting target) is costed at `steps` per image: its early stops and restarts are not
+// known before it runs. Trained models (train tasks) are not probed: the estimate covers
+// checkpoints. The probe's times are kept in the cache (probes/), so a run after its dry run, or
+// another run on the same models and settings, does not probe again.
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { type Dataset, datasetSize, disposeDataset, pixelScale, subset } from "../data/index.js";
+import { readJsonFile, writeFileAtomic } from "../io/files.js";
+import { asModelSource, loadCheckpoint, type ModelSource, type ModelSourceLike } from "../models/checkpoint.js";
 import { requireNormalization } from "../models/record.js";
-import { stitchModeOf } from "../stitch/config.js";
+import { type StitchConfig, stitchModeOf } from "../stitch/config.js";
 import { evaluateStitch, frontAndBack } from "../stitch/evaluate.js";
 import { generateIriBatch } from "../stitch/iris.js";
-import { loadSource } from "../stitch/jobs.js";
-import { parseObjective } from "../stitch/objectives.js";
-import { StitchedModel } from "../stitch/stitched.js";
-import { recipeOf, trainStitch } from "../stitch/train.js";
-import type { Device } from "../torch/index.js";
+import { loadSource, stitchedModelOf, stitchTrainOptionsOf } from "../stitch/jobs.js";
+import { trainStitch } from "../stitch/train.js";
+import { type Device, getNumThreads, onednnIsa } from "../torch/index.js";
 import { isDone } from "./cache.js";
 import type { IrisTask, ModelRef, Plan, StitchTask } from "./plan.js";
 
@@ -44,6 +50,8 @@ export interface ProbeTimes {
   trainCount: number;
   /** The probe's own time. */
   seconds: number;
+  /** Read from the cache, not measured now (a probe of the same models and settings on this machine). */
+  reused?: boolean;
 }
 
 export interface Estimate {
@@ -75,7 +83,28 @@ const first = (ds: Dataset, n: number): Dataset =>
     Array.from({ length: Math.min(n, datasetSize(ds)) }, (_, i) => i),
   );
 
-/** Times the pieces of the plan's tasks on its models (the first stitch task's front and back). */
+/** A step's time at `batch` images, from steps timed at `probe` images (linear in the images: see probeBatch). */
+const scaled = (seconds: number, probe: number, batch: number) => (seconds * batch) / probe;
+
+/**
+ * The batch to time steps at: the configured one where a step is cheap (small models, where a
+ * step's time is far from linear in the batch: on 2 cores an IRI step of a width-1/16 ResNet-18
+ * on 128 images took 7 times one on 32), else PROBE_BATCH images, scaled (a full-width step is
+ * linear in the batch, and one at the configured batch would take seconds).
+ */
+function probeBatch(warmStep: number, warmBatch: number, batch: number): number {
+  return scaled(warmStep, warmBatch, batch) <= CHEAP_STEP_S ? batch : Math.min(batch, PROBE_BATCH);
+}
+const PROBE_BATCH = 16;
+const CHEAP_STEP_S = 0.25;
+
+/**
+ * Times the pieces of the plan's tasks on its models (the first stitch task's front and back),
+ * through the code the tasks run (stitch/jobs.ts's stitchedModelOf and stitchTrainOptionsOf, so
+ * the batch-norm mode, augmentation and data follow the task's config): a few IRI steps at the
+ * shallowest and deepest point, a few stitching steps per mode, the least-squares start on a few
+ * images, and the scoring of a few test images. About 10 s at full width on 2 cores.
+ */
 export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes> {
   const started = now();
   const specs = plan.tasks.map((t) => t.spec);
@@ -85,16 +114,16 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
   if (!stitch) throw new Error("nothing to estimate: the plan has no stitch task");
   const irisTasks = specs.filter((s): s is IrisTask => s.kind === "iris");
   const c = stitch.config;
-  const load = (ref: ModelRef) => {
-    const l = loadCheckpoint(sourceOf(ref));
+  const owned: Dataset[] = [];
+  const loaded: ReturnType<typeof loadCheckpoint>[] = [];
+  let loadModel = 0;
+  const load = (source: ModelSourceLike) => {
+    const [l, t] = timed(() => loadCheckpoint(source));
+    loadModel = Math.max(loadModel, t);
     l.model.to(device);
+    loaded.push(l);
     return l;
   };
-  const [front, loadModel] = timed(() => load(stitch.front));
-  const back = load(stitch.back);
-  const tail = load(stitch.back);
-  const owned: Dataset[] = [];
-  const models = [front.model, back.model, tail.model];
   try {
     const src = {
       dataset: c.dataset,
@@ -112,100 +141,100 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
     const loadTrain = now() - t;
     owned.push(train);
     t = now();
-    const test = await loadSource({ ...src, limit: c.testLimit }, "test");
+    const test = await loadSource({ ...src, limit: Math.min(c.testLimit ?? 64, 64) }, "test");
     const loadTest = now() - t;
     owned.push(test);
 
-    // IRI steps at the shallowest and deepest point the plan makes IRIs at.
+    // IRI steps at the shallowest and deepest point the plan makes IRIs at, timed by the descent's
+    // own step callback (the first step, which sets up the kernels, is not counted). A tight
+    // descent's steps cost as a plain one's (estimateFrom costs it at `steps` per image).
+    const front = load(sourceOf(stitch.front));
     const iriStep: Record<string, number> = {};
     const iriBatch: Record<string, number> = {};
     const order = front.model.stitchPoints.map((p) => p.name);
     const irisPoints = [...new Set(irisTasks.map((i) => i.point))].sort((x, y) => order.indexOf(x) - order.indexOf(y));
     const probed = [...new Set([irisPoints[0], irisPoints.at(-1)])].filter((p): p is string => p !== undefined);
+    const norm = requireNormalization(front.record, "the front");
     for (const point of probed) {
       const spec = irisTasks.find((i) => i.point === point) as IrisTask;
-      const batch = first(train, spec.options.batchSize);
-      owned.push(batch);
-      const scale = spec.options.batchSize / datasetSize(batch);
-      const norm = requireNormalization(front.record, "the front");
-      const run = (steps: number) =>
-        timed(() => {
-          const out = generateIriBatch(
-            front.model,
-            point,
-            batch.images.to(device),
-            norm,
-            { ...spec.options, steps },
-            0,
-          );
-          out.images.dispose();
-        })[1];
-      run(1); // warm-up
-      const one = run(1);
-      const k = 2;
-      const more = run(1 + k);
-      const step = Math.max(0, (more - one) / k);
-      iriStep[point] = step * scale;
-      iriBatch[point] = Math.max(0, one - step) * scale;
+      const { target: _t, maxSteps: _m, ...plain } = spec.options;
+      const bs = Math.min(spec.options.batchSize, datasetSize(train));
+      const run = (n: number, steps: number) => {
+        const batch = first(train, n);
+        owned.push(batch);
+        const stamps: number[] = [];
+        const t0 = now();
+        const out = generateIriBatch(front.model, point, batch.images.to(device), norm, { ...plain, steps }, 0, () =>
+          stamps.push(now()),
+        );
+        out.images.dispose();
+        const total = now() - t0;
+        const step = stamps.length > 2 ? (stamps[stamps.length - 1] - stamps[1]) / (stamps.length - 2) : total;
+        return { step, total, n: datasetSize(batch) };
+      };
+      const warm = run(Math.min(bs, 4), 2);
+      const n = probeBatch(warm.step, warm.n, bs);
+      const timedRun = run(n, 3);
+      iriStep[point] = scaled(timedRun.step, timedRun.n, bs);
+      iriBatch[point] = scaled(Math.max(0, timedRun.total - 3 * timedRun.step), timedRun.n, bs);
     }
 
-    // Stitching steps, per mode, at the configured batch (two epochs of two batches).
+    // Stitching steps, per mode, as the task trains: three steps of one epoch (the first not
+    // counted); the least-squares start on as many images, scaled to the config's.
     const stepsOf = (mode: "standard" | "iris") => {
-      const bs = Math.min(c.batchSize, Math.floor(datasetSize(train) / 2) || 1);
-      const sub = first(train, 2 * bs);
-      owned.push(sub);
-      const s = new StitchedModel(front.model, back.model, c.frontPoint, c.backPoint, {
-        tail: mode === "standard" ? tail.model : back.model,
-        normalization: {
-          front: requireNormalization(front.record, "the front"),
-          back: requireNormalization(back.record, "the back"),
-        },
-      });
-      s.layer.to(device);
-      const stamps: number[] = [];
-      const t0 = now();
+      const task =
+        specs.find(
+          (x): x is StitchTask => x.kind === "stitch" && stitchModeOf(x.config.mode) === mode && x.front !== x.back,
+        ) ?? specs.find((x): x is StitchTask => x.kind === "stitch" && stitchModeOf(x.config.mode) === mode);
+      if (!task) return { step: 0, before: 0, lstsqImages: 1, images: 1, score: 0 };
+      // The task's own config; its IRIs stand in as real images of the same shape (the probe
+      // times steps, not what they learn).
+      const cfg: StitchConfig = {
+        ...task.config,
+        front: sourceOf(task.front),
+        back: sourceOf(task.back),
+        iris: null,
+        device,
+      };
+      const { s } = stitchedModelOf(cfg, load);
       try {
-        trainStitch(
-          s,
-          sub,
-          train,
-          {
-            objective: parseObjective(c.objective),
-            normalization: pixelScale(sub.images.shape[1]),
-            epochs: 2,
-            batchSize: bs,
-            ...recipeOf(c),
-            seed: 0,
-            bnMode: mode === "standard" ? "adapt" : "eval",
-            init: c.init,
-            initImages: c.initImages,
-            augment: mode === "standard" ? standardAugment(sub.images.shape[2]) : null,
-            markers: null,
-            initMarkers: null,
-            device,
-            adversarial: null,
-          },
-          () => stamps.push(now()),
-        );
+        const bs = Math.min(c.batchSize, Math.floor(datasetSize(train) / 3) || 1);
+        const cheap = probeBatch(iriStep[probed.at(-1) as string] ?? 0, c.batchSize, bs);
+        const sub = first(train, 3 * cheap);
+        owned.push(sub);
+        const px = pixelScale(sub.images.shape[1]);
+        const opts = {
+          ...stitchTrainOptionsOf(cfg, sub, sub, px, null, null),
+          epochs: 1,
+          batchSize: cheap,
+          initImages: Math.min(c.initImages, datasetSize(sub)),
+        };
+        const stamps: number[] = [];
+        const t0 = now();
+        trainStitch(s, sub, sub, opts, () => stamps.push(now()));
         const step = stamps.length > 1 ? (stamps[stamps.length - 1] - stamps[0]) / (stamps.length - 1) : 0;
-        const before = stamps[0] - t0 - step;
-        // Score on a part of the test set (standard mode only: the same network either way).
+        const before = Math.max(0, stamps[0] - t0 - step);
+        // Score on the test images (standard mode only: the same network either way), as
+        // runStitch scores: one pass of A and B (CKA's features on every image here, an upper
+        // bound), then the stitched model against B's kept logits.
         let score = 0;
         if (mode === "standard") {
-          const part = first(test, 256);
-          owned.push(part);
-          const o = { normalization: pixelScale(part.images.shape[1]), device };
-          // As runStitch scores: one pass of A and B (CKA's features on every image here, an upper
-          // bound), then the stitched model against B's kept logits.
-          const [before, a] = timed(() => frontAndBack(s, part, { ...o, ckaImages: datasetSize(part) }));
+          const o = { normalization: px, device };
+          const [kept, a] = timed(() => frontAndBack(s, test, { ...o, ckaImages: datasetSize(test) }));
           try {
-            const [, b] = timed(() => evaluateStitch(s, part, { ...o, backLogits: before.backLogits }));
-            score = (a + b) / datasetSize(part);
+            const [, b] = timed(() => evaluateStitch(s, test, { ...o, backLogits: kept.backLogits }));
+            score = (a + b) / datasetSize(test);
           } finally {
-            before.backLogits.dispose();
+            kept.backLogits.dispose();
           }
         }
-        return { step: (step * c.batchSize) / bs, before, images: datasetSize(sub), score };
+        return {
+          step: scaled(step, cheap, c.batchSize),
+          before,
+          lstsqImages: opts.initImages,
+          images: datasetSize(sub),
+          score,
+        };
       } finally {
         s.layer.dispose();
       }
@@ -219,7 +248,10 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
       iriStep,
       iriBatch,
       stitchStep: { standard: standard.step, iris: iris.step },
-      leastSquares: Math.max(0, standard.before),
+      // The start reads min(initImages, the images the task loads), as trainStitch does.
+      leastSquares:
+        (standard.before * Math.min(c.initImages, c.limit ?? datasetSize(train), datasetSize(train))) /
+        Math.max(1, standard.lstsqImages),
       frozenPerImage: Math.max(0, iris.before - standard.before) / iris.images,
       scorePerImage: standard.score,
       trainCount: datasetSize(train),
@@ -227,7 +259,7 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
     };
   } finally {
     for (const d of owned) disposeDataset(d);
-    for (const m of models) m.dispose();
+    for (const m of loaded) m.model.dispose();
   }
 }
 
@@ -279,12 +311,54 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
   return { seconds: iris.seconds + stitch.seconds, iris, stitch, probe: p };
 }
 
-/** Probes (when any task is left to run) and estimates the plan's time on this machine. */
-export async function estimatePlan(plan: Plan, cache: string, device: Device): Promise<Estimate> {
+/** The probe's times kept for these models, settings and machine, or null (experiments/estimate.ts's header). */
+function probeKey(plan: Plan, device: Device): string {
+  const specs = plan.tasks.map((t) => t.spec);
+  const models = (ref: ModelRef) => {
+    const src = sourceOf(ref);
+    const file = asModelSource(src).checkpoint;
+    const st = existsSync(file) ? statSync(file) : null;
+    return { src, size: st?.size ?? null, mtime: st?.mtimeMs ?? null };
+  };
+  const stitches = specs.filter((s): s is StitchTask => s.kind === "stitch");
+  const what = {
+    probe: 3,
+    models: [...new Set(stitches.flatMap((s) => [JSON.stringify(models(s.front)), JSON.stringify(models(s.back))]))],
+    iris: specs.filter((s): s is IrisTask => s.kind === "iris").map((s) => [s.point, s.limit, s.options.batchSize]),
+    stitch: stitches.map((s) => {
+      const { seed: _s, ...config } = s.config;
+      return config;
+    }),
+    device,
+    threads: getNumThreads(),
+    isa: onednnIsa(),
+  };
+  return createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 20);
+}
+
+/**
+ * Probes (when any task is left to run, and no probe of these models and settings on this machine
+ * is kept in the cache) and estimates the plan's time on this machine. `onProbe` is told before a
+ * probe starts (it takes seconds), so that the wait is announced.
+ */
+export async function estimatePlan(
+  plan: Plan,
+  cache: string,
+  device: Device,
+  onProbe: () => void = () => {},
+): Promise<Estimate> {
   const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
   if (!todo.length)
     return { seconds: 0, iris: { tasks: 0, seconds: 0 }, stitch: { tasks: 0, seconds: 0 }, probe: null };
-  const p = await probePlan(plan, device);
+  const kept = join(cache, "probes", `${probeKey(plan, device)}.json`);
+  let p: ProbeTimes;
+  if (existsSync(kept)) p = { ...readJsonFile<ProbeTimes>(kept, "a kept probe"), reused: true };
+  else {
+    onProbe();
+    p = await probePlan(plan, device);
+    mkdirSync(dirname(kept), { recursive: true });
+    writeFileAtomic(kept, [`${JSON.stringify(p, null, 2)}\n`]);
+  }
   const stitch = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
   const back = stitch ? loadCheckpoint(sourceOf(stitch.back)) : null;
   const order = back ? back.model.stitchPoints.map((x) => x.name) : [];

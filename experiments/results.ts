@@ -110,6 +110,7 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       front_accuracy: bestAccuracy(r.front.accuracies),
       front_alone_accuracy: r.frontAlone?.accuracy ?? null,
       front_alone_agreement_prob: r.frontAlone?.agreementProbability ?? null,
+      agreement_prob_se: r.scores.agreementProbabilitySe ?? null,
       train_steps: r.config.epochs * Math.floor(r.training.trainImages / r.config.batchSize),
       threads: lineageThreads(deps, made, s.key).join("/"),
     });

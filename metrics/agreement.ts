@@ -32,6 +32,12 @@ export interface AgreementResult {
   hardAgreement: number;
   labelAgreement: number;
   agreementProbability: number;
+  /**
+   * Standard error of agreementProbability over the test images: the sample standard deviation of
+   * the per-image values over sqrt(n) (NaN for one image). What another draw of as many test
+   * images from the same distribution would move the score by; not seed-to-seed variation.
+   */
+  agreementProbabilitySe: number;
   hardErrorConsistency: number;
   /** Mean probability of the true class under the stitched model (q_s). */
   softAccuracy: number;
@@ -51,6 +57,13 @@ export function kappa(cObs: number, cExp: number): number {
   return denom === 0 ? 1 : (cObs - cExp) / denom;
 }
 
+/** sd / sqrt(n) of n values from their sum and sum of squares (the sample sd, n - 1; NaN for one). */
+export function standardError(sum: number, sumSq: number, n: number): number {
+  if (n < 2) return Number.NaN;
+  const variance = Math.max(0, (sumSq - (sum * sum) / n) / (n - 1));
+  return Math.sqrt(variance / n);
+}
+
 /** The per-image terms whose means make the scores, summed batch by batch (in float64). */
 const TERMS = [
   "rightStitched",
@@ -58,6 +71,7 @@ const TERMS = [
   "sameCorrectness",
   "sameLabel",
   "agreementProbability",
+  "agreementProbabilitySq",
   "trueProbStitched",
   "trueProbBack",
   "dot",
@@ -124,6 +138,7 @@ export class AgreementMeter {
       hardAgreement,
       labelAgreement: m("sameLabel"),
       agreementProbability: m("agreementProbability"),
+      agreementProbabilitySe: standardError(this.totals.agreementProbability, this.totals.agreementProbabilitySq, n),
       hardErrorConsistency: kappa(hardAgreement, aS * aB + (1 - aS) * (1 - aB)),
       softAccuracy: qS,
       backSoftAccuracy: qB,
@@ -156,6 +171,7 @@ function batchSums(
     sameCorrectness: rightS.eq(rightB).double(),
     sameLabel: ps.argmax(1).eq(pb.argmax(1)).double(),
     agreementProbability: dot.div(norm),
+    agreementProbabilitySq: dot.div(norm).square(),
     trueProbStitched: ps.gather(1, yCol).squeeze(1),
     trueProbBack: pb.gather(1, yCol).squeeze(1),
     dot,

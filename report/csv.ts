@@ -32,6 +32,7 @@ export const CSV_COLUMNS = [
   "robust_agreement_prob",
   "front_alone_accuracy",
   "front_alone_agreement_prob",
+  "agreement_prob_se",
   "threads",
 ] as const;
 

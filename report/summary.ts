@@ -31,6 +31,11 @@ export interface SummaryRow {
   /** Replicates in the group (each score's interval says how many had a finite value: its n). */
   n: number;
   scores: Record<SummaryScore, Interval>;
+  /**
+   * With one replicate: agreement_prob's standard error over the test images (null: several
+   * replicates, or not recorded). What experiments/compare.ts builds its one-replicate interval from.
+   */
+  agreementProbSe: number | null;
 }
 
 /** Points in network order. */
@@ -79,6 +84,7 @@ export function summarize(rows: StitchRow[]): SummaryRow[] {
       test_data: r.test_data,
       n: new Set(rs.map((x) => x.replicate)).size,
       scores,
+      agreementProbSe: rs.length === 1 ? (rs[0].agreement_prob_se ?? null) : null,
     });
   }
   return out.sort((a, b) => groupKey(a).localeCompare(groupKey(b)) || a.pointIndex - b.pointIndex);

@@ -48,6 +48,8 @@ export interface StitchRow {
    */
   front_alone_accuracy: number | null;
   front_alone_agreement_prob: number | null;
+  /** Standard error of agreement_prob over the test images (metrics/agreement.ts); null in runs made before it was recorded. */
+  agreement_prob_se?: number | null;
   /** Optimiser steps T was trained for (epochs x full batches). */
   train_steps: number;
   /**

@@ -16,7 +16,9 @@ import {
   datasetSize,
   disposeDataset,
   loadDataset,
+  type MarkerPlan,
   markerDraws,
+  type Normalization,
   pixelScale,
   planDatasetMarkers,
   type ShortcutKind,
@@ -49,7 +51,7 @@ import {
 import { type ObjectiveWeights, parseObjective } from "./objectives.js";
 import { robustStitchScores, type StitchRobustResult } from "./robust.js";
 import { StitchedModel } from "./stitched.js";
-import { recipeOf, type StitchTrainProgress, trainStitch } from "./train.js";
+import { recipeOf, type StitchTrainOptions, type StitchTrainProgress, trainStitch } from "./train.js";
 
 export type { IrisConfig, StitchConfig, StitchMode } from "./config.js";
 
@@ -174,6 +176,64 @@ export interface StitchResult {
   back: { arch: string; checkpoint: string; accuracies?: Record<string, number> };
 }
 
+type Loaded = ReturnType<typeof loadModel>;
+
+/**
+ * The stitched model of a stitching config on networks loaded by `load`: with batch-norm mode
+ * "adapt", A's and the stitched model's copy of B's statistics change while B must stay as it was,
+ * so A, B and that copy are three networks even when front and back are one checkpoint. The one
+ * place this is decided (runStitch and the time estimate's probe, experiments/estimate.ts).
+ */
+export function stitchedModelOf(
+  cfg: StitchConfig,
+  load: (source: ModelSourceLike) => Loaded,
+): { s: StitchedModel; front: Loaded; back: Loaded } {
+  const adapt = cfg.bnMode === "adapt";
+  const front = load(cfg.front);
+  const back = sameSource(cfg.back, cfg.front) && !adapt ? front : load(cfg.back);
+  const tail = adapt ? load(cfg.back) : back;
+  const s = new StitchedModel(front.model, back.model, cfg.frontPoint, cfg.backPoint, {
+    tail: tail.model,
+    normalization: {
+      front: requireNormalization(front.record, "the front"),
+      back: requireNormalization(back.record, "the back"),
+    },
+  });
+  s.layer.to(cfg.device);
+  return { s, front, back };
+}
+
+/**
+ * trainStitch's options for a stitching config: the mode decides the data's treatment (standard
+ * runs augment real images and paint markers drawn anew each epoch; invariance-aware runs train on
+ * the IRIs as they are). Shared by runStitch and the time estimate's probe.
+ */
+export function stitchTrainOptionsOf(
+  cfg: StitchConfig,
+  train: Dataset,
+  clean: Dataset,
+  normalization: Normalization,
+  shortcut: ShortcutOptions | null,
+  markers: MarkerPlan | null,
+): StitchTrainOptions {
+  return {
+    objective: parseObjective(cfg.objective),
+    normalization,
+    epochs: cfg.epochs,
+    batchSize: cfg.batchSize,
+    ...recipeOf(cfg),
+    seed: cfg.seed,
+    bnMode: cfg.bnMode,
+    init: cfg.init,
+    initImages: cfg.initImages,
+    augment: cfg.mode === "standard" ? standardAugment(train.images.shape[2]) : null,
+    markers: cfg.mode === "standard" && shortcut ? markerDraws(clean, shortcut) : null,
+    initMarkers: markers,
+    device: cfg.device,
+    adversarial: cfg.adversarial,
+  };
+}
+
 /** Trains and scores one stitch; writes outDir/layer.safetensors and then outDir/scores.json. */
 export async function runStitch(
   cfg: StitchConfig,
@@ -183,11 +243,8 @@ export async function runStitch(
   const weights = parseObjective(cfg.objective);
   const started = performance.now();
   const owned: Dataset[] = [];
-  const { bnMode, backPoint, epochs, dataset } = cfg;
-  // With "adapt", A's and the stitched model's copy of B's statistics change while B must stay as
-  // it was: three separate networks, even when front and back are one checkpoint.
-  const adapt = bnMode === "adapt";
-  const loaded: ReturnType<typeof loadModel>[] = [];
+  const { dataset } = cfg;
+  const loaded: Loaded[] = [];
   let layer: { dispose(): void } | undefined;
   let backLogits: torch.Tensor | undefined;
   const load = (source: ModelSourceLike) => {
@@ -196,18 +253,8 @@ export async function runStitch(
     return m;
   };
   try {
-    const front = load(cfg.front);
-    const back = sameSource(cfg.back, cfg.front) && !adapt ? front : load(cfg.back);
-    const tail = adapt ? load(cfg.back) : back;
-    const s = new StitchedModel(front.model, back.model, cfg.frontPoint, backPoint, {
-      tail: tail.model,
-      normalization: {
-        front: requireNormalization(front.record, "the front"),
-        back: requireNormalization(back.record, "the back"),
-      },
-    });
+    const { s, front, back } = stitchedModelOf(cfg, load);
     layer = s.layer;
-    s.layer.to(cfg.device);
     const source = {
       dataset,
       root: cfg.root,
@@ -275,22 +322,7 @@ export async function runStitch(
       s,
       train,
       clean,
-      {
-        objective: weights,
-        normalization: norm,
-        epochs,
-        batchSize: cfg.batchSize,
-        ...recipeOf(cfg),
-        seed: cfg.seed,
-        bnMode,
-        init: cfg.init,
-        initImages: cfg.initImages,
-        augment: cfg.mode === "standard" ? standardAugment(train.images.shape[2]) : null,
-        markers: cfg.mode === "standard" && shortcut ? markerDraws(clean, shortcut) : null,
-        initMarkers: markers,
-        device: cfg.device,
-        adversarial: cfg.adversarial,
-      },
+      stitchTrainOptionsOf(cfg, train, clean, norm, shortcut, markers),
       onProgress,
     );
     const scores = evaluateStitch(s, test, { ...evalOpts, backLogits });

@@ -9,7 +9,17 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { compareExperiment } from "../experiments/compare.js";
+import {
+  COMPARE_DEFAULTS,
+  compareExperiment,
+  compareVerdictLines,
+  compareVerdicts,
+  pointsAtDepths,
+} from "../experiments/compare.js";
+import { standardError } from "../metrics/agreement.js";
+import { interval } from "../metrics/interval.js";
+import type { IriPreview, SummaryRow } from "../report/index.js";
+import { SUMMARY_SCORES } from "../report/summary.js";
 import { trainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
 import { runCli } from "./helpers/cli.js";
@@ -195,4 +205,97 @@ test("--both-ways adds B -> A and its own control, A into itself", () => {
       ["mine", "mine", "identical", 1],
     ],
   );
+});
+
+test("compare's default points are B's at the middle and the end (relative depths 1/2 and 1)", () => {
+  const resnet = [
+    "stem",
+    "layer1.0",
+    "layer1.1",
+    "layer2.0",
+    "layer2.1",
+    "layer3.0",
+    "layer3.1",
+    "layer4.0",
+    "layer4.1",
+  ];
+  assert.deepEqual(pointsAtDepths(resnet, COMPARE_DEFAULTS.depths), ["layer2.1", "layer4.1"]);
+  assert.deepEqual(pointsAtDepths(["a", "b"], [0.5, 1]), ["b"], "a point picked twice is listed once");
+  assert.deepEqual(pointsAtDepths(resnet, [0, 1 / 3, 2 / 3, 1]), ["stem", "layer2.0", "layer3.0", "layer4.1"]);
+});
+
+/** A summary row of one stitch direction and mode at a point (agreement mean m over n replicates). */
+function row(point: string, index: number, mode: string, m: number, spread: { se?: number; values?: number[] }) {
+  const values = spread.values ?? [m];
+  const over = interval(values);
+  return {
+    pair: "A->B",
+    front: "a",
+    back: "b",
+    point,
+    pointIndex: index,
+    objective: "slm",
+    mode,
+    test_data: "clean",
+    n: values.length,
+    scores: Object.fromEntries(SUMMARY_SCORES.map((s) => [s, over])) as SummaryRow["scores"],
+    agreementProbSe: values.length === 1 ? (spread.se ?? null) : null,
+  } satisfies SummaryRow;
+}
+
+test("one replicate: the verdict's intervals are over the test images (mean ± 1.96 standard errors), and say so", () => {
+  const tight = { mean: 0.1, median: 0.1, p90: 0.15, below01: 0.5 };
+  const iris: IriPreview[] = ["layer2.1", "layer4.1"].map((point) => ({
+    front: "a",
+    point,
+    residuals: tight,
+    png: Buffer.alloc(0),
+  }));
+  // layer2.1: 0.80 vs 0.70 with standard errors 0.01: 0.80 ± 0.0196 and 0.70 ± 0.0196 are apart.
+  // layer4.1: 0.60 vs 0.54 with standard errors 0.02: ± 0.039 overlap, so close although 0.06 > the margin.
+  const [v] = compareVerdicts(
+    [
+      row("layer2.1", 4, "standard", 0.8, { se: 0.01 }),
+      row("layer2.1", 4, "iris", 0.7, { se: 0.01 }),
+      row("layer4.1", 8, "standard", 0.6, { se: 0.02 }),
+      row("layer4.1", 8, "iris", 0.54, { se: 0.02 }),
+    ],
+    iris,
+  );
+  assert.equal(v.intervals, "test images");
+  assert.deepEqual(
+    v.points.map((p) => [p.point, p.state]),
+    [
+      ["layer2.1", "apart"],
+      ["layer4.1", "close"],
+    ],
+  );
+  assert.ok(Math.abs(v.points[0].standard.halfWidth - 1.959964 * 0.01) < 1e-9);
+  const text = compareVerdictLines([v]).join("\n");
+  assert.match(text, /standard 0\.800 ± 0\.020/);
+  assert.match(text, /One replicate: each interval is over the test images \(mean ± 1\.96 standard errors/);
+  // Without a recorded standard error (runs made before it was), one replicate has no interval.
+  const [old] = compareVerdicts([row("layer2.1", 4, "standard", 0.8, {}), row("layer2.1", 4, "iris", 0.7, {})], iris);
+  assert.equal(old.intervals, "none");
+  assert.ok(Number.isNaN(old.points[0].standard.halfWidth));
+  // Several replicates: Student t over them, the standard error unused.
+  const [many] = compareVerdicts(
+    [
+      row("layer2.1", 4, "standard", 0.8, { values: [0.79, 0.8, 0.81] }),
+      row("layer2.1", 4, "iris", 0.7, { values: [0.69, 0.7, 0.71] }),
+    ],
+    iris,
+  );
+  assert.equal(many.intervals, "replicates");
+  assert.ok(Math.abs(many.points[0].standard.halfWidth - interval([0.79, 0.8, 0.81]).halfWidth) < 1e-12);
+});
+
+test("the agreement's standard error over the test images is the per-image values' sd over sqrt(n)", () => {
+  const values = [0.2, 0.9, 0.5, 0.7, 0.4];
+  const sum = values.reduce((a, b) => a + b, 0);
+  const sumSq = values.reduce((a, b) => a + b * b, 0);
+  const mean = sum / values.length;
+  const sd = Math.sqrt(values.reduce((a, b) => a + (b - mean) ** 2, 0) / (values.length - 1));
+  assert.ok(Math.abs(standardError(sum, sumSq, values.length) - sd / Math.sqrt(values.length)) < 1e-12);
+  assert.ok(Number.isNaN(standardError(0.5, 0.25, 1)));
 });
