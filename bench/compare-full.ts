@@ -98,9 +98,11 @@ export async function main(args: string[]): Promise<void> {
   estimate.stitch = durationSeconds(est[3] as string);
 
   // Each task's own time, from its record in the cache.
-  const plan = readJson<{ tasks: { key: string; kind: string; label: string }[] }>(join(out, "plan.json"));
+  // A task's kind is its key's prefix (iris-..., stitch-...).
+  const plan = readJson<{ tasks: { key: string; label: string }[] }>(join(out, "plan.json"));
+  const kind = (t: { key: string }) => t.key.split("-")[0];
   const iris = plan.tasks
-    .filter((t) => t.kind === "iris")
+    .filter((t) => kind(t) === "iris")
     .map((t) => {
       const info = readJson<{
         seconds: number;
@@ -117,7 +119,7 @@ export async function main(args: string[]): Promise<void> {
       };
     });
   const stitches = plan.tasks
-    .filter((t) => t.kind === "stitch")
+    .filter((t) => kind(t) === "stitch")
     .map((t) => {
       const s = readJson<{ training: { seconds: number }; scores: { agreementProbability: number } }>(
         join(taskDir(cache, "stitch", t.key), "scores.json"),

@@ -7,11 +7,18 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { isDone } from "../experiments/cache.js";
-import { COMPARE_DEFAULTS, compareExperiment, compareVerdictLines, compareVerdicts } from "../experiments/compare.js";
+import {
+  CLOSE_RULE,
+  COMPARE_DEFAULTS,
+  compareExperiment,
+  compareVerdictLines,
+  compareVerdicts,
+} from "../experiments/compare.js";
 import { estimatePlan, formatDuration } from "../experiments/estimate.js";
 import { claimOut } from "../experiments/outdir.js";
 import { type IrisTask, planExperiment, type StitchTask } from "../experiments/plan.js";
 import { defaultCache } from "../experiments/run.js";
+import { ExperimentError } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { requireDevice } from "../torch/index.js";
 import { int } from "./parse.js";
@@ -35,6 +42,47 @@ function bothModels(o: Record<string, unknown>): Record<string, unknown> {
   return out;
 }
 
+/** An experiment problem's leading key, as compare's flag. */
+const FLAG_OF: Record<string, string> = {
+  points: "--points",
+  objectives: "--objectives",
+  replicates: "--replicates",
+  seeds: "--seed",
+  "iris.limit": "--iris-limit",
+  "iris.steps": "--iris-steps",
+  "iris.maxSteps": "--iris-steps",
+  "iris.batchSize": "--batch-size",
+  "iris.seed": "--seed",
+  "stitch.limit": "--stitch-limit",
+  "stitch.epochs": "--epochs",
+  "stitch.batchSize": "--batch-size",
+  "dataset.testLimit": "--test-limit",
+  "dataset.name": "--data",
+  "dataset.root": "--root",
+};
+
+/**
+ * Builds the study, with its problems told in compare's flags: compare.yaml is written only when
+ * the run starts, so a problem must not send the user to a file that does not exist.
+ */
+function asFlags<T>(build: () => T): T {
+  try {
+    return build();
+  } catch (e) {
+    if (!(e instanceof ExperimentError)) throw e;
+    const told = e.problems.map((p) => {
+      const key = /^([\w.]+):/.exec(p)?.[1];
+      const flag = key ? FLAG_OF[key] : undefined;
+      return flag ? `${flag}: ${p.slice((key as string).length + 1).trim()}` : p;
+    });
+    // One flag may set two keys (--iris-steps: steps and the cap): say each problem once.
+    const problems = [...new Set(told)];
+    throw new Error(
+      `compare: ${problems.length} problem${problems.length > 1 ? "s" : ""}:\n  ${problems.join("\n  ")}`,
+    );
+  }
+}
+
 export function registerCompareCommand(program: Command): void {
   const d = COMPARE_DEFAULTS;
   const cmd = program
@@ -44,7 +92,15 @@ export function registerCompareCommand(program: Command): void {
         `(SLM, ${d.replicates} replicate, intervals over the test images), with B into itself as the control, run as an experiment (cached, resumable); ` +
         "prints the plan and a time estimate, then the verdict and the report, and writes the experiment as compare.yaml",
     )
-    .requiredOption("--out <dir>", "experiment folder: the report, results.csv, compare.yaml (the experiment it ran)")
+    .option(
+      "--out <dir>",
+      "experiment folder: the report, results.csv, compare.yaml (the experiment it ran)",
+      "runs/compare",
+    )
+    .option(
+      "--json",
+      "print the verdict and the scores as one JSON object on stdout (the plan, progress and report go to stderr)",
+    )
     .option("--data, --dataset <name>", "the dataset both are scored on (default: B's, from its sidecar)")
     .option("--root <path>", "where the dataset's files are")
     .option("--arch <name>", "for weights made elsewhere: the zoo architecture of both (or --front-arch / --back-arch)")
@@ -96,6 +152,8 @@ export function registerCompareCommand(program: Command): void {
   addModelSourceOptions(cmd, "back");
   addExecutorOptions(cmd).action(async (a: string, b: string, raw: Record<string, unknown>) => {
     const o = bothModels(raw);
+    // With --json, stdout holds the one JSON object: every line before it goes to stderr.
+    if (o.json) console.log = console.error;
     const exec = executorOptions(o);
     const front = modelSourceFrom(o, "front", a);
     const back = modelSourceFrom(o, "back", b);
@@ -115,40 +173,42 @@ export function registerCompareCommand(program: Command): void {
     const file = join(out, "compare.yaml");
     const limit = (k: string) => (o[k] ?? o.limit) as number | undefined;
     const some = <T>(k: string, v: T | undefined) => (v === undefined ? {} : { [k]: v });
-    const { text, experiment } = compareExperiment(
-      {
-        a: front,
-        b: back,
-        dataset: {
-          name: dataset,
-          ...some("root", o.root as string | undefined),
-          ...some("testLimit", o.testLimit as number | undefined),
-          ...(dataset === "imagefolder" ? some("imageSize", o.imageSize as number | undefined) : {}),
+    const { text, plan } = asFlags(() => {
+      const built = compareExperiment(
+        {
+          a: front,
+          b: back,
+          dataset: {
+            name: dataset,
+            ...some("root", o.root as string | undefined),
+            ...some("testLimit", o.testLimit as number | undefined),
+            ...(dataset === "imagefolder" ? some("imageSize", o.imageSize as number | undefined) : {}),
+          },
+          ...some("points", o.points === "all" ? ("all" as const) : o.points ? words(o.points as string) : undefined),
+          ...some("seed", o.seed as number | undefined),
+          ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
+          ...some("replicates", o.replicates as number | undefined),
+          bothWays: Boolean(o.bothWays),
+          iris: {
+            ...some("limit", limit("irisLimit")),
+            ...some("steps", o.irisSteps as number | undefined),
+            // Other steps per start keep the default's three starts at most.
+            ...some(
+              "maxSteps",
+              o.irisSteps === undefined ? undefined : (o.irisSteps as number) * (d.iris.maxSteps / d.iris.steps),
+            ),
+            ...some("batchSize", o.batchSize as number | undefined),
+          },
+          stitch: {
+            ...some("limit", limit("stitchLimit")),
+            ...some("epochs", o.epochs as number | undefined),
+            ...some("batchSize", o.batchSize as number | undefined),
+          },
         },
-        ...some("points", o.points === "all" ? ("all" as const) : o.points ? words(o.points as string) : undefined),
-        ...some("seed", o.seed as number | undefined),
-        ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
-        ...some("replicates", o.replicates as number | undefined),
-        bothWays: Boolean(o.bothWays),
-        iris: {
-          ...some("limit", limit("irisLimit")),
-          ...some("steps", o.irisSteps as number | undefined),
-          // Other steps per start keep the default's three starts at most.
-          ...some(
-            "maxSteps",
-            o.irisSteps === undefined ? undefined : (o.irisSteps as number) * (d.iris.maxSteps / d.iris.steps),
-          ),
-          ...some("batchSize", o.batchSize as number | undefined),
-        },
-        stitch: {
-          ...some("limit", limit("stitchLimit")),
-          ...some("epochs", o.epochs as number | undefined),
-          ...some("batchSize", o.batchSize as number | undefined),
-        },
-      },
-      file,
-    );
-    const plan = planExperiment(experiment, file);
+        file,
+      );
+      return { ...built, plan: planExperiment(built.experiment, file) };
+    });
     const cache = resolve((o.cache as string | undefined) ?? defaultCache());
     // Refused now, before anything is written, when --out holds another experiment's run.
     claimOut(out, plan, Boolean(o.force), false);
@@ -204,10 +264,25 @@ export function registerCompareCommand(program: Command): void {
     if (o.dryRun) return;
     mkdirSync(out, { recursive: true });
     writeFileSync(file, text);
-    const failed = await runCommand(file, { out, cache, force: Boolean(o.force), ...exec }, (r) => [
-      ...compareVerdictLines(compareVerdicts(r.summary, r.iris)),
-      `The experiment this ran: ${file} (go further: edit it, then stitchlab run ${file} --out ${out}).`,
-    ]);
+    const failed = await runCommand(
+      file,
+      { out, cache, force: Boolean(o.force), ...exec },
+      o.json
+        ? {
+            json: (r) => ({
+              verdicts: compareVerdicts(r.summary, r.iris),
+              rule: CLOSE_RULE,
+              experiment: file,
+              report: join(out, "report.html"),
+              results: join(out, "results.csv"),
+              failed: r.failed,
+            }),
+          }
+        : (r) => [
+            ...compareVerdictLines(compareVerdicts(r.summary, r.iris)),
+            `The experiment this ran: ${file} (go further: edit it, then stitchlab run ${file} --out ${out}).`,
+          ],
+    );
     if (failed) process.exitCode = 1;
   });
 }

@@ -363,8 +363,11 @@ function printSubmission(sub: Submission, out: string): void {
 export async function runCommand(
   file: string,
   o: Omit<ExperimentOptions, "progress" | "signal">,
-  /** Lines printed before the report (`stitchlab compare`'s verdict). */
-  lead?: (r: RunReport) => string[],
+  /**
+   * Lines printed before the report (`stitchlab compare`'s verdict); or, with `json`, the one JSON
+   * value printed instead of the lead and the report (`compare --json`).
+   */
+  lead?: ((r: RunReport) => string[]) | { json: (r: RunReport) => unknown },
   /** How the progress is shown (the workers are o's). */
   shownWith: Omit<ProgressOptions, "workers"> = {},
 ): Promise<number> {
@@ -397,6 +400,11 @@ export async function runCommand(
     if (r.kind === "submitted") {
       printSubmission(r.submission, r.out);
       return 0;
+    }
+    if (lead && typeof lead !== "function") {
+      // stdout itself: `compare --json` sends every other line to stderr.
+      process.stdout.write(`${JSON.stringify(lead.json(r.report))}\n`);
+      return r.report.failed;
     }
     if (r.nothingToSubmit) console.log("every task is in the cache; nothing to submit");
     const first = lead && !r.report.kept ? lead(r.report) : [];

@@ -463,7 +463,7 @@ export function reading(
   // The settings line, when given, says "Replicates: n" already: said once.
   const said = (opts.settings ?? []).some((l) => l.includes(`Replicates: ${n} `) || l.includes(`Replicates: ${n}.`));
   out.push(
-    `${said ? "" : `Replicates: ${n}. `}Values are means${n > 1 ? " ± the half-width of their 95% Student-t interval" : " (one replicate: no interval, so no difference can be called)"}.`,
+    `${said ? "" : `Replicates: ${n}. `}Values are means${n > 1 ? " ± the half-width of their 95% Student-t interval" : " (one replicate: no interval over replicates, so no difference between pairs is called here; `stitchlab compare` gives its verdict intervals over the test images)"}.`,
   );
   if (pairs.includes("identical")) {
     const means = summary

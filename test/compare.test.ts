@@ -133,6 +133,25 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
   assert.equal(results.trim().split("\n").length, 1 + 12);
   assert.ok(existsSync(join(out, "report.html")));
 
+  // --json: the verdict and the scores as one JSON object on stdout, the rest on stderr (from the cache).
+  const json = runCli([...args, "--json"]);
+  assert.equal(json.status, 0, json.stderr);
+  const answer = JSON.parse(json.stdout) as { verdicts: { relation: string; intervals: string; points: unknown[] }[] };
+  assert.deepEqual(
+    answer.verdicts.map((v) => [v.relation, v.intervals, v.points.length]),
+    [
+      ["A->B", "replicates", 2],
+      ["identical", "test images", 2],
+    ],
+  );
+  assert.match(json.stderr, /^compare: theirs -> theirs \(the control\)/m);
+
+  // A problem with the settings is told in flags, before compare.yaml exists.
+  const bad = runCli([...args.map((a) => (a === "layer1.0,layer4.1" ? "layer9" : a)), "--dry-run"]);
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /compare: 1 problem:\n {2}--points: no stitch point "layer9"/);
+  assert.doesNotMatch(bad.stderr, /compare\.yaml/);
+
   // compare.yaml is an experiment file: run gives the same results, from the cache.
   const yaml = join(out, "compare.yaml");
   const plan = runCli(["run", yaml, "--out", out, "--cache", cache, "--dry-run"]);
