@@ -139,6 +139,9 @@ export async function main(args: string[]): Promise<void> {
     machine: { cpu: cpus()[0]?.model ?? "unknown", cores: cpus().length, device },
     models: { seeds: MODELS.seeds, accuracies: MODELS.seeds.map(accuracy), trained_s: trained },
     calibration_s: Number(unit.toFixed(2)),
+    // Before and after: a machine that slows down in between shows here (one run's were 5.4 s
+    // apart from another's 14.3 s on the same quiet machine).
+    calibrations_s: calibrations.map((c) => Number(c.toFixed(2))),
     budget_units: Number(BUDGET_UNITS.toFixed(0)),
     total_s: Number(r.seconds.toFixed(1)),
     total_units: Number((r.seconds / unit).toFixed(1)),

@@ -56,6 +56,7 @@ const ALL_COLUMNS = [
   "robust_agreement_prob",
   "front_alone_accuracy",
   "front_alone_agreement_prob",
+  "agreement_prob_se",
   "threads",
 ];
 
@@ -89,6 +90,7 @@ function row(over: Partial<StitchRow> = {}): StitchRow {
     robust_agreement_prob: null,
     front_alone_accuracy: 0.88,
     front_alone_agreement_prob: 0.8,
+    agreement_prob_se: 0.01,
     ...over,
   };
 }
@@ -351,6 +353,15 @@ describe("writeReport", () => {
 
 const CHROMIUM = findChromium();
 
+/** Headless Chromium for the report's layout checks (puppeteer-core drives the system's browser). */
+async function launchChromium() {
+  const { launch } = await import("puppeteer-core");
+  return launch({
+    executablePath: CHROMIUM as string,
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+}
 /**
  * The skip option for the browser test (helpers/requirements.ts); in CI (where setup.sh installs
  * chromium) a missing one is an error.
@@ -362,12 +373,7 @@ test("report.html renders in headless Chromium: charts drawn, IRI grid loaded, n
   timeout: 60_000,
 }, async () => {
   const { html, figures } = await writtenReport();
-  const { launch } = await import("puppeteer-core");
-  const browser = await launch({
-    executablePath: CHROMIUM!,
-    headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-  });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage();
     const errors: string[] = [];
@@ -672,12 +678,7 @@ test("at 1400 px: the page never scrolls sideways, a wide summary table scrolls 
   const wideFile = join(dir, "wide.html");
   writeFileSync(narrowFile, reportHtml(input, [], summary));
   writeFileSync(wideFile, reportHtml({ ...input, warnings }, [], summary));
-  const { launch } = await import("puppeteer-core");
-  const browser = await launch({
-    executablePath: CHROMIUM!,
-    headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-  });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage();
     await page.setViewport({ width: 1400, height: 900 });
