@@ -559,7 +559,11 @@ export function registerRunCommands(program: Command): void {
       requireDevice(o.device);
       const est = await estimateByTraining(plan, cache, o.device, o.workers);
       console.log(est?.line ?? "estimate   every task is in the cache");
-      if (o.dryRun) return;
+      // A dry run also prints the task graph (runCommand's dry run), then stops.
+      if (o.dryRun) {
+        await runCommand(file, { ...o, cache });
+        return;
+      }
       const failed = await runCommand(file, { ...o, cache }, undefined, { prior: est?.prior });
       if (failed) process.exitCode = 1;
     });

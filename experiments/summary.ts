@@ -663,7 +663,7 @@ export function settingsLines(plan: Plan): string[] {
   return [
     `Settings: ${d.name}${d.imageSize ? ` at ${d.imageSize} px` : ""}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
     (iris
-      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}. `
+      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}${iris.options.target !== undefined ? `, an image stopping at residual ${iris.options.target} and restarting up to ${iris.options.maxSteps ?? iris.options.steps} steps` : ""}. `
       : "") +
       (st
         ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}; `
