@@ -520,7 +520,8 @@ test("stitchlab import takes a model by hub without --arch, and records the name
     join(tmp, "x"),
   ]);
   assert.notEqual(noArch.status, 0);
-  assert.match(noArch.stderr, /--arch is required/);
+  // Asked for with what else the file does not say, all at once (cli/source.ts).
+  assert.match(noArch.stderr, /give what the file does not say:\n {2}--arch resnet18 /);
 });
 
 /** Runs fn with the environment's variables set as given, and as they were after. */
