@@ -3,6 +3,7 @@
 // `stitchlab run`'s own path (runCommand: the planner, the cache, the runner, one progress bar,
 // the report); before it starts, what it will run and an estimate of the time from a timed probe
 // (experiments/estimate.ts); after it, the verdict, then the report.
+
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
@@ -20,6 +21,7 @@ import { type IrisTask, planExperiment, type StitchTask } from "../experiments/p
 import { defaultCache } from "../experiments/run.js";
 import { ExperimentError } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
+import { iriStepCap } from "../stitch/iris.js";
 import { requireDevice } from "../torch/index.js";
 import { int } from "./parse.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
@@ -236,7 +238,7 @@ export function registerCompareCommand(program: Command): void {
         `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${e.dataset.testLimit ?? "all"} test images`,
         ...(io
           ? [
-              `  IRIs       ${irisTask?.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${io.maxSteps ?? io.steps} steps` : ""}`,
+              `  IRIs       ${irisTask?.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${iriStepCap(io)} steps` : ""}`,
             ]
           : []),
         ...(sc

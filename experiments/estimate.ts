@@ -22,7 +22,7 @@ import { asModelSource, loadCheckpoint, type ModelSource, type ModelSourceLike }
 import { requireNormalization } from "../models/record.js";
 import { type StitchConfig, stitchModeOf } from "../stitch/config.js";
 import { evaluateStitch, frontAndBack } from "../stitch/evaluate.js";
-import { generateIriBatch, type IriOptions } from "../stitch/iris.js";
+import { generateIriBatch, type IriOptions, iriStepCap } from "../stitch/iris.js";
 import { loadSource, stitchedModelOf, stitchTrainOptionsOf } from "../stitch/jobs.js";
 import { trainStitch } from "../stitch/train.js";
 import { type Device, getNumThreads, onednnIsa } from "../torch/index.js";
@@ -278,7 +278,7 @@ function atPoint(probed: Record<string, number>, point: string, order: string[])
  * layer2.1, 463 at layer4.1 (cap 600), against 400 costed for each.
  */
 export function iriSteps(o: Pick<IriOptions, "steps" | "target" | "maxSteps">): number {
-  return o.target === undefined ? o.steps : (o.steps + (o.maxSteps ?? o.steps)) / 2;
+  return (o.steps + iriStepCap(o)) / 2;
 }
 
 /** The tasks of the plan not in the cache, each costed from the probe's times. */

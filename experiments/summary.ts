@@ -3,6 +3,7 @@
 // agreement per pair, sanity warnings, and the reading. A difference between pairs is
 // stated only when their intervals separate; otherwise the reading says "not told apart with N
 // replicates" (PROTOCOL.md, "Replicates").
+
 import { datasetImageSize, markerSide } from "../data/index.js";
 import { maxExcessAgreement } from "../metrics/excess.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
@@ -20,6 +21,7 @@ import {
   type SummaryRow,
   summarize,
 } from "../report/index.js";
+import { iriStepCap } from "../stitch/iris.js";
 import type { IrisTask, Plan, StitchTask } from "./plan.js";
 
 function columns(lines: string[][]): string {
@@ -663,7 +665,7 @@ export function settingsLines(plan: Plan): string[] {
   return [
     `Settings: ${d.name}${d.imageSize ? ` at ${d.imageSize} px` : ""}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
     (iris
-      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}${iris.options.target !== undefined ? `, an image stopping at residual ${iris.options.target} and restarting up to ${iris.options.maxSteps ?? iris.options.steps} steps` : ""}. `
+      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}${iris.options.target !== undefined ? `, an image stopping at residual ${iris.options.target} and restarting up to ${iriStepCap(iris.options)} steps` : ""}. `
       : "") +
       (st
         ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}; `

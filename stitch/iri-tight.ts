@@ -18,7 +18,7 @@
 // differs by that factor's drift over the steps.
 import { Rng } from "../data/index.js";
 import * as torch from "../torch/index.js";
-import type { IriOptions } from "./iris.js";
+import { type IriOptions, iriStepCap } from "./iris.js";
 
 type Tensor = torch.Tensor;
 
@@ -69,7 +69,7 @@ export const restartSeed = (batchSeed: number, restart: number): number =>
 export function tightDescent(input: TightDescentInput): TightDescent {
   const { x01, target, features, amp, opts, onStep } = input;
   const n = x01.shape[0] as number;
-  const cap = opts.maxSteps ?? opts.steps;
+  const cap = iriStepCap(opts);
   const best: (Tensor | null)[] = new Array(n).fill(null);
   const bestResidual = new Float64Array(n).fill(Number.POSITIVE_INFINITY);
   const used = new Int32Array(n);

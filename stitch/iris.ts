@@ -99,6 +99,10 @@ export function iriOptionsProblem(o: Pick<IriOptions, "steps" | "keepBest" | "ta
   return null;
 }
 
+/** The most descent steps an image can have: `steps`, or with a target its cap over all starts (maxSteps, default steps). */
+export const iriStepCap = (o: Pick<IriOptions, "steps" | "target" | "maxSteps">): number =>
+  o.target === undefined ? o.steps : (o.maxSteps ?? o.steps);
+
 /** PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate. */
 export const IRI_DEFAULTS: IriOptions = {
   steps: 200,

@@ -18,7 +18,7 @@ import { readJsonFile, writeFileAtomic } from "../io/files.js";
 import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
-import { generateIriBatch, type IriOptions } from "./iris.js";
+import { generateIriBatch, type IriOptions, iriStepCap } from "./iris.js";
 
 /** Everything that decides an IRI set's content (compared on resume and by stitch runs). */
 export interface IriSetSettings {
@@ -97,7 +97,7 @@ export function residualSummary(r: Float32Array): ResidualSummary {
 }
 
 export function descentSummary(steps: Int32Array, residuals: Float32Array, opts: IriOptions): DescentSummary {
-  const cap = opts.target === undefined ? opts.steps : (opts.maxSteps ?? opts.steps);
+  const cap = iriStepCap(opts);
   let capped = 0;
   for (let i = 0; i < steps.length; i++)
     if (opts.target !== undefined && steps[i] >= cap && (residuals[i] as number) > opts.target) capped++;
@@ -163,7 +163,7 @@ export async function generateIriSet(
   const { options: opts } = settings;
   const count = Math.ceil(n / opts.batchSize);
   // With a target an image may run past `steps`, over restarts, up to the cap.
-  const stepsShown = opts.target === undefined ? opts.steps : (opts.maxSteps ?? opts.steps);
+  const stepsShown = iriStepCap(opts);
   const residuals = new Float32Array(n);
   const steps = new Int32Array(n);
   let finished = 0;
