@@ -7,6 +7,7 @@ import { checkpointDataset } from "../models/checkpoint.js";
 import { type IrisConfig, irisSettingsSchema, resolveIrisConfig } from "../stitch/config.js";
 import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
 import { runIris } from "../stitch/jobs.js";
+import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Device } from "../torch/index.js";
 import { computeOptions, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
@@ -144,7 +145,7 @@ export function registerIrisCommand(program: Command): void {
     printDone(o, { out: o.out, count: info.count, residuals: res, descent: info.descent, seconds: info.seconds }, [
       `${info.count} IRIs of the front model at ${o.point}, in ${Math.round(info.seconds)} s`,
       `  relative residual ||A(x') - A(x)|| / ||A(x)||: mean ${score(res.mean)}, median ${score(res.median)}, 90th percentile ${score(res.p90)}`,
-      `  ${(100 * res.below01).toFixed(0)}% at most 0.1 (a good IRI)${res.mean > IRI_VERDICT_MAX_RESIDUAL ? `; a mean above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge invariance-aware agreement (docs/method.md)` : ""}`,
+      `  ${(100 * res.below01).toFixed(0)}% at most ${GOOD_IRI_RESIDUAL} (a good IRI)${res.mean > IRI_VERDICT_MAX_RESIDUAL ? `; a mean above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge invariance-aware agreement (docs/method.md)` : ""}`,
       ...(info.descent && info.options.target !== undefined
         ? [
             `  descent: ${info.descent.meanSteps.toFixed(0)} steps per image on average, ${info.descent.maxSteps} at most; ${info.descent.capped} image${info.descent.capped === 1 ? "" : "s"} still above the target ${info.options.target} at the cap`,

@@ -6,6 +6,7 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import type { IriPreview, StitchRow, SummaryRow } from "../report/index.js";
+import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Device } from "../torch/index.js";
 import { isDone, readFailure } from "./cache.js";
 import { readLocalRun } from "./local.js";
@@ -88,7 +89,7 @@ export function reportText(r: RunReport): { text: string; stream: "stdout" | "st
   ];
   if (r.iris.length)
     parts.push(
-      `\nIRI residuals (relative; 0.1 or less is a good IRI; a set's mean above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge):\n${residualTable(r.iris)}`,
+      `\nIRI residuals (relative; ${GOOD_IRI_RESIDUAL} or less is a good IRI; a set's mean above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge):\n${residualTable(r.iris)}`,
     );
   // The verdict lines open the reading too (the report's); here they were printed first.
   const details = r.reading.filter((l) => !verdicts.includes(l));

@@ -22,6 +22,7 @@ import {
   summarize,
 } from "../report/index.js";
 import { iriStepCap } from "../stitch/iris.js";
+import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { IrisTask, Plan, StitchTask } from "./plan.js";
 
 function columns(lines: string[][]): string {
@@ -63,7 +64,7 @@ export function residualTable(iris: IriPreview[]): string {
     .map(
       (i) =>
         `${i.front} @ ${i.point}: mean ${i.residuals.mean.toFixed(3)}, median ${i.residuals.median.toFixed(3)}, ` +
-        `p90 ${i.residuals.p90.toFixed(3)}, share <= 0.1: ${(100 * i.residuals.below01).toFixed(0)}%`,
+        `p90 ${i.residuals.p90.toFixed(3)}, share <= ${GOOD_IRI_RESIDUAL}: ${(100 * i.residuals.below01).toFixed(0)}%`,
     )
     .join("\n");
 }

@@ -20,6 +20,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
+import { IMAGENET_NORMALIZATION } from "../data/index.js";
 import { DownloadError, type DownloadResult, downloadSync } from "../io/download.js";
 import { readJsonFile, stitchlabCacheDir, writeFileAtomic } from "../io/files.js";
 import { safetensorsShapes } from "../io/safetensors.js";
@@ -432,12 +433,10 @@ export function timmConfigFacts(name: string, cfg: TimmConfig): Omit<ModelSource
   return facts;
 }
 
-const IMAGENET = { mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225] };
-
 /** ImageNet's statistics by name (as the rest of stitchlab writes them), others as numbers. */
 function namedNormalization(mean: number[], std: number[]): ModelSource["normalization"] {
   const same = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]) < 1e-9);
-  return same(mean, IMAGENET.mean) && same(std, IMAGENET.std) ? "imagenet" : { mean, std };
+  return same(mean, IMAGENET_NORMALIZATION.mean) && same(std, IMAGENET_NORMALIZATION.std) ? "imagenet" : { mean, std };
 }
 
 /**

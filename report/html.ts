@@ -1,6 +1,8 @@
 // report.html: one self-contained file that opens with no network and no JavaScript: inline
 // CSS, the figures as inline SVG, the IRI grids as data: URLs, and plain tables. Every piece
 // of text that comes from the input is escaped.
+
+import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Figure } from "./charts.js";
 import { formatInterval, groupBy, rowKey, type SummaryRow } from "./summary.js";
 import type { IriPreview, ModelRow, ReportInput, StitchRow } from "./types.js";
@@ -293,12 +295,6 @@ function modelsSection(models: ModelRow[]): string {
   ]);
   return table(headers, body);
 }
-
-/**
- * An IRI counts as good at a relative residual of at most this (the share "≤ 0.1" of each set,
- * stitch/iriset.ts): above it, a previewed image's residual is shown in red.
- */
-export const GOOD_IRI_RESIDUAL = 0.1;
 
 /** One IRI grid: its title above it, the picture with its rows labelled, each image's residual under its column. */
 function irisFigure(p: IriPreview): string {

@@ -19,6 +19,7 @@ import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
 import { generateIriBatch, type IriOptions, iriStepCap } from "./iris.js";
+import { GOOD_IRI_RESIDUAL } from "./residuals.js";
 
 /** Everything that decides an IRI set's content (compared on resume and by stitch runs). */
 export interface IriSetSettings {
@@ -43,7 +44,7 @@ export interface ResidualSummary {
   p90: number;
   min: number;
   max: number;
-  /** Share of images with a residual of at most 0.1 (PROTOCOL: a good IRI). */
+  /** Share of images with a residual of at most GOOD_IRI_RESIDUAL (a good IRI). */
   below01: number;
 }
 
@@ -92,7 +93,7 @@ export function residualSummary(r: Float32Array): ResidualSummary {
     p90: q(0.9),
     min: s[0],
     max: s[s.length - 1],
-    below01: s.filter((v) => v <= 0.1).length / s.length,
+    below01: s.filter((v) => v <= GOOD_IRI_RESIDUAL).length / s.length,
   };
 }
 

@@ -14,7 +14,6 @@ import sharp from "sharp";
 import { planExperiment } from "../experiments/plan.js";
 import { parseExperiment } from "../experiments/spec.js";
 import { reading, settingsLines } from "../experiments/summary.js";
-import { GOOD_IRI_RESIDUAL } from "../report/html.js";
 import {
   escapeHtml,
   type IriPreview,
@@ -28,6 +27,7 @@ import {
   summarize,
   writeReport,
 } from "../report/index.js";
+import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import { runTs } from "./helpers/cli.js";
 import { REQUIRED_COLUMNS } from "./helpers/csv.js";
 import { findChromium, skipUnless } from "./helpers/requirements.js";
