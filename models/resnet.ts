@@ -135,6 +135,17 @@ export const RESNET50: ResNetRecipe = {
   isPoint: (b, n) => b === 0 || b === n - 1,
 };
 
+/** The options with their defaults, once: the constructor and resnetSize read the same. */
+export function resolveResNetOptions(opts: ResNetOptions = {}): Required<ResNetOptions> {
+  const stem = opts.stem ?? "cifar";
+  return {
+    numClasses: opts.numClasses ?? 10,
+    width: opts.width ?? 1,
+    stem,
+    imageSize: opts.imageSize ?? (stem === "imagenet" ? 224 : 32),
+  };
+}
+
 /**
  * The size of `new ResNet(recipe, opts)` (ModelSize), from the same widths, strides and sizes as
  * the constructor: convolutions without bias, batch norms (weight and bias; running mean and
@@ -142,10 +153,8 @@ export const RESNET50: ResNetRecipe = {
  * output as activations.
  */
 export function resnetSize(recipe: ResNetRecipe, opts: ResNetOptions = {}): ModelSize {
-  const numClasses = opts.numClasses ?? 10;
-  const width = opts.width ?? 1;
-  const imagenet = (opts.stem ?? "cifar") === "imagenet";
-  const imageSize = opts.imageSize ?? (imagenet ? 224 : 32);
+  const { numClasses, width, stem, imageSize } = resolveResNetOptions(opts);
+  const imagenet = stem === "imagenet";
   const widths = [64, 128, 256, 512].map((w) => Math.max(1, Math.round(w * width)));
   const expansion = recipe.block === "bottleneck" ? Bottleneck.expansion : 1;
   const half = (s: number) => Math.floor((s - 1) / 2) + 1;
@@ -207,12 +216,7 @@ export class ResNet extends StitchableModel {
   constructor(recipe: ResNetRecipe, opts: ResNetOptions = {}) {
     super();
     this.arch = recipe.arch;
-    const c: Required<ResNetOptions> = {
-      numClasses: opts.numClasses ?? 10,
-      width: opts.width ?? 1,
-      stem: opts.stem ?? "cifar",
-      imageSize: opts.imageSize ?? (opts.stem === "imagenet" ? 224 : 32),
-    };
+    const c = resolveResNetOptions(opts);
     this.config = c;
     const widths = [64, 128, 256, 512].map((w) => Math.max(1, Math.round(w * c.width)));
     const expansion = recipe.block === "bottleneck" ? Bottleneck.expansion : 1;

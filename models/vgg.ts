@@ -64,6 +64,11 @@ function initLikeTorchvision(features: Module[], classifier: Module[]): void {
   });
 }
 
+/** The options with their defaults, once: the constructor and vggSize read the same. */
+export function resolveVggOptions(opts: VggOptions = {}): Required<VggOptions> {
+  return { numClasses: opts.numClasses ?? 10, width: opts.width ?? 1, imageSize: opts.imageSize ?? 32 };
+}
+
 /**
  * The size of `new Vgg16Bn(opts)` (ModelSize), from the same configuration as the constructor:
  * convolutions with bias, batch norms, the classifier; every conv, batch-norm, ReLU and max-pool
@@ -71,14 +76,13 @@ function initLikeTorchvision(features: Module[], classifier: Module[]): void {
  * outputs as activations.
  */
 export function vggSize(opts: VggOptions = {}): ModelSize {
-  const width = opts.width ?? 1;
-  const numClasses = opts.numClasses ?? 10;
+  const { width, numClasses, imageSize } = resolveVggOptions(opts);
   const scaled = (v: number) => Math.max(1, Math.round(v * width));
   let parameters = 0;
   let buffers = 0;
   let activations = 0;
   let inCh = 3;
-  let size = opts.imageSize ?? 32;
+  let size = imageSize;
   for (const v of CFG) {
     if (v === "M") {
       size = Math.floor(size / 2);
@@ -108,11 +112,7 @@ export class Vgg16Bn extends StitchableModel {
 
   constructor(opts: VggOptions = {}) {
     super();
-    const c: Required<VggOptions> = {
-      numClasses: opts.numClasses ?? 10,
-      width: opts.width ?? 1,
-      imageSize: opts.imageSize ?? 32,
-    };
+    const c = resolveVggOptions(opts);
     this.config = c;
     const scaled = (v: number) => Math.max(1, Math.round(v * c.width));
     // torchvision's make_layers(cfg, batch_norm=True); sizes[i] is the spatial size after layer i.

@@ -72,6 +72,21 @@ class PatchEmbed extends Module {
   }
 }
 
+/** The options with their defaults, once: the constructor and vitSize read the same. */
+export function resolveVitOptions(opts: VitOptions = {}): Required<VitOptions> {
+  const depth = opts.depth ?? 12;
+  return {
+    numClasses: opts.numClasses ?? 10,
+    imageSize: opts.imageSize ?? 32,
+    patchSize: opts.patchSize ?? 4,
+    embedDim: opts.embedDim ?? 192,
+    depth,
+    numHeads: opts.numHeads ?? 3,
+    mlpRatio: opts.mlpRatio ?? 4,
+    pointBlocks: opts.pointBlocks ?? Array.from({ length: depth }, (_, i) => i),
+  };
+}
+
 /**
  * The size of `new VisionTransformer(arch, opts)` (ModelSize), with the constructor's defaults:
  * the patch embedding, class token and position embedding, the blocks (two LayerNorms, qkv and
@@ -80,13 +95,10 @@ class PatchEmbed extends Module {
  * proj, the MLP's hidden layer before and after GELU, and the two residual sums.
  */
 export function vitSize(opts: VitOptions = {}): ModelSize {
-  const d = opts.embedDim ?? 192;
-  const depth = opts.depth ?? 12;
-  const heads = opts.numHeads ?? 3;
-  const patch = opts.patchSize ?? 4;
-  const numClasses = opts.numClasses ?? 10;
-  const hidden = Math.round(d * (opts.mlpRatio ?? 4));
-  const tokens = Math.floor((opts.imageSize ?? 32) / patch) ** 2 + 1;
+  const c = resolveVitOptions(opts);
+  const [d, depth, heads, patch, numClasses] = [c.embedDim, c.depth, c.numHeads, c.patchSize, c.numClasses];
+  const hidden = Math.round(d * c.mlpRatio);
+  const tokens = Math.floor(c.imageSize / patch) ** 2 + 1;
   const linear = (i: number, o: number) => i * o + o;
   const block = 4 * d + linear(d, 3 * d) + linear(d, d) + linear(d, hidden) + linear(hidden, d);
   const parameters = 3 * patch * patch * d + d + d + tokens * d + depth * block + 2 * d + linear(d, numClasses);
@@ -106,17 +118,7 @@ export class VisionTransformer extends StitchableModel {
   constructor(arch: string, opts: VitOptions = {}) {
     super();
     this.arch = arch;
-    const depth = opts.depth ?? 12;
-    const c: Required<VitOptions> = {
-      numClasses: opts.numClasses ?? 10,
-      imageSize: opts.imageSize ?? 32,
-      patchSize: opts.patchSize ?? 4,
-      embedDim: opts.embedDim ?? 192,
-      depth,
-      numHeads: opts.numHeads ?? 3,
-      mlpRatio: opts.mlpRatio ?? 4,
-      pointBlocks: opts.pointBlocks ?? Array.from({ length: depth }, (_, i) => i),
-    };
+    const c = resolveVitOptions(opts);
     this.config = c;
     if (c.imageSize % c.patchSize !== 0)
       throw new Error(`${arch}: image size ${c.imageSize} is not a multiple of patch ${c.patchSize}`);
@@ -125,7 +127,7 @@ export class VisionTransformer extends StitchableModel {
     this.param("cls_token", truncNormal([1, 1, d], 0.02));
     this.param("pos_embed", truncNormal([1, tokens, d], 0.02));
     this.patch_embed = this.child("patch_embed", new PatchEmbed(c.patchSize, d));
-    this.blocks = Array.from({ length: depth }, () => new Block(d, c.numHeads, c.mlpRatio));
+    this.blocks = Array.from({ length: c.depth }, () => new Block(d, c.numHeads, c.mlpRatio));
     this.child("blocks", new Sequential(...this.blocks)); // names blocks.0, blocks.1, ... as timm
     this.norm = this.child("norm", new LayerNorm(d, 1e-6));
     this.headLinear = this.child("head", new Linear(d, c.numClasses));
