@@ -2,7 +2,7 @@
 // commander's InvalidArgumentError, so that the message names the option too:
 // "option '--epochs <n>' argument 'abc' is invalid. expected a non-negative integer".
 import { InvalidArgumentError } from "commander";
-import { parseFraction } from "../train/config.js";
+import { parseFraction } from "../eval/config.js";
 
 export const num = (v: string): number => {
   const n = Number(v);
@@ -18,7 +18,7 @@ export const int = (v: string): number => {
 };
 
 /**
- * Accepts "8/255" as well as 0.0314: train/config.ts parseFraction, the parser experiment files'
+ * Accepts "8/255" as well as 0.0314: eval/config.ts parseFraction, the parser experiment files'
  * pixel units go through too, so `--eps 8/255` and `eps: 8/255` are one number and one key.
  */
 export const fraction = (v: string): number => {
@@ -43,7 +43,7 @@ export function oneOf<T extends string>(what: string, allowed: readonly T[], v: 
   return v as T;
 }
 
-/** --robust-eval-settings and --robust-eval-step-size, of train and stitch (train/config.ts resolveRobustEval). */
+/** --robust-eval-settings and --robust-eval-step-size, of train and stitch (eval/config.ts resolveRobustEval). */
 export const ROBUST_EVAL_SETTINGS_HELP =
   "named robust-evaluation settings: autoattack (default: 100 iterations of APGD-CE and of APGD-DLR, first step 2 eps) " +
   "or reference (the reference's ART set-up: 20 iterations, first step 2/255, eps 8/255 at 32 px); given numbers override theirs";

@@ -3,6 +3,7 @@
 // through its schema and resolve through resolveStitchConfig, as an experiment file's stitch: does.
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
+import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../eval/config.js";
 import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import {
@@ -18,7 +19,6 @@ import { runStitch } from "../stitch/jobs.js";
 import { parseObjective } from "../stitch/objectives.js";
 import { BN_MODES } from "../stitch/train.js";
 import type { Device } from "../torch/index.js";
-import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../train/config.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
 import {

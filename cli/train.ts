@@ -3,12 +3,10 @@
 // through its schema and resolve through resolveTrainConfig, as an experiment file's model entry does.
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
+import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../eval/config.js";
 import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import type { Device } from "../torch/index.js";
 import {
-  PGD_DEFAULTS,
-  ROBUST_EVAL_ATTACKS,
-  ROBUST_EVAL_DEFAULTS,
   resolveTrainConfig,
   simclrSchema,
   TRAIN_METHODS,

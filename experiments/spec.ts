@@ -6,6 +6,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { DATASET_NAMES } from "../data/index.js";
+import { seedSchema } from "../eval/config.js";
 import { parseYamlBounded, YamlTooDeepError } from "../io/yaml.js";
 import { modelSourceSchema } from "../models/checkpoint.js";
 import { modelOptionsIssue } from "../models/options.js";
@@ -16,7 +17,7 @@ import {
   stitchModeOf,
   stitchSettingsSchema,
 } from "../stitch/config.js";
-import { seedSchema, trainSettingsSchema } from "../train/config.js";
+import { trainSettingsSchema } from "../train/config.js";
 
 const int = (min = 0) => z.number().int().min(min);
 const shortcut = shortcutSchema;

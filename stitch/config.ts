@@ -6,9 +6,6 @@
 // is defaulted or checked again.
 import { z } from "zod";
 import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
-import type { ModelSourceLike } from "../models/checkpoint.js";
-import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
-import type { Device } from "../torch/index.js";
 import {
   type AdversarialConfig,
   fractional,
@@ -18,7 +15,10 @@ import {
   resolveRobustEval,
   robustEvalSchema,
   seedSchema,
-} from "../train/config.js";
+} from "../eval/config.js";
+import type { ModelSourceLike } from "../models/checkpoint.js";
+import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
+import type { Device } from "../torch/index.js";
 import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions, iriOptionsProblem, iriOptionsSchema } from "./iris.js";
 import { STITCH_INITS } from "./layer.js";
 import { formatObjective, parseObjective } from "./objectives.js";

@@ -2,9 +2,9 @@
 // batch. The frozen networks run in eval mode here, whatever mode T was trained in: with
 // batch-norm mode "adapt" the stitched model uses its adapted statistics and B its own.
 import type { Dataset } from "../data/index.js";
+import { type EvalOptions, forEachEvalBatch } from "../eval/batches.js";
 import { AgreementMeter, type AgreementResult, linearCka, NonFiniteLogitsError } from "../metrics/index.js";
 import * as torch from "../torch/index.js";
-import { type EvalOptions, forEachEvalBatch } from "../train/batches.js";
 import type { StitchedModel } from "./stitched.js";
 
 /** What one pass of A and B over the test set gives before T trains (frontAndBack). */
@@ -67,7 +67,7 @@ export function frontAndBack(s: StitchedModel, test: Dataset, opts: EvalOptions 
 
 /**
  * The stitched model's agreement with B on every test batch, through the evaluation loop of base
- * models (train/batches.ts: the networks in eval mode, each batch freed whether or not its scores
+ * models (eval/batches.ts: the networks in eval mode, each batch freed whether or not its scores
  * are accepted).
  */
 export function evaluateStitch(

@@ -6,16 +6,16 @@
 // PROTOCOL's "clamp in normalised space per channel" exactly (clamping p to [0, 1] is clamping
 // x' to [(0 - mean)/std, (1 - mean)/std] per channel), and it makes the step size a pixel unit:
 // a signed step of 1/255 moves every pixel by one grey level whatever the channel's std, as
-// the PGD attack's budget does (train/pgd.ts). Sign steps are the same in either space.
+// the PGD attack's budget does (eval/pgd.ts). Sign steps are the same in either space.
 
 import { z } from "zod";
 import { type Normalization, Rng } from "../data/index.js";
+import { fractional, PIXEL_UNITS } from "../eval/config.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
 import { CosineAnnealingLR } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
-import { fractional, PIXEL_UNITS } from "../train/config.js";
 import { restartSeed, tightDescent } from "./iri-tight.js";
 
 type Tensor = torch.Tensor;

@@ -6,18 +6,18 @@
 // - the trained stitched model is scored on adversarial test images made against it: APGD-CE and
 //   APGD-DLR (or PGD), every score (accuracy, agreement with B, error consistency) on the
 //   per-image worst case over the attacks, as AutoAttack counts an image robust only if it
-//   survives every attack (and as base models' robust evaluation does, train/evaluate.ts): each
+//   survives every attack (and as base models' robust evaluation does, eval/evaluate.ts): each
 //   image takes the first attack's example that fools the stitched model, else the last one's.
 //   Each attack's own scores are kept beside.
-// The attacks run the frozen networks in eval mode, as base training's do (train/pgd.ts).
+// The attacks run the frozen networks in eval mode, as base training's do (eval/pgd.ts).
 import type { Dataset, Normalization } from "../data/index.js";
+import { apgdAttack } from "../eval/apgd.js";
+import { type EvalOptions, forEachEvalBatch } from "../eval/batches.js";
+import type { RobustEvalConfig } from "../eval/config.js";
+import { pgdAttack } from "../eval/pgd.js";
 import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
 import { inEvalMode, Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
-import { apgdAttack } from "../train/apgd.js";
-import { type EvalOptions, forEachEvalBatch } from "../train/batches.js";
-import type { RobustEvalConfig } from "../train/config.js";
-import { pgdAttack } from "../train/pgd.js";
 import type { StitchedModel } from "./stitched.js";
 
 type Tensor = torch.Tensor;
@@ -44,7 +44,7 @@ export class StitchedClassifier extends Module {
 }
 
 /**
- * The robust evaluation's resolved numbers (train/config.ts resolveRobustEval: the attack, "apgd"
+ * The robust evaluation's resolved numbers (eval/config.ts resolveRobustEval: the attack, "apgd"
  * for APGD-CE and APGD-DLR or "pgd"; eps; steps of each attack; APGD's first step or PGD's step)
  * and where it runs.
  */
@@ -64,7 +64,7 @@ export interface StitchRobustResult {
 
 /** Scores of the stitched model against B on adversarial test images made against the stitched model. */
 export function robustStitchScores(s: StitchedModel, test: Dataset, opts: StitchRobustEvalOptions): StitchRobustResult {
-  // Settings are checked once, where they are resolved (train/config.ts robustEvalSchema).
+  // Settings are checked once, where they are resolved (eval/config.ts robustEvalSchema).
   const model = new StitchedClassifier(s);
   const apgd = (loss: "ce" | "dlr") => (x: Tensor, y: Tensor) =>
     apgdAttack(model, x, y, {

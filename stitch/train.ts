@@ -28,7 +28,7 @@ import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
 
-import type { AdversarialConfig } from "../train/trainer.js";
+import type { AdversarialConfig } from "../eval/config.js";
 import { FrozenOutputs } from "./frozen.js";
 import type { StitchInit } from "./layer.js";
 import { type ObjectiveWeights, stitchLoss, stitchLossFrom } from "./objectives.js";

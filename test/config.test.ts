@@ -14,6 +14,7 @@ import { registerStitchCommand, stitchConfigFromFlags } from "../cli/stitch.js";
 import { registerTrainCommand, trainConfigFromFlags } from "../cli/train.js";
 import type { Dataset } from "../data/index.js";
 import { CIFAR10_NORMALIZATION } from "../data/transforms.js";
+import { parseFraction, REFERENCE_ROBUST_EVAL_224 } from "../eval/config.js";
 import { taskKey } from "../experiments/cache.js";
 import { type IrisTask, type Plan, planExperiment, type StitchTask, type TrainTask } from "../experiments/plan.js";
 import { ExperimentError, parseExperiment, readExperiment } from "../experiments/spec.js";
@@ -23,7 +24,6 @@ import { type StitchConfig, stitchConfig, stitchSettingsSchema } from "../stitch
 import { StitchedModel } from "../stitch/stitched.js";
 import { recipeOf, STITCH_RECIPE_KEYS, type StitchRecipe, trainStitch } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
-import { parseFraction, REFERENCE_ROBUST_EVAL_224 } from "../train/config.js";
 import { stitchTrainOptions } from "./helpers/stitch.js";
 
 const root = join(import.meta.dirname, "..");

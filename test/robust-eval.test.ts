@@ -7,13 +7,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { type Dataset, disposeDataset, fromBytes, NO_NORMALIZATION } from "../data/index.js";
+import type { RobustEvalConfig } from "../eval/config.js";
+import { robustEvaluation } from "../eval/evaluate.js";
 import { Flatten, Linear, Sequential } from "../nn/layers.js";
 import { stitchConfig } from "../stitch/config.js";
 import { robustStitchScores } from "../stitch/robust.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
-import { type RobustEvalConfig, trainConfig } from "../train/config.js";
-import { robustEvaluation } from "../train/evaluate.js";
+import { trainConfig } from "../train/config.js";
 import { tinyResnet } from "./helpers/checkpoints.js";
 
 type Tensor = torch.Tensor;

@@ -19,6 +19,8 @@ import {
   numBatches,
   standardAugment,
 } from "../data/index.js";
+import { evaluate, type RobustEvalRecord, robustEvaluation } from "../eval/evaluate.js";
+import { pgdAttack } from "../eval/pgd.js";
 import { writeFileAtomic } from "../io/files.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
@@ -28,12 +30,11 @@ import { SGD } from "../nn/optim.js";
 import { stepSchedule } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 import type { TrainConfig } from "./config.js";
-import { evaluate, type RobustEvalRecord, robustEvaluation } from "./evaluate.js";
 import { checkTrainingMemory } from "./memory.js";
-import { pgdAttack } from "./pgd.js";
 import { pretrainSimclr } from "./simclr.js";
 
-export type { AdversarialConfig, TrainConfig } from "./config.js";
+export type { AdversarialConfig } from "../eval/config.js";
+export type { TrainConfig } from "./config.js";
 
 export interface TrainProgress {
   epoch: number;

@@ -29,12 +29,12 @@ export function evaluate(model: Module, ds: Dataset, opts: EvalOptions): EvalRes
   return { accuracy: correct / n, loss: lossSum / n, n };
 }
 
-// The attacks' names and defaults live with the other settings (train/config.ts).
+// The attacks' names and defaults live with the other settings (eval/config.ts).
 export { ROBUST_EVAL_ATTACKS, type RobustEvalAttack } from "./config.js";
 
 import type { RobustEvalAttack, RobustEvalConfig } from "./config.js";
 
-/** A robust evaluation's resolved numbers (train/config.ts resolveRobustEval) and where it runs. */
+/** A robust evaluation's resolved numbers (eval/config.ts resolveRobustEval) and where it runs. */
 export interface RobustEvalOptions extends EvalOptions, RobustEvalConfig {
   /** Start from a random point in the ball: APGD's default is true (AutoAttack), PGD's false. */
   randomStart?: boolean;
@@ -62,7 +62,7 @@ export function robustEvaluation(
   ds: Dataset,
   opts: RobustEvalOptions,
 ): { accuracies: Record<string, number>; record: RobustEvalRecord } {
-  // Settings are checked once, where they are resolved (train/config.ts robustEvalSchema).
+  // Settings are checked once, where they are resolved (eval/config.ts robustEvalSchema).
   const common = { normalization: opts.normalization, batchSize: opts.batchSize, device: opts.device };
   if (opts.attack === "apgd") {
     const randomStart = opts.randomStart ?? true;

@@ -15,7 +15,7 @@
 //       (2) eta was not halved at the last checkpoint and the best loss has not grown since;
 //   - an image counts as broken when the clean image or any iterate is misclassified.
 // Inputs are normalised as the model sees them; eps and step sizes are in pixel units, scaled per
-// channel by 1/std as in train/pgd.ts. The model runs in eval mode.
+// channel by 1/std as in eval/pgd.ts. The model runs in eval mode.
 import { type Dataset, type Normalization, validRange } from "../data/index.js";
 import { inEvalMode, type Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";

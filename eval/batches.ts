@@ -1,5 +1,5 @@
 // The one evaluation loop: a pass over a test set with the models in eval mode, shared by clean
-// evaluation (train/evaluate.ts), the robust evaluations (PGD, APGD) and the stitched model's
+// evaluation (eval/evaluate.ts), the robust evaluations (PGD, APGD) and the stitched model's
 // scores (stitch/evaluate.ts, stitch/robust.ts). Batches in order, normalised, on the device; each
 // batch's work in its own scope and the batch freed after, whatever the callback throws.
 // Gradients stay on: the attacks need them, so a clean pass runs its forward under noGrad itself.
