@@ -2,7 +2,7 @@
 // models (`stitchlab compare` prints it before it starts): a few IRI descent steps at the
 // shallowest and deepest point, a few stitching steps in each mode, the least-squares start, the
 // scoring, and the loading of models and data, each timed, then scaled by the plan's counts:
-//   IRI task    = load front + load data + (images / batch) x (steps x step(point) + batch overhead)
+//   IRI task    = load front + load data + images x (steps x step(point) + batch overhead) / batch
 //   stitch task = load models + load data + least squares + (standard: epochs x steps x step;
 //                 invariance-aware: A and B over the IRIs once + epochs x steps x frozen step)
 //                 + scoring (test images x (stitched + A alone) + CKA images)
@@ -12,7 +12,8 @@
 // it is not (at full width a step is linear in the batch and takes seconds). A tight IRI descent
 // (the IRI setting target) is costed halfway between `steps` and its cap per image (iriSteps). Trained models (train tasks) are not probed: the estimate covers
 // checkpoints. The probe's times are kept in the cache (probes/), so a run after its dry run, or
-// another run on the same models and settings, does not probe again.
+// another run on the same models and settings, does not probe again; `compare --budget` costs its
+// candidate settings from the one probe (estimateFrom on each re-planned experiment).
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -34,15 +35,21 @@ export interface ProbeTimes {
   loadModel: number;
   loadTrain: number;
   loadTest: number;
-  /** One IRI descent step on a batch of the configured size, at the probed points (by point name). */
+  /** One IRI descent step on a batch of iriImages images, at the probed points (by point name). */
   iriStep: Record<string, number>;
-  /** Per IRI batch besides its steps (targets, start, quantising, writing). */
+  /** Per IRI batch of iriImages images besides its steps (targets, start, quantising, writing). */
   iriBatch: Record<string, number>;
-  /** One stitching step on a batch of the configured size, per mode. */
+  /** The images of the batch iriStep and iriBatch are for (the configured batch, or fewer where the training images are fewer). */
+  iriImages: number;
+  /** One stitching step on a batch of stitchImages images, per mode. */
   stitchStep: { standard: number; iris: number };
+  /** The batch stitchStep is for (the probed plan's). */
+  stitchImages: number;
   /** A and B over one training image, once per invariance-aware stitch (its frozen features). */
   frozenPerImage: number;
   leastSquares: number;
+  /** The real images leastSquares is for. */
+  leastSquaresImages: number;
   /** Scoring one test image: A and B once (with CKA's features), then the stitched model. */
   scorePerImage: number;
   /** Training images the tasks can read (the split's size, or more than the largest limit). */
@@ -146,7 +153,7 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
 
     // IRI steps at the shallowest and deepest point the plan makes IRIs at, timed by the descent's
     // own step callback (the first step, which sets up the kernels, is not counted). A tight
-    // descent's steps cost as a plain one's (estimateFrom costs it at `steps` per image).
+    // descent's steps cost as a plain one's (estimateFrom costs it at iriSteps per image).
     const front = load(sourceOf(stitch.front));
     const iriStep: Record<string, number> = {};
     const iriBatch: Record<string, number> = {};
@@ -154,10 +161,11 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
     const irisPoints = [...new Set(irisTasks.map((i) => i.point))].sort((x, y) => order.indexOf(x) - order.indexOf(y));
     const probed = [...new Set([irisPoints[0], irisPoints.at(-1)])].filter((p): p is string => p !== undefined);
     const norm = requireNormalization(front.record, "the front");
+    const iriImages = Math.min(irisTasks[0]?.options.batchSize ?? 1, datasetSize(train));
     for (const point of probed) {
       const spec = irisTasks.find((i) => i.point === point) as IrisTask;
       const { target: _t, maxSteps: _m, ...plain } = spec.options;
-      const bs = Math.min(spec.options.batchSize, datasetSize(train));
+      const bs = iriImages;
       const run = (n: number, steps: number) => {
         const batch = first(train, n);
         owned.push(batch);
@@ -246,11 +254,11 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
       loadTest,
       iriStep,
       iriBatch,
+      iriImages,
       stitchStep: { standard: standard.step, iris: iris.step },
-      // The start reads min(initImages, the images the task loads), as trainStitch does.
-      leastSquares:
-        (standard.before * Math.min(c.initImages, c.limit ?? datasetSize(train), datasetSize(train))) /
-        Math.max(1, standard.lstsqImages),
+      stitchImages: c.batchSize,
+      leastSquares: (standard.before * leastSquaresImages(c, datasetSize(train))) / Math.max(1, standard.lstsqImages),
+      leastSquaresImages: leastSquaresImages(c, datasetSize(train)),
       frozenPerImage: Math.max(0, iris.before - standard.before) / iris.images,
       scorePerImage: standard.score,
       trainCount: datasetSize(train),
@@ -261,6 +269,10 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
     for (const m of loaded) m.model.dispose();
   }
 }
+
+/** The real images a stitch's least-squares start reads: min(initImages, the images the task loads), as trainStitch does. */
+const leastSquaresImages = (c: Pick<StitchConfig, "initImages" | "limit">, trainCount: number): number =>
+  Math.min(c.initImages, c.limit ?? trainCount, trainCount);
 
 /** Per-step cost at a point by linear interpolation (in network order) between the probed points. */
 function atPoint(probed: Record<string, number>, point: string, order: string[]): number {
@@ -281,7 +293,20 @@ export function iriSteps(o: Pick<IriOptions, "steps" | "target" | "maxSteps">): 
   return (o.steps + iriStepCap(o)) / 2;
 }
 
-/** The tasks of the plan not in the cache, each costed from the probe's times. */
+/**
+ * The test images an estimate counts where a plan scores on all of them: the test splits of the
+ * datasets stitchlab reads hold 10,000 (CIFAR-10, Fashion-MNIST, MNIST; ImageNet-100's 5,000
+ * validation images make it an upper bound there).
+ */
+export const ALL_TEST_IMAGES = 10_000;
+
+/**
+ * The tasks of the plan not in the cache, each costed from the probe's times. The plan need not be
+ * the probed one (compare --budget costs re-planned experiments from one probe): a step's time is
+ * taken as linear in its batch's images (true at full width, where time matters; an over-estimate
+ * for a small model's smaller batch), so steps are costed per image of the batch the probe timed,
+ * and an IRI set of fewer images than its batch is one batch of those images.
+ */
 export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: string[]): Estimate {
   const trainCount = p.trainCount;
   const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
@@ -294,26 +319,27 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
     const s = t.spec;
     if (s.kind === "iris") {
       const n = irisSize.get(t.key) ?? trainCount;
-      const batches = n / s.options.batchSize;
+      const perImage =
+        (iriSteps(s.options) * atPoint(p.iriStep, s.point, order) + atPoint(p.iriBatch, s.point, order)) / p.iriImages;
       iris.tasks++;
-      iris.seconds +=
-        p.loadModel +
-        p.loadTrain +
-        batches * (iriSteps(s.options) * atPoint(p.iriStep, s.point, order) + atPoint(p.iriBatch, s.point, order));
+      iris.seconds += p.loadModel + p.loadTrain + n * perImage;
     } else if (s.kind === "stitch") {
       const c = s.config;
       const mode = stitchModeOf(c.mode);
       const n =
         mode === "iris" && s.iris ? (irisSize.get(s.iris) ?? trainCount) : Math.min(c.limit ?? trainCount, trainCount);
       const steps = Math.floor(n / c.batchSize) * c.epochs;
-      const test = c.testLimit ?? 10000;
+      const test = c.testLimit ?? ALL_TEST_IMAGES;
+      const perStep = c.batchSize / p.stitchImages;
       stitch.tasks++;
       stitch.seconds +=
         p.loadModel * (mode === "standard" ? 3 : 2) +
         p.loadTrain +
         p.loadTest +
-        p.leastSquares +
-        (mode === "standard" ? steps * p.stitchStep.standard : n * p.frozenPerImage + steps * p.stitchStep.iris) +
+        (p.leastSquares * leastSquaresImages(c, trainCount)) / Math.max(1, p.leastSquaresImages) +
+        (mode === "standard"
+          ? steps * perStep * p.stitchStep.standard
+          : n * p.frozenPerImage + steps * perStep * p.stitchStep.iris) +
         p.scorePerImage * test;
     } else throw new Error("the estimate covers checkpoints only (this plan trains models)");
   }
@@ -331,7 +357,7 @@ function probeKey(plan: Plan, device: Device): string {
   };
   const stitches = specs.filter((s): s is StitchTask => s.kind === "stitch");
   const what = {
-    probe: 3,
+    probe: 4,
     models: [...new Set(stitches.flatMap((s) => [JSON.stringify(models(s.front)), JSON.stringify(models(s.back))]))],
     iris: specs.filter((s): s is IrisTask => s.kind === "iris").map((s) => [s.point, s.limit, s.options.batchSize]),
     stitch: stitches.map((s) => {
@@ -345,39 +371,58 @@ function probeKey(plan: Plan, device: Device): string {
   return createHash("sha256").update(JSON.stringify(what)).digest("hex").slice(0, 20);
 }
 
+/** A probe's times and B's stitch points in network order (estimateFrom interpolates between the probed ones). */
+export interface KeptProbe {
+  probe: ProbeTimes;
+  order: string[];
+}
+
 /**
- * Probes (when any task is left to run, and no probe of these models and settings on this machine
- * is kept in the cache) and estimates the plan's time on this machine. `onProbe` is told before a
- * probe starts (it takes seconds), so that the wait is announced.
+ * The probe of the plan's models and settings on this machine: the one kept in the cache, or a new
+ * one, then kept (null when every task is in the cache: nothing to time). `onProbe` is told before
+ * a probe starts (it takes seconds), so that the wait is announced.
  */
+export async function probeFor(
+  plan: Plan,
+  cache: string,
+  device: Device,
+  onProbe: () => void = () => {},
+): Promise<KeptProbe | null> {
+  if (plan.tasks.every((t) => isDone(cache, t.key))) return null;
+  const kept = join(cache, "probes", `${probeKey(plan, device)}.json`);
+  let probe: ProbeTimes;
+  if (existsSync(kept)) probe = { ...readJsonFile<ProbeTimes>(kept, "a kept probe"), reused: true };
+  else {
+    onProbe();
+    probe = await probePlan(plan, device);
+    mkdirSync(dirname(kept), { recursive: true });
+    writeFileAtomic(kept, [`${JSON.stringify(probe, null, 2)}\n`]);
+  }
+  const stitch = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
+  const back = stitch ? loadCheckpoint(sourceOf(stitch.back)) : null;
+  const order = back ? back.model.stitchPoints.map((x) => x.name) : [];
+  back?.model.dispose();
+  return { probe, order };
+}
+
+/** The plan's time on this machine, from its probe (probeFor). */
 export async function estimatePlan(
   plan: Plan,
   cache: string,
   device: Device,
   onProbe: () => void = () => {},
 ): Promise<Estimate> {
-  const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
-  if (!todo.length)
-    return { seconds: 0, iris: { tasks: 0, seconds: 0 }, stitch: { tasks: 0, seconds: 0 }, probe: null };
-  const kept = join(cache, "probes", `${probeKey(plan, device)}.json`);
-  let p: ProbeTimes;
-  if (existsSync(kept)) p = { ...readJsonFile<ProbeTimes>(kept, "a kept probe"), reused: true };
-  else {
-    onProbe();
-    p = await probePlan(plan, device);
-    mkdirSync(dirname(kept), { recursive: true });
-    writeFileAtomic(kept, [`${JSON.stringify(p, null, 2)}\n`]);
-  }
-  const stitch = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
-  const back = stitch ? loadCheckpoint(sourceOf(stitch.back)) : null;
-  const order = back ? back.model.stitchPoints.map((x) => x.name) : [];
-  back?.model.dispose();
-  return estimateFrom(plan, cache, p, order);
+  const kept = await probeFor(plan, cache, device, onProbe);
+  if (!kept) return { seconds: 0, iris: { tasks: 0, seconds: 0 }, stitch: { tasks: 0, seconds: 0 }, probe: null };
+  return estimateFrom(plan, cache, kept.probe, kept.order);
 }
 
 /** A duration as people read it: 45 s, 3 min 20 s, 1 h 5 min. */
 export function formatDuration(s: number): string {
   if (s < 90) return `${Math.max(1, Math.round(s))} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+  // Rounded to the unit shown first, so that 3599.7 s reads 1 h 0 min, not 59 min 60 s.
+  const seconds = Math.round(s);
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  const minutes = Math.round(s / 60);
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
 }
