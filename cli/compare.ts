@@ -2,22 +2,45 @@
 // as an experiment (experiments/compare.ts), written into --out as compare.yaml, and run through
 // `stitchlab run`'s own path (runCommand: the planner, the cache, the runner, one progress bar,
 // the report); before it starts, what it will run and an estimate of the time from a timed probe
-// (experiments/estimate.ts); after it, the verdict, then the report.
+// (experiments/estimate.ts), at the sizes of --protocol (experiments/compare.ts) or those that fit
+// --budget (experiments/budget.ts); after it, the verdict, then the report.
 
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
+import {
+  BUDGET_FLOORS,
+  budgetLine,
+  budgetRefusal,
+  type CompareScale,
+  fitBudget,
+  longPlanAdvice,
+  parseDuration,
+  type ScaleKey,
+  scaleOf,
+} from "../experiments/budget.js";
 import { isDone } from "../experiments/cache.js";
 import {
   CLOSE_RULE,
   COMPARE_DEFAULTS,
+  COMPARE_PROTOCOL_NAMES,
+  type CompareProtocolName,
   compareExperiment,
   compareVerdictLines,
   compareVerdicts,
+  protocolSizes,
+  protocolSummary,
 } from "../experiments/compare.js";
-import { estimatePlan, formatDuration } from "../experiments/estimate.js";
+import {
+  ALL_TEST_IMAGES,
+  type Estimate,
+  estimateFrom,
+  estimatePlan,
+  formatDuration,
+  probeFor,
+} from "../experiments/estimate.js";
 import { claimOut } from "../experiments/outdir.js";
-import { type IrisTask, planExperiment, type StitchTask } from "../experiments/plan.js";
+import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
 import { defaultCache } from "../experiments/run.js";
 import { ExperimentError } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
@@ -42,6 +65,22 @@ function bothModels(o: Record<string, unknown>): Record<string, unknown> {
       if (out[`${role}${k}`] === undefined && both !== undefined) out[`${role}${k}`] = both;
   }
   return out;
+}
+
+/** --protocol: one of COMPARE_PROTOCOLS's names. */
+function protocolName(v: string): CompareProtocolName {
+  if (!(COMPARE_PROTOCOL_NAMES as string[]).includes(v))
+    throw new InvalidArgumentError(`expected ${COMPARE_PROTOCOL_NAMES.join(" or ")}`);
+  return v as CompareProtocolName;
+}
+
+/** --budget: a duration (experiments/budget.ts parseDuration), kept as written for the budget line. */
+function budget(v: string): { text: string; seconds: number } {
+  try {
+    return { text: v.trim(), seconds: parseDuration(v) };
+  } catch (e) {
+    throw new InvalidArgumentError((e as Error).message);
+  }
 }
 
 /** An experiment problem's leading key, as compare's flag. */
@@ -85,14 +124,77 @@ function asFlags<T>(build: () => T): T {
   }
 }
 
+/** The settings a budget may reduce that the user gave as flags (never reduced). */
+function givenSizes(o: Record<string, unknown>): Set<ScaleKey> {
+  const given: [ScaleKey, unknown][] = [
+    ["replicates", o.replicates],
+    ["points", o.points],
+    ["iris", o.irisLimit ?? o.limit],
+    ["images", o.stitchLimit ?? o.limit],
+    ["batch", o.batchSize],
+    ["epochs", o.epochs],
+    ["test", o.testLimit],
+  ];
+  return new Set(given.filter(([, v]) => v !== undefined).map(([k]) => k));
+}
+
+/** What the plan will run, from its tasks' resolved settings (the defaults are the schemas'). */
+function planLines(plan: Plan, cache: string): string {
+  const e = plan.experiment;
+  const count = (kind: string) => {
+    const all = plan.tasks.filter((t) => t.kind === kind);
+    return `${all.length} (${all.filter((t) => isDone(cache, t.key)).length} cached)`;
+  };
+  const pairs = e.pairs.map(
+    (p) =>
+      `${p.front} -> ${p.back}${p.relation === "identical" ? " (the control)" : ""}, ${p.replicates ?? e.replicates} replicate${(p.replicates ?? e.replicates) === 1 ? "" : "s"}`,
+  );
+  const irisTask = plan.tasks.map((t) => t.spec).find((s): s is IrisTask => s.kind === "iris");
+  const stitchTask = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
+  const io = irisTask?.options;
+  const sc = stitchTask?.config;
+  const replicates = Math.max(...e.pairs.map((p) => p.replicates ?? e.replicates));
+  return [
+    `compare: ${pairs.join("; ")}`,
+    `  points     ${(e.points as string[]).join(", ")} (${(e.points as string[]).length})`,
+    `  modes      standard, invariance-aware; objectives ${e.objectives.join(", ")}`,
+    `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${e.dataset.testLimit ?? "all"} test images`,
+    ...(io
+      ? [
+          `  IRIs       ${irisTask?.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${iriStepCap(io)} steps` : ""}`,
+        ]
+      : []),
+    ...(sc
+      ? [
+          `  stitching  ${sc.epochs} epochs on ${sc.limit ?? "all"} real images (or the IRIs), batch ${sc.batchSize}, Adam lr ${sc.lr}`,
+        ]
+      : []),
+    `  intervals  ${replicates > 1 ? `Student t over ${replicates} replicates (IRI and stitching seeds)` : "one replicate: 95% intervals over the test images (mean ± 1.96 standard errors), none over seeds; --replicates N for those"}`,
+    `  tasks      ${count("iris")} IRI sets, ${count("stitch")} stitches; cache ${cache}`,
+  ].join("\n");
+}
+
 export function registerCompareCommand(program: Command): void {
   const d = COMPARE_DEFAULTS;
+  // The paper protocol's value of a flag, after the default's: both from experiments/compare.ts.
+  const paper = protocolSizes("paper");
   const cmd = program
     .command("compare <a> <b>")
     .description(
       "is A functionally similar to B? Standard and invariance-aware stitching of A into B at the middle and the last of the points they share " +
         `(SLM, ${d.replicates} replicate, intervals over the test images), with B into itself as the control, run as an experiment (cached, resumable); ` +
         "prints the plan and a time estimate, then the verdict and the report, and writes the experiment as compare.yaml",
+    )
+    .option(
+      "--protocol <name>",
+      `whose sizes to run at: fast (the default: ${protocolSummary("fast")}) or paper (PROTOCOL.md's: ${protocolSummary("paper")}); both make IRIs tight by construction; flags given override its values`,
+      protocolName,
+      "fast",
+    )
+    .option(
+      "--budget <time>",
+      `fit the run into this time on this machine (e.g. 90s, 30m, 2h): after the probe, the largest settings whose estimate fits, reducing replicates (to ${BUDGET_FLOORS.replicates}), then points (to ${BUDGET_FLOORS.points}: the middle and the last), then IRIs per set and T's images (to ${BUDGET_FLOORS.images}), then test images (to ${BUDGET_FLOORS.test}), never a setting given as a flag; prints what it reduced, or refuses when even the smallest do not fit`,
+      budget,
     )
     .option(
       "--out <dir>",
@@ -114,12 +216,12 @@ export function registerCompareCommand(program: Command): void {
     .option("--image-size <px>", "the side of the images both were trained on", int)
     .option(
       "--points <list>",
-      "stitch points, comma-separated, or all (default: the shared points at the middle and the end of B's, e.g. layer2.1,layer4.1)",
+      `stitch points, comma-separated, or all (default: the shared points at the middle and the end of B's, e.g. layer2.1,layer4.1; --protocol paper: ${paper.points})`,
     )
     .option("--objectives <list>", "hlm, slm, dm, fula or weighted sums, comma-separated (default slm)")
     .option(
       "--replicates <n>",
-      `replicates of A -> B: other IRI and stitching seeds (default ${d.replicates}: intervals over the test images; 2 or more: over the seeds)`,
+      `replicates of A -> B: other IRI and stitching seeds (default ${d.replicates}: intervals over the test images; 2 or more: over the seeds; --protocol paper: ${paper.replicates})`,
       int,
     )
     .option(
@@ -130,23 +232,35 @@ export function registerCompareCommand(program: Command): void {
     .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
     .option(
       "--limit <n>",
-      `training images for IRIs and for T (default ${d.iris.limit}; --iris-limit, --stitch-limit)`,
+      `training images for IRIs and for T (default ${d.iris.limit}; --protocol paper: ${paper.iris}; --iris-limit, --stitch-limit)`,
       int,
     )
-    .option("--iris-limit <n>", `IRIs per model and point (default ${d.iris.limit})`, int)
+    .option(
+      "--iris-limit <n>",
+      `IRIs per model and point (default ${d.iris.limit}; --protocol paper: ${paper.iris})`,
+      int,
+    )
     .option(
       "--iris-steps <n>",
       `IRI descent steps per start (default ${d.iris.steps}: Adam from another image, keep-best, an image stops at residual ${d.iris.target} and restarts up to ${d.iris.maxSteps} steps; docs/method.md "How tight an IRI must be")`,
       int,
     )
-    .option("--stitch-limit <n>", `real training images for T (default ${d.stitch.limit})`, int)
     .option(
-      "--epochs <n>",
-      `epochs of T (default ${d.stitch.epochs}: one batch of ${d.stitch.batchSize} per epoch)`,
+      "--stitch-limit <n>",
+      `real training images for T (default ${d.stitch.limit}; --protocol paper: ${paper.images})`,
       int,
     )
-    .option("--batch-size <n>", `batch of T and of the IRI descent (default ${d.stitch.batchSize})`, int)
-    .option("--test-limit <n>", `test images (default ${d.testLimit})`, int)
+    .option(
+      "--epochs <n>",
+      `epochs of T (default ${d.stitch.epochs}: one batch of ${d.stitch.batchSize} per epoch; --protocol paper: ${paper.epochs})`,
+      int,
+    )
+    .option(
+      "--batch-size <n>",
+      `batch of T and of the IRI descent (default ${d.stitch.batchSize}; --protocol paper: ${paper.batch})`,
+      int,
+    )
+    .option("--test-limit <n>", `test images (default ${d.testLimit}; --protocol paper: ${paper.test})`, int)
     .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--force", "run into an --out that holds another experiment's run (its files are moved aside)")
     .option("--dry-run", "print the plan and the time estimate, and stop");
@@ -173,95 +287,101 @@ export function registerCompareCommand(program: Command): void {
       throw new Error("B does not say which dataset it was trained on: pass --data (e.g. --data cifar10 --root ...)");
     const out = resolve(o.out as string);
     const file = join(out, "compare.yaml");
+    const protocol = o.protocol as CompareProtocolName;
     const limit = (k: string) => (o[k] ?? o.limit) as number | undefined;
     const some = <T>(k: string, v: T | undefined) => (v === undefined ? {} : { [k]: v });
-    const { text, plan } = asFlags(() => {
-      const built = compareExperiment(
-        {
-          a: front,
-          b: back,
-          dataset: {
-            name: dataset,
-            ...some("root", o.root as string | undefined),
-            ...some("testLimit", o.testLimit as number | undefined),
-            ...(dataset === "imagefolder" ? some("imageSize", o.imageSize as number | undefined) : {}),
-          },
-          ...some("points", o.points === "all" ? ("all" as const) : o.points ? words(o.points as string) : undefined),
-          ...some("seed", o.seed as number | undefined),
-          ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
-          ...some("replicates", o.replicates as number | undefined),
-          bothWays: Boolean(o.bothWays),
-          iris: {
-            ...some("limit", limit("irisLimit")),
-            ...some("steps", o.irisSteps as number | undefined),
-            // Other steps per start keep the default's three starts at most.
+    // The study from the protocol and the flags; with `scale`, at the sizes a budget picked.
+    const planned = (scale?: CompareScale) =>
+      asFlags(() => {
+        const built = compareExperiment(
+          {
+            protocol,
+            a: front,
+            b: back,
+            dataset: {
+              name: dataset,
+              ...some("root", o.root as string | undefined),
+              ...some("testLimit", scale ? (scale.test ?? undefined) : (o.testLimit as number | undefined)),
+              ...(dataset === "imagefolder" ? some("imageSize", o.imageSize as number | undefined) : {}),
+            },
             ...some(
-              "maxSteps",
-              o.irisSteps === undefined ? undefined : (o.irisSteps as number) * (d.iris.maxSteps / d.iris.steps),
+              "points",
+              scale
+                ? scale.points
+                : o.points === "all"
+                  ? ("all" as const)
+                  : o.points
+                    ? words(o.points as string)
+                    : undefined,
             ),
-            ...some("batchSize", o.batchSize as number | undefined),
+            ...some("seed", o.seed as number | undefined),
+            ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
+            ...some("replicates", scale ? scale.replicates : (o.replicates as number | undefined)),
+            bothWays: Boolean(o.bothWays),
+            iris: {
+              ...some("limit", scale ? scale.iris : limit("irisLimit")),
+              ...some("steps", o.irisSteps as number | undefined),
+              // Other steps per start keep the default's three starts at most.
+              ...some(
+                "maxSteps",
+                o.irisSteps === undefined ? undefined : (o.irisSteps as number) * (d.iris.maxSteps / d.iris.steps),
+              ),
+              ...some("batchSize", o.batchSize as number | undefined),
+            },
+            stitch: {
+              ...some("limit", scale ? scale.images : limit("stitchLimit")),
+              ...some("epochs", scale ? scale.epochs : (o.epochs as number | undefined)),
+              ...some("batchSize", scale ? scale.batch : (o.batchSize as number | undefined)),
+            },
           },
-          stitch: {
-            ...some("limit", limit("stitchLimit")),
-            ...some("epochs", o.epochs as number | undefined),
-            ...some("batchSize", o.batchSize as number | undefined),
-          },
-        },
-        file,
-      );
-      return { ...built, plan: planExperiment(built.experiment, file) };
-    });
+          file,
+        );
+        return { ...built, plan: planExperiment(built.experiment, file) };
+      });
     const cache = resolve((o.cache as string | undefined) ?? defaultCache());
+    const device = exec.device ?? "cpu";
+    const slurm = exec.executor === "slurm";
+    if (o.budget && slurm)
+      throw new Error("--budget needs an estimate on this machine, and Slurm jobs run on other machines");
+    if (!slurm && !o.dryRun) requireDevice(device);
+    const announce = () =>
+      console.log("probing    timing a few IRI and stitching steps on these models (about 10 s)...");
+
+    let study = planned();
+    let est: Estimate | null = null;
+    if (o.budget) {
+      // One probe, of the protocol's plan (kept: the run after a dry run reads it again); each
+      // candidate re-planned and costed from it.
+      const { text: asked, seconds } = o.budget as { text: string; seconds: number };
+      const kept = await probeFor(study.plan, cache, device, announce);
+      if (!kept) console.log(`budget ${asked}: every task is in the cache; nothing reduced`);
+      else {
+        const cost = (s: CompareScale) => estimateFrom(planned(s).plan, cache, kept.probe, kept.order);
+        const start = scaleOf(study.plan);
+        const fixed = givenSizes(o);
+        const bounds = { trainCount: kept.probe.trainCount, testCount: ALL_TEST_IMAGES, fixed };
+        const fit = fitBudget(start, seconds, (s) => cost(s).seconds, bounds);
+        if (!fit.fits) throw new Error(budgetRefusal(asked, fit, fixed));
+        console.log(budgetLine(asked, start, fit));
+        study = planned(fit.scale);
+        est = cost(fit.scale);
+      }
+    }
+    const { text, plan } = study;
     // Refused now, before anything is written, when --out holds another experiment's run.
     claimOut(out, plan, Boolean(o.force), false);
 
-    const e = plan.experiment;
-    const count = (kind: string) => {
-      const all = plan.tasks.filter((t) => t.kind === kind);
-      return `${all.length} (${all.filter((t) => isDone(cache, t.key)).length} cached)`;
-    };
-    const pairs = e.pairs.map(
-      (p) =>
-        `${p.front} -> ${p.back}${p.relation === "identical" ? " (the control)" : ""}, ${p.replicates ?? e.replicates} replicate${(p.replicates ?? e.replicates) === 1 ? "" : "s"}`,
-    );
-    // What the tasks will run, from their resolved settings (the defaults are the schemas').
-    const irisTask = plan.tasks.map((t) => t.spec).find((s): s is IrisTask => s.kind === "iris");
-    const stitchTask = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
-    const io = irisTask?.options;
-    const sc = stitchTask?.config;
-    const replicates = Math.max(...e.pairs.map((p) => p.replicates ?? e.replicates));
-    console.log(
-      [
-        `compare: ${pairs.join("; ")}`,
-        `  points     ${(e.points as string[]).join(", ")} (${(e.points as string[]).length})`,
-        `  modes      standard, invariance-aware; objectives ${e.objectives.join(", ")}`,
-        `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${e.dataset.testLimit ?? "all"} test images`,
-        ...(io
-          ? [
-              `  IRIs       ${irisTask?.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${iriStepCap(io)} steps` : ""}`,
-            ]
-          : []),
-        ...(sc
-          ? [
-              `  stitching  ${sc.epochs} epochs on ${sc.limit ?? "all"} real images (or the IRIs), batch ${sc.batchSize}, Adam lr ${sc.lr}`,
-            ]
-          : []),
-        `  intervals  ${replicates > 1 ? `Student t over ${replicates} replicates (IRI and stitching seeds)` : "one replicate: 95% intervals over the test images (mean ± 1.96 standard errors), none over seeds; --replicates N for those"}`,
-        `  tasks      ${count("iris")} IRI sets, ${count("stitch")} stitches; cache ${cache}`,
-      ].join("\n"),
-    );
-    if (exec.executor === "slurm") console.log("estimate: none (Slurm jobs run on other machines)");
+    console.log(planLines(plan, cache));
+    if (slurm) console.log("estimate: none (Slurm jobs run on other machines)");
     else {
-      if (!o.dryRun) requireDevice(exec.device ?? "cpu");
-      const est = await estimatePlan(plan, cache, exec.device ?? "cpu", () =>
-        console.log("probing    timing a few IRI and stitching steps on these models (about 10 s)..."),
-      );
+      est ??= await estimatePlan(plan, cache, device, announce);
       const p = est.probe;
       console.log(
         p
           ? `estimate   ${formatDuration(est.seconds)} on this machine (IRI sets ${formatDuration(est.iris.seconds)}, stitches ${formatDuration(est.stitch.seconds)}; from ${p.reused ? "the kept" : `a ${p.seconds.toFixed(1)} s`} timed probe of IRI and stitching steps on these models${(exec.workers ?? 1) > 1 ? `, as if one worker: --workers ${exec.workers} shares the same cores` : ""})`
           : "estimate   every task is in the cache",
       );
+      if (!o.budget) for (const line of longPlanAdvice(est.seconds, device, scaleOf(plan))) console.log(line);
     }
     if (o.dryRun) return;
     mkdirSync(out, { recursive: true });

@@ -11,13 +11,19 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import {
   COMPARE_DEFAULTS,
+  COMPARE_PAPER,
   compareExperiment,
   compareVerdictLines,
   compareVerdicts,
   pointsAtDepths,
+  protocolSummary,
 } from "../experiments/compare.js";
+import { estimateFrom, type ProbeTimes } from "../experiments/estimate.js";
+import { planExperiment } from "../experiments/plan.js";
 import { standardError } from "../metrics/agreement.js";
 import { interval } from "../metrics/interval.js";
+import { saveCheckpoint } from "../models/checkpoint.js";
+import { createModel } from "../models/registry.js";
 import type { IriPreview, SummaryRow } from "../report/index.js";
 import { SUMMARY_SCORES } from "../report/summary.js";
 import { trainConfig } from "../train/config.js";
@@ -317,4 +323,193 @@ test("the agreement's standard error over the test images is the per-image value
   const sd = Math.sqrt(values.reduce((a, b) => a + (b - mean) ** 2, 0) / (values.length - 1));
   assert.ok(Math.abs(standardError(sum, sumSq, values.length) - sd / Math.sqrt(values.length)) < 1e-12);
   assert.ok(Number.isNaN(standardError(0.5, 0.25, 1)));
+});
+
+test("--protocol paper: every shared point, three replicates, IRIs and T on the whole training split, every test image; flags still override", () => {
+  const input = {
+    protocol: "paper" as const,
+    a: "/models/mine.pt",
+    b: "/models/theirs.pt",
+    dataset: { name: "fashion-mnist" },
+    points: ["layer2.1", "layer4.1"],
+  };
+  const { experiment: e } = compareExperiment(input, "/out/compare.yaml");
+  assert.equal(e.replicates, COMPARE_PAPER.replicates);
+  assert.equal(e.replicates, 3);
+  assert.equal(e.dataset.testLimit, undefined, "every test image");
+  assert.equal(e.iris.limit, null, "IRIs over the whole training split");
+  // The tight recipe, not the protocol's signed steps (experiments/compare.ts TIGHT_IRIS says why).
+  assert.deepEqual(
+    [e.iris.optimizer, e.iris.start, e.iris.keepBest, e.iris.target, e.iris.maxSteps],
+    ["adam", "image", true, 0.2, 600],
+  );
+  // T at the stitching schema's defaults, which are the protocol's: all images, batch 128, 30 epochs, lr 1e-3.
+  assert.equal(e.stitch.limit, null);
+  assert.equal(e.stitch.batchSize, 128);
+  assert.equal(e.stitch.epochs, undefined);
+  assert.equal(e.stitch.lr, 1e-3);
+  const given = compareExperiment(
+    {
+      ...input,
+      replicates: 1,
+      dataset: { name: "fashion-mnist", testLimit: 500 },
+      iris: { limit: 64 },
+      stitch: { epochs: 10 },
+    },
+    "/out/compare.yaml",
+  ).experiment;
+  assert.deepEqual(
+    [given.replicates, given.dataset.testLimit, given.iris.limit, given.iris.target, given.stitch.epochs],
+    [1, 500, 64, 0.2, 10],
+  );
+  // The default protocol is fast: COMPARE_DEFAULTS.
+  const fast = compareExperiment({ ...input, protocol: undefined }, "/out/compare.yaml").experiment;
+  assert.deepEqual(
+    [fast.replicates, fast.dataset.testLimit, fast.iris.limit, fast.stitch.limit, fast.stitch.epochs],
+    [
+      COMPARE_DEFAULTS.replicates,
+      COMPARE_DEFAULTS.testLimit,
+      COMPARE_DEFAULTS.iris.limit,
+      COMPARE_DEFAULTS.stitch.limit,
+      COMPARE_DEFAULTS.stitch.epochs,
+    ],
+  );
+  assert.equal(
+    protocolSummary("paper"),
+    "every shared point, 3 replicates, IRIs over the whole training split, T 30 (12 on image folders) epochs on the whole training split in batches of 128 at lr 0.001, every test image",
+  );
+  assert.equal(
+    protocolSummary("fast"),
+    "2 points, 1 replicate, 48 IRIs per set, T 120 epochs on 48 training images in batches of 48 at lr 0.001, 1000 test images",
+  );
+});
+
+/** Two untrained width-1/16 ResNet-18 checkpoints (for plans and the probe, not for scores). */
+function tinyPair(dir: string): [string, string] {
+  const files = ["a", "b"].map((n) => join(dir, `${n}.safetensors`));
+  for (const f of files) {
+    const model = createModel("resnet18", { width: 0.0625, numClasses: 10 });
+    saveCheckpoint(f, model, { dataset: "fashion-mnist" } as never);
+    model.dispose();
+  }
+  return files as [string, string];
+}
+
+test("the estimate costs a plan it did not probe per image of the probed batch: an IRI set smaller than its batch is one batch of its images", () => {
+  const dir = mkdtempSync(join(tmp, "estimate-"));
+  const [a, b] = tinyPair(dir);
+  const plan = (limit: number, batchSize: number) => {
+    const { experiment } = compareExperiment(
+      { a, b, dataset: { name: "fashion-mnist" }, points: ["layer4.1"], iris: { limit }, stitch: { limit, batchSize } },
+      join(dir, "compare.yaml"),
+    );
+    return planExperiment(experiment, join(dir, "compare.yaml"));
+  };
+  // Only an IRI step (1 s for 48 images) and a standard stitching step (1 s for 48 images) cost anything.
+  const probe: ProbeTimes = {
+    loadModel: 0,
+    loadTrain: 0,
+    loadTest: 0,
+    iriStep: { "layer4.1": 1 },
+    iriBatch: { "layer4.1": 0 },
+    iriImages: 48,
+    stitchStep: { standard: 1, iris: 0 },
+    stitchImages: 48,
+    frozenPerImage: 0,
+    leastSquares: 0,
+    leastSquaresImages: 48,
+    scorePerImage: 0,
+    trainCount: 60000,
+    seconds: 1,
+  };
+  const cost = (limit: number, batch: number) =>
+    estimateFrom(plan(limit, batch), join(dir, "cache"), probe, ["layer4.1"]);
+  // 48 IRIs with the IRI batch of 128: one batch of 48, (200 + 600) / 2 steps each, for B and A.
+  const at48 = cost(48, 48);
+  assert.equal(at48.iris.tasks, 2);
+  assert.equal(at48.iris.seconds, 2 * 400);
+  // The standard stitches (control and A -> B): 120 epochs of one batch of 48.
+  assert.equal(at48.stitch.seconds, 2 * 120);
+  // 96 images in batches of 32: twice the IRIs, three steps of 32 (2/3 of the probed step) per epoch.
+  const at96 = cost(96, 32);
+  assert.equal(at96.iris.seconds, 2 * 800);
+  assert.ok(Math.abs(at96.stitch.seconds - 2 * 120 * 3 * (32 / 48)) < 1e-9, `${at96.stitch.seconds}`);
+});
+
+test("compare --protocol paper --budget: the plan over an hour says how to cut it; the budget's dry run probes once, and the run after it reuses the probe", {
+  skip: skipUnlessFashionMnist(),
+  timeout: 300_000,
+}, () => {
+  const dir = mkdtempSync(join(tmp, "budget-"));
+  const [a, b] = tinyPair(dir);
+  const base = ["compare", a, b, "--protocol", "paper", "--cache", join(dir, "cache"), "--out", join(dir, "out")];
+  // The paper's sizes on the CPU: every point, three replicates, all 60,000 images: far over an hour.
+  const paper = runCli([...base, "--dry-run"]);
+  assert.equal(paper.status, 0, paper.stderr);
+  assert.match(paper.stdout, /^compare: b -> b \(the control\), 1 replicate; a -> b, 3 replicates$/m);
+  assert.match(paper.stdout, /^ {2}points\s+stem, layer1\.0, .*layer4\.1 \(9\)$/m);
+  assert.match(
+    paper.stdout,
+    /^ {2}stitching\s+30 epochs on all real images \(or the IRIs\), batch 128, Adam lr 0\.001$/m,
+  );
+  assert.match(
+    paper.stdout,
+    /^too long {3}.* is over an hour on the CPU\. To cut it: --budget 45m .*--replicates 1 --points layer2\.1,layer4\.1 --limit 48 .*A GPU \(--device cuda\) runs it as planned\.$/m,
+  );
+
+  // Small sizes given (never reduced), so that only the replicates are left to cut. One replicate
+  // costs half of three (the control's tasks and one replicate's, against the control's and
+  // three), two cost 3/4: 5/8 of the printed estimate e (rounded to a second) picks one for e >= 4.
+  const small = [
+    ...base,
+    "--points",
+    "layer4.1",
+    "--iris-steps",
+    "10",
+    "--limit",
+    "32",
+    "--batch-size",
+    "32",
+    "--epochs",
+    "1",
+    "--test-limit",
+    "64",
+  ];
+  const plain = runCli([...small, "--dry-run"]);
+  assert.equal(plain.status, 0, plain.stderr);
+  const e = estimateSeconds(plain.stdout);
+  assert.ok(
+    e >= 4,
+    `an estimate of ${e} s is too short to tell one replicate's cost from two's by its printed seconds`,
+  );
+  const budget = `${(0.625 * e).toFixed(3)}s`;
+  const dry = runCli([...small, "--budget", budget, "--dry-run"]);
+  assert.equal(dry.status, 0, dry.stderr);
+  assert.doesNotMatch(dry.stdout, /^probing/m, "the plan without --budget was probed already");
+  assert.match(dry.stdout, new RegExp(`^budget ${budget.replace(".", "\\.")}: replicates 3 -> 1; estimate .+$`, "m"));
+  assert.match(dry.stdout, /^compare: b -> b \(the control\), 1 replicate; a -> b, 1 replicate$/m);
+  assert.ok(estimateSeconds(dry.stdout) <= Math.round(0.625 * e), dry.stdout);
+
+  // Even the smallest settings over the budget: refused with their estimate, nothing run.
+  const refused = runCli([...small, "--budget", "1s", "--dry-run"]);
+  assert.equal(refused.status, 1);
+  assert.match(
+    refused.stderr,
+    /--budget 1s: even the smallest settings it may pick \(1 replicate, 1 point, 32 IRIs per set, .*; --points, --iris-limit, --stitch-limit, --batch-size, --epochs, --test-limit as given\) are estimated at \d+ s on this machine/,
+  );
+  // The run: the same choice from the kept probe, no probe of its own.
+  const run = runCli([...small, "--budget", budget]);
+  assert.equal(run.status, 0, run.stderr);
+  assert.doesNotMatch(run.stdout, /^probing/m);
+  assert.match(run.stdout, new RegExp(`^budget ${budget.replace(".", "\\.")}: replicates 3 -> 1; `, "m"));
+  assert.match(run.stdout, /^estimate .* from the kept timed probe/m);
+  assert.match(run.stdout, /^Verdict, a -> b, SLM, 1 replicate: /m);
+
+  // A bad duration names the flag.
+  const bad = runCli([...small, "--budget", "30x", "--dry-run"]);
+  assert.equal(bad.status, 1);
+  assert.match(
+    bad.stderr,
+    /option '--budget <time>' argument '30x' is invalid\. not a duration: '30x' \(give a number and a unit: 90s, 30m, 2h or 1h30m\)/,
+  );
 });
