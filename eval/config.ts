@@ -1,8 +1,9 @@
 // eval/ holds what base training (train/) and stitching (stitch/) both use to attack and to score
 // a model, in a folder of its own below both jobs (issue 38: it lived in train/, and stitching
 // imported base training's modules to reach it): the evaluation loop (batches.ts), clean and robust
-// evaluation (evaluate.ts), PGD (pgd.ts), APGD (apgd.ts), and here the settings both jobs share.
-// It imports data/, nn/ and torch/ only, so either job may import it.
+// evaluation (evaluate.ts), PGD and the adversarial batch of Madry training (pgd.ts), APGD
+// (apgd.ts), the scores on marked and rolled test images (markers.ts), and here the settings both
+// jobs share. It imports data/, nn/ and torch/ only, so either job may import it.
 //
 // The shared settings, defined once: numbers in pixel units as a user writes them ("8/255":
 // parseFraction, fractional), seeds, Madry's PGD recipe (adversarial training of base models and

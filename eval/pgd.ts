@@ -64,6 +64,26 @@ export function pgdAttack(model: Module, x: Tensor, y: Tensor, opts: PgdOptions)
   );
 }
 
+/**
+ * A batch of Madry training on a fraction of it: its first floor(fraction n) images replaced by
+ * their adversarial examples, the rest as they are. `attack` makes the examples (PGD against the
+ * model being trained); the mixing is written here once, for base training's half of each batch
+ * (train/trainer.ts) and adversarial stitching's whole batches (stitch/robust.ts adversarialBatch,
+ * the reference's attack_ratio). A fraction that leaves no image returns x itself, unattacked.
+ */
+export function adversarialMix(
+  x: Tensor,
+  y: Tensor,
+  fraction: number,
+  attack: (x: Tensor, y: Tensor) => Tensor,
+): Tensor {
+  const n = x.shape[0] as number;
+  const k = Math.floor(fraction * n);
+  if (k === 0) return x;
+  const adv = attack(x.narrow(0, 0, k), y.narrow(0, 0, k));
+  return k === n ? adv : torch.cat([adv, x.narrow(0, k, n - k)]);
+}
+
 /** Accuracy on PGD adversarial examples of every image of `ds`. */
 export function robustAccuracy(model: Module, ds: Dataset, opts: PgdOptions & EvalOptions): number {
   let correct = 0;

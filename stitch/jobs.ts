@@ -25,6 +25,7 @@ import {
   type ShortcutOptions,
   standardAugment,
 } from "../data/index.js";
+import { scoreMarkedAndRolled } from "../eval/markers.js";
 import { writeFileAtomic } from "../io/files.js";
 import { saveSafetensors } from "../io/safetensors.js";
 import { type AgreementResult, excessAgreement, type WeightSpectrum, weightSpectrum } from "../metrics/index.js";
@@ -330,17 +331,13 @@ export async function runStitch(
     if (cfg.excess) {
       const kind = cfg.excess;
       // When the stitching data carry these markers, the marked set is the test set, already scored.
-      const same = kind === cfg.shortcut;
-      const marked = same ? test : markTest({ kind, seed: markerSeed("test"), scale });
-      // Rand markers carry no class to roll: their baseline is another draw of random markers, as
-      // the reference's shuffled Rand set (dataloaders/shortcut_markers.py) holds no class link either.
-      const rolled =
-        kind === "rand"
-          ? markTest({ kind, seed: 2, scale })
-          : markTest({ kind, seed: markerSeed("test"), rolled: true, scale });
-      const m = same ? scores : evaluateStitch(s, marked, evalOpts);
-      const r = evaluateStitch(s, rolled, evalOpts);
-      excess = { kind, marked: m, rolled: r, excessAgreement: excessAgreement(m, r) };
+      // Rand markers' rolled set is another draw of them (seed 2): a baseline with no class link.
+      const { marked, rolled } = scoreMarkedAndRolled(
+        cleanTest,
+        { kind, seed: markerSeed("test"), scale, randSeed: 2, marked: kind === cfg.shortcut ? scores : undefined },
+        (d) => evaluateStitch(s, d, evalOpts),
+      );
+      excess = { kind, marked, rolled, excessAgreement: excessAgreement(marked, rolled) };
     }
     const robust = cfg.robustEval ? robustStitchScores(s, test, { ...cfg.robustEval, ...evalOpts }) : null;
     const spectrum = weightSpectrum(s.layer.weight);

@@ -14,7 +14,7 @@ import type { Dataset, Normalization } from "../data/index.js";
 import { apgdAttack } from "../eval/apgd.js";
 import { type EvalOptions, forEachEvalBatch } from "../eval/batches.js";
 import type { RobustEvalConfig } from "../eval/config.js";
-import { pgdAttack } from "../eval/pgd.js";
+import { adversarialMix, pgdAttack } from "../eval/pgd.js";
 import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
 import { inEvalMode, Module } from "../nn/module.js";
 import * as torch from "../torch/index.js";
@@ -123,8 +123,8 @@ export function robustStitchScores(s: StitchedModel, test: Dataset, opts: Stitch
 
 /**
  * A batch with its first floor(fraction B) images replaced by PGD examples of the stitched model
- * (Madry training on a fraction of the batch, as base training does; the reference's
- * `attack_ratio`). x is in the stitched model's input space (pixels in [0, 1]).
+ * (Madry training on a fraction of the batch, mixed as base training's: eval/pgd.ts adversarialMix;
+ * the reference's `attack_ratio`). x is in the stitched model's input space (pixels in [0, 1]).
  */
 export function adversarialBatch(
   s: StitchedModel,
@@ -139,11 +139,8 @@ export function adversarialBatch(
     normalization: Normalization;
   },
 ): Tensor {
-  const n = x.shape[0] as number;
-  const k = Math.floor(opts.fraction * n);
-  if (k === 0) return x;
-  const adv = inEvalMode(s.networks, () =>
-    pgdAttack(new StitchedClassifier(s), x.narrow(0, 0, k), y.narrow(0, 0, k), opts),
+  // inEvalMode(s.networks): the classifier's own eval mode would leave the networks in eval mode (StitchedClassifier).
+  return adversarialMix(x, y, opts.fraction, (xs, ys) =>
+    inEvalMode(s.networks, () => pgdAttack(new StitchedClassifier(s), xs, ys, opts)),
   );
-  return k === n ? adv : torch.cat([adv, x.narrow(0, k, n - k)]);
 }

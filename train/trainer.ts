@@ -9,7 +9,6 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import {
-  applyShortcut,
   batches,
   datasetSize,
   disposeDataset,
@@ -20,7 +19,8 @@ import {
   standardAugment,
 } from "../data/index.js";
 import { evaluate, type RobustEvalRecord, robustEvaluation } from "../eval/evaluate.js";
-import { pgdAttack } from "../eval/pgd.js";
+import { scoreMarkedAndRolled } from "../eval/markers.js";
+import { adversarialMix, pgdAttack } from "../eval/pgd.js";
 import { writeFileAtomic } from "../io/files.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
@@ -165,6 +165,7 @@ export async function trainModel(
       throw new Error(
         `${datasetSize(trainSet)} training images make no full batch of ${cfg.batchSize}: use more images or a smaller batch size`,
       );
+    const adversarial = cfg.adversarial;
     const start = performance.now();
     const metrics: string[] = [];
     let seen = 0;
@@ -188,18 +189,12 @@ export async function trainModel(
       })) {
         try {
           torch.tidy(() => {
-            let x = b.x;
-            if (cfg.adversarial) {
-              // Madry training on a fraction of the batch: its first k images are replaced by PGD examples.
-              const k = Math.floor(cfg.adversarial.fraction * b.indices.length);
-              if (k > 0) {
-                const adv = pgdAttack(model, b.x.narrow(0, 0, k), b.y.narrow(0, 0, k), {
-                  ...cfg.adversarial,
-                  normalization: norm,
-                });
-                x = k === b.indices.length ? adv : torch.cat([adv, b.x.narrow(0, k, b.indices.length - k)]);
-              }
-            }
+            // Madry training on a fraction of the batch: its first images replaced by PGD examples.
+            const x = adversarial
+              ? adversarialMix(b.x, b.y, adversarial.fraction, (xs, ys) =>
+                  pgdAttack(model, xs, ys, { ...adversarial, normalization: norm }),
+                )
+              : b.x;
             // PyTorch's mixed-precision recipe: forward and loss under autocast, backward outside.
             const { logits, loss } = torch.withAutocast(cfg.autocast ?? undefined, cfg.device, () => {
               const out = model.forward(x);
@@ -258,21 +253,14 @@ export async function trainModel(
       clean: evaluate(model, test, { normalization: norm, device: cfg.device }).accuracy,
     };
     if (cfg.shortcut) {
-      const marked = applyShortcut(test, { kind: cfg.shortcut, seed: cfg.seed + 1, scale: cfg.markerScale });
-      own({ dispose: () => disposeDataset(marked) });
-      accuracies.marked = evaluate(model, marked, { normalization: norm, device: cfg.device }).accuracy;
-      disposeDataset(marked);
-      if (cfg.shortcut !== "rand") {
-        const rolled = applyShortcut(test, {
-          kind: cfg.shortcut,
-          seed: cfg.seed + 1,
-          rolled: true,
-          scale: cfg.markerScale,
-        });
-        own({ dispose: () => disposeDataset(rolled) });
-        accuracies.rolled = evaluate(model, rolled, { normalization: norm, device: cfg.device }).accuracy;
-        disposeDataset(rolled);
-      }
+      // The test markers' seed is the model's plus one; a rand shortcut has no rolled accuracy.
+      const reliance = scoreMarkedAndRolled(
+        test,
+        { kind: cfg.shortcut, seed: cfg.seed + 1, scale: cfg.markerScale },
+        (d) => evaluate(model, d, { normalization: norm, device: cfg.device }).accuracy,
+      );
+      accuracies.marked = reliance.marked;
+      if (reliance.rolled !== null) accuracies.rolled = reliance.rolled;
     }
     // As resolved (train/config.ts resolveTrainRobustEval): the adversarial models' own radius and
     // AutoAttack's budget unless other settings are named. APGD starts at a random point
