@@ -7,6 +7,7 @@ import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../eval
 import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import {
+  BN_MODES,
   resolveStitchConfig,
   STITCH_ADVERSARIAL_DEFAULTS,
   STITCH_MODES,
@@ -17,7 +18,6 @@ import {
 } from "../stitch/config.js";
 import { runStitch } from "../stitch/jobs.js";
 import { parseObjective } from "../stitch/objectives.js";
-import { BN_MODES } from "../stitch/train.js";
 import type { Device } from "../torch/index.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";

@@ -4,6 +4,11 @@
 // and resolveIrisConfig / resolveStitchConfig, the one pair of functions that turn given settings
 // into the fully resolved configs that the jobs run and the cache keys hash. Below them nothing
 // is defaulted or checked again.
+//
+// The jobs import this module, never the other way (issue 38): the frozen networks' batch-norm
+// modes are defined here and training T (train.ts) takes them from here. What it still reads from
+// stitch/ are the values of settings defined beside the code they name: the IRI options' schema
+// (iris.ts), T's starts (layer.ts) and the objectives' spelling (objectives.ts).
 import { z } from "zod";
 import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
 import {
@@ -22,7 +27,6 @@ import type { Device } from "../torch/index.js";
 import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions, iriOptionsProblem, iriOptionsSchema } from "./iris.js";
 import { STITCH_INITS } from "./layer.js";
 import { formatObjective, parseObjective } from "./objectives.js";
-import { BN_MODES, type BnMode } from "./train.js";
 
 export const shortcutSchema = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
 
@@ -35,6 +39,21 @@ export const stitchModeOf = <T extends string>(name: T): T | "iris" => (name ===
 
 /** Epochs of stitching when none are given: 30 (PROTOCOL, CIFAR and other 32 px sets), 12 for image folders (ImageNet-100). */
 export const defaultStitchEpochs = (dataset: string): number => (dataset === "imagefolder" ? 12 : 30);
+
+/**
+ * How the frozen networks' batch norm behaves while T trains (the reference's `bn_running_stats`,
+ * training/stitching/trainer_pc.py and models/model_utils.py get_end_hooked_activations):
+ * - "adapt" (the reference's standard runs): the stitched model runs in train mode and its forward
+ *   pass updates the running statistics (momentum 0.1) of A's batch norm and of B's after the
+ *   point (the stitched model's own copy of B, `tail`); B's pass that gives the targets uses batch
+ *   statistics and updates nothing. Scoring then runs the stitched model in eval mode with the
+ *   adapted statistics against B untouched.
+ * - "batch": batch statistics everywhere, nothing updated.
+ * - "eval" (the reference's invariance-aware runs): running statistics, nothing updated.
+ * Recorded in results.
+ */
+export const BN_MODES = ["adapt", "batch", "eval"] as const;
+export type BnMode = (typeof BN_MODES)[number];
 
 /**
  * The frozen networks' batch norm when none is given: the reference's (bn_running_stats) "adapt"

@@ -29,26 +29,12 @@ import * as torch from "../torch/index.js";
 type Tensor = torch.Tensor;
 
 import type { AdversarialConfig } from "../eval/config.js";
+import type { BnMode } from "./config.js";
 import { FrozenOutputs } from "./frozen.js";
 import type { StitchInit } from "./layer.js";
 import { type ObjectiveWeights, stitchLoss, stitchLossFrom } from "./objectives.js";
 import { adversarialBatch } from "./robust.js";
 import type { StitchedModel } from "./stitched.js";
-
-/**
- * How the frozen networks' batch norm behaves while T trains (the reference's `bn_running_stats`,
- * training/stitching/trainer_pc.py and models/model_utils.py get_end_hooked_activations):
- * - "adapt" (the reference's standard runs): the stitched model runs in train mode and its forward
- *   pass updates the running statistics (momentum 0.1) of A's batch norm and of B's after the
- *   point (the stitched model's own copy of B, `tail`); B's pass that gives the targets uses batch
- *   statistics and updates nothing. Scoring then runs the stitched model in eval mode with the
- *   adapted statistics against B untouched.
- * - "batch": batch statistics everywhere, nothing updated.
- * - "eval" (the reference's invariance-aware runs): running statistics, nothing updated.
- * Recorded in results.
- */
-export const BN_MODES = ["adapt", "batch", "eval"] as const;
-export type BnMode = (typeof BN_MODES)[number];
 
 /**
  * Freezes the model's weights and sets its batch norm: train mode with statistics updated
@@ -61,7 +47,7 @@ export function setFrozenBnMode(model: StitchableModel, mode: "eval" | "batch" |
   else model.train();
 }
 
-/** Sets the stitched model's networks for training T in `mode` (see BnMode). */
+/** Sets the stitched model's networks for training T in `mode` (stitch/config.ts BN_MODES says what each does). */
 export function setStitchBnMode(s: StitchedModel, mode: BnMode): void {
   if (mode === "adapt" && s.tail === s.back)
     throw new Error("batch-norm mode 'adapt' needs the stitched model's own copy of B (StitchedModel's tail)");
