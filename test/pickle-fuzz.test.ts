@@ -84,7 +84,15 @@ function loadInChild(dir: string, timeoutMs: number): Map<string, Outcome> {
 const UNGUARDED =
   /ERR_[A-Z_]+|The value of "|Cannot read propert|Cannot set propert|is not a function|is not iterable|Maximum call stack|Invalid array length|Attempt to access memory|undefined/;
 
-function assertClean(o: Outcome, path: string, limitMs = 1000): void {
+/**
+ * Each file is a few KB and reads in milliseconds: the limit is there to catch a reader that
+ * follows a damaged length or count (an allocation or loop sized by it), not to time it. At 1 s it
+ * failed once on a loaded 2-core machine (1,320 ms for one file while other jobs ran), so it allows
+ * what a slower or busy machine takes.
+ */
+const LOAD_LIMIT_MS = 5000;
+
+function assertClean(o: Outcome, path: string, limitMs = LOAD_LIMIT_MS): void {
   assert.ok(o.ms < limitMs, `${o.name}: took ${o.ms.toFixed(0)} ms`);
   if (o.ok) return;
   assert.equal(o.isError, true, `${o.name}: threw a non-Error: ${o.message}`);
@@ -336,7 +344,7 @@ if (process.env[LOADER_ENV]) {
     }
   });
 
-  test("a few hundred damaged checkpoints each load or throw a clear Error within a second", (t) => {
+  test("a few hundred damaged checkpoints each load or throw a clear Error, each within seconds", (t) => {
     const seeds: [string, Buffer][] = [];
     // stitchlab's own writer always; Python's torch.save (protocols 2 and 4) when it is there.
     const ours = join(root, "ours.pt");
