@@ -118,44 +118,44 @@ function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: s
   return { arch, points, numClasses };
 }
 
-/**
- * Builds the task graph, checking everything that can be checked without running: model names,
- * checkpoint files, stitch points, objectives. All problems are reported at once, each with its
- * path in the file. `file` is the experiment file (relative checkpoint paths are relative to it).
- */
-export function planExperiment(exp: Experiment, file: string): Plan {
-  const problems: string[] = [];
-  const baseDir = dirname(resolve(file));
-  const data = exp.dataset;
-  const models: Record<string, ModelRef> = {};
-  const tasks = new Map<string, Task>();
-  const add = (t: Omit<Task, "key">): string => {
-    const key = taskKey(t.kind, t.spec);
-    if (!tasks.has(key)) tasks.set(key, { ...t, key });
-    return key;
-  };
-  const points: Record<string, { arch: string; points: string[] }> = {};
-  /** Each model's class count: a checkpoint's head, or the classes of the dataset it is trained on (null: not known yet). */
-  const classes: Record<string, number | null> = {};
-  const trainConfigs: Record<string, TrainConfig> = {};
-  /**
-   * A model in replicate r: replicate 0 is the model as the file gives it; replicate r > 0 of a
-   * trained model that varies is the same recipe with seed + REPLICATE_SEED_STRIDE r. A
-   * checkpoint cannot be retrained: every replicate shares it (they differ in IRI and stitching
-   * seeds only).
-   */
-  const replicaRef = (name: string, r: number, vary: boolean): ModelRef => {
-    const base = trainConfigs[name];
-    if (r === 0 || !vary || !base) return models[name];
-    const config = { ...base, seed: base.seed + REPLICATE_SEED_STRIDE * r };
-    return { task: add({ kind: "train", deps: [], label: `train ${name} rep ${r}`, spec: { kind: "train", config } }) };
-  };
+/** The graph as it is built: its tasks by key, and the problems found so far (reported at once). */
+export interface PlanContext {
+  tasks: Map<string, Task>;
+  problems: string[];
+}
 
+/** Adds a task under its key (a task two pairs share is added once) and returns the key. */
+function addTask(ctx: PlanContext, t: Omit<Task, "key">): string {
+  const key = taskKey(t.kind, t.spec);
+  if (!ctx.tasks.has(key)) ctx.tasks.set(key, { ...t, key });
+  return key;
+}
+
+/** The experiment's models as the graph holds them, with what the pairs are checked against. */
+export interface PlannedModels {
+  /** Model name -> its reference (train task or checkpoint). */
+  refs: Record<string, ModelRef>;
+  /** Each model's architecture and stitch points (absent: the model had a problem). */
+  points: Record<string, { arch: string; points: string[] }>;
+  /** Each model's class count: a checkpoint's head, or the classes of the dataset it is trained on (null: not known yet). */
+  classes: Record<string, number | null>;
+  /** The resolved training config of each model that is trained (replicates vary its seed). */
+  trainConfigs: Record<string, TrainConfig>;
+}
+
+/**
+ * The models: a checkpoint (a hub name downloaded now, before any work) is identified by its
+ * bytes, a trained model by its train task; each is built once to read its stitch points and
+ * class count. A model's problem is recorded under models.<name>, and the others are planned.
+ */
+export function planModels(exp: Experiment, baseDir: string, ctx: PlanContext): PlannedModels {
+  const data = exp.dataset;
+  const m: PlannedModels = { refs: {}, points: {}, classes: {}, trainConfigs: {} };
   for (const [name, spec] of Object.entries(exp.models)) {
     try {
       if (isLoaded(spec)) {
-        // A model named by hub: its file in the cache (downloaded now, before any work), read with
-        // what the hub says of it; the task's key holds those facts and the file's bytes.
+        // A model named by hub: its file in the cache, read with what the hub says of it; the
+        // task's key holds those facts and the file's bytes.
         const given = isHubName(spec.checkpoint) ? resolveModelSource(spec) : spec;
         const path = isAbsolute(given.checkpoint) ? given.checkpoint : resolve(baseDir, given.checkpoint);
         if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
@@ -167,7 +167,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           throw new Error(
             `${path}: give normalization, the statistics its inputs were normalised with in training (a dataset name such as cifar10 or imagenet, or {mean, std})`,
           );
-        models[name] = { ...given, checkpoint: path, sha256: sha256File(path) };
+        m.refs[name] = { ...given, checkpoint: path, sha256: sha256File(path) };
       } else {
         const { dataset: own, ...settings } = spec;
         const d = own ?? data;
@@ -180,20 +180,43 @@ export function planExperiment(exp: Experiment, file: string): Plan {
           markerScale: d.markerScale,
         });
         // (Its device is the runner's choice at run time: experiments/tasks.ts; never in a key.)
-        models[name] = {
-          task: add({ kind: "train", deps: [], label: `train ${name}`, spec: { kind: "train", config } }),
+        m.refs[name] = {
+          task: addTask(ctx, { kind: "train", deps: [], label: `train ${name}`, spec: { kind: "train", config } }),
         };
-        trainConfigs[name] = config;
+        m.trainConfigs[name] = config;
       }
       const named = pointNames(spec, baseDir);
-      points[name] = named;
+      m.points[name] = named;
       const own = isLoaded(spec) ? null : (spec.dataset ?? data);
-      classes[name] = own ? datasetClassCount(own.name, { root: own.root }) : named.numClasses;
+      m.classes[name] = own ? datasetClassCount(own.name, { root: own.root }) : named.numClasses;
     } catch (e) {
-      problems.push(`models.${name}: ${(e as Error).message}`);
+      ctx.problems.push(`models.${name}: ${(e as Error).message}`);
     }
   }
+  return m;
+}
 
+/**
+ * A model in replicate r: replicate 0 is the model as the file gives it; replicate r > 0 of a
+ * trained model that varies is the same recipe with seed + REPLICATE_SEED_STRIDE r. A checkpoint
+ * cannot be retrained: every replicate shares it (they differ in IRI and stitching seeds only).
+ */
+function replicaRef(m: PlannedModels, ctx: PlanContext, name: string, r: number, vary: boolean): ModelRef {
+  const base = m.trainConfigs[name];
+  if (r === 0 || !vary || !base) return m.refs[name];
+  const config = { ...base, seed: base.seed + REPLICATE_SEED_STRIDE * r };
+  return {
+    task: addTask(ctx, { kind: "train", deps: [], label: `train ${name} rep ${r}`, spec: { kind: "train", config } }),
+  };
+}
+
+/**
+ * What the experiment's lists must satisfy across pairs: seeds below the replicate stride, no
+ * pair, seed, objective or point twice, objectives that parse. Returns the objectives that parse
+ * (the others are problems, planned nowhere).
+ */
+export function checkExperiment(exp: Experiment, ctx: PlanContext): string[] {
+  const { problems } = ctx;
   // Replicate r adds REPLICATE_SEED_STRIDE r to every seed, so seeds at or above the stride could
   // make one replicate's run another's (and count it twice).
   if (Math.max(exp.replicates, ...exp.pairs.map((p) => p.replicates ?? 0)) > 1) {
@@ -233,8 +256,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     }
   });
   if (Array.isArray(exp.points)) twice("points", exp.points, String);
-  // Objectives that do not parse are reported here, and planned nowhere.
-  const objectives = exp.objectives.filter((o, i) => {
+  return exp.objectives.filter((o, i) => {
     try {
       parseObjective(o);
       return true;
@@ -243,132 +265,180 @@ export function planExperiment(exp: Experiment, file: string): Plan {
       return false;
     }
   });
+}
 
-  const stitches: StitchRole[] = [];
-  const dataOf = {
-    dataset: data.name,
-    root: data.root ?? null,
-    imageSize: data.imageSize ?? null,
-    testLimit: data.testLimit ?? null,
-    markerScale: data.markerScale,
-  };
-  // The experiment dataset's class count, read once (an image folder's is its class folders).
-  const dataClasses = datasetClassCount(data.name, data);
-  for (const [i, pair] of exp.pairs.entries()) {
-    const where = `pairs[${i}]`;
-    for (const side of ["front", "back"] as const)
-      if (!(pair[side] in exp.models))
-        problems.push(
-          `${where}.${side}: no model "${pair[side]}"; the models are ${Object.keys(exp.models).join(", ") || "(none)"}`,
-        );
-    const front = points[pair.front];
-    const back = points[pair.back];
-    if (!front || !back) continue;
-    // Before any work, not after training as libtorch's "Target 6 is out of bounds" (issue 25).
-    const mismatch = backClassesProblem(classes[pair.back] ?? null, data.name, dataClasses);
-    if (mismatch) problems.push(`${where}.back: model "${pair.back}" ${mismatch}`);
-    const wanted = pair.points ?? exp.points;
-    const list = wanted === "all" ? back.points : wanted;
-    // HEAD_POINT, the head's input, is every model's last point when asked for by name.
-    const has = (m: { points: string[] }, p: string) => p === HEAD_POINT || m.points.includes(p);
-    const bad = list.filter((p) => !has(back, p) || !has(front, p));
-    if (bad.length) {
-      const owner = bad.every((p) => has(back, p)) ? front : back;
-      problems.push(
-        `${pair.points ? `${where}.points` : "points"}: no stitch point ${bad.map((p) => `"${p}"`).join(", ")} in ${owner.arch}; it has ${owner.points.join(", ")}`,
+type Pair = Experiment["pairs"][number];
+
+/**
+ * Pair i's stitch points, checked: both models exist, the back's classes fit the data, every
+ * point is in both. Null when the pair cannot be planned (its problems recorded); a class
+ * mismatch is recorded and the pair still planned, so that every problem is told at once.
+ */
+export function checkPair(
+  exp: Experiment,
+  i: number,
+  m: PlannedModels,
+  dataClasses: number | null,
+  ctx: PlanContext,
+): string[] | null {
+  const pair = exp.pairs[i] as Pair;
+  const where = `pairs[${i}]`;
+  for (const side of ["front", "back"] as const)
+    if (!(pair[side] in exp.models))
+      ctx.problems.push(
+        `${where}.${side}: no model "${pair[side]}"; the models are ${Object.keys(exp.models).join(", ") || "(none)"}`,
       );
-      continue;
+  const front = m.points[pair.front];
+  const back = m.points[pair.back];
+  if (!front || !back) return null;
+  // Before any work, not after training as libtorch's "Target 6 is out of bounds" (issue 25).
+  const mismatch = backClassesProblem(m.classes[pair.back] ?? null, exp.dataset.name, dataClasses);
+  if (mismatch) ctx.problems.push(`${where}.back: model "${pair.back}" ${mismatch}`);
+  const wanted = pair.points ?? exp.points;
+  const list = wanted === "all" ? back.points : wanted;
+  // HEAD_POINT, the head's input, is every model's last point when asked for by name.
+  const has = (x: { points: string[] }, p: string) => p === HEAD_POINT || x.points.includes(p);
+  const bad = list.filter((p) => !has(back, p) || !has(front, p));
+  if (bad.length) {
+    const owner = bad.every((p) => has(back, p)) ? front : back;
+    ctx.problems.push(
+      `${pair.points ? `${where}.points` : "points"}: no stitch point ${bad.map((p) => `"${p}"`).join(", ")} in ${owner.arch}; it has ${owner.points.join(", ")}`,
+    );
+    return null;
+  }
+  return list;
+}
+
+/** The data settings every IRI and stitch task of the experiment resolves with. */
+const dataOf = (exp: Experiment) => ({
+  dataset: exp.dataset.name,
+  root: exp.dataset.root ?? null,
+  imageSize: exp.dataset.imageSize ?? null,
+  testLimit: exp.dataset.testLimit ?? null,
+  markerScale: exp.dataset.markerScale,
+});
+
+/**
+ * Replicate r of a pair: the replicate's front and back, then per point its IRI set (in iris
+ * mode) and a stitch per objective, mode and seed; returns each stitch's role.
+ */
+export function planReplicate(
+  exp: Experiment,
+  pair: Pair,
+  r: number,
+  points: string[],
+  objectives: string[],
+  m: PlannedModels,
+  ctx: PlanContext,
+): StitchRole[] {
+  // Which data carry markers: the pair's own choice, else the experiment's (PROTOCOL.md).
+  const shortcut = pair.shortcut !== undefined ? pair.shortcut : exp.stitch.shortcut;
+  const excess = exp.excess === true ? shortcut : exp.excess || null;
+  const adversarial = adversarialOf(pair, exp);
+  const backPoints = (m.points[pair.back] as { points: string[] }).points;
+  // The back is shared unless replicateBack; the front is the replicate's own, except in the
+  // identical pair, whose front is its back (replicates then differ in IRI and stitching seeds).
+  const backRef = replicaRef(m, ctx, pair.back, r, exp.replicateBack);
+  const frontRef = pair.front === pair.back ? backRef : replicaRef(m, ctx, pair.front, r, true);
+  const modelDeps = [
+    ...new Set([frontRef, backRef].filter((x): x is { task: string } => "task" in x).map((x) => x.task)),
+  ];
+  const roles: StitchRole[] = [];
+  for (const point of points) {
+    let irisKey: string | null = null;
+    if (exp.modes.includes("iris")) {
+      // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is its own.
+      const {
+        front: _f,
+        device: _d,
+        ...cfg
+      } = resolveIrisConfig(
+        { front: "", point },
+        { ...exp.iris, ...(r > 0 ? { seed: (exp.iris.seed ?? 0) + REPLICATE_SEED_STRIDE * r } : {}) },
+        { ...dataOf(exp), shortcut },
+      );
+      const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg };
+      const deps = "task" in frontRef ? [frontRef.task] : [];
+      irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${pair.front} @ ${point}${rep(r)}`, spec });
     }
-    // Which data carry markers: the pair's own choice, else the experiment's (PROTOCOL.md).
-    const shortcut = pair.shortcut !== undefined ? pair.shortcut : exp.stitch.shortcut;
-    const excess = exp.excess === true ? shortcut : exp.excess || null;
-    const adversarial = adversarialOf(pair, exp);
-    if (exp.excess === true && !shortcut)
-      problems.push(`${where}: excess: true scores each pair on its own markers, and this pair has no shortcut`);
-    for (let r = 0; r < (pair.replicates ?? exp.replicates); r++) {
-      // The back is shared unless replicateBack; the front is the replicate's own, except in the
-      // identical pair, whose front is its back (replicates then differ in IRI and stitching seeds).
-      const backRef = replicaRef(pair.back, r, exp.replicateBack);
-      const frontRef = pair.front === pair.back ? backRef : replicaRef(pair.front, r, true);
-      const modelDeps = [frontRef, backRef].filter((m): m is { task: string } => "task" in m).map((m) => m.task);
-      for (const point of list) {
-        let irisKey: string | null = null;
-        if (exp.modes.includes("iris")) {
-          // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is its own.
+    for (const objective of objectives)
+      for (const mode of exp.modes)
+        for (const seed of exp.seeds) {
+          // Resolved as the stitch command resolves its flags (stitch/config.ts). Adversarial
+          // stitching trains on real images: standard runs only.
+          const { shortcut: _s, adversarial: _a, ...st } = exp.stitch;
           const {
             front: _f,
+            back: _b,
+            iris: _i,
             device: _d,
-            ...cfg
-          } = resolveIrisConfig(
-            { front: "", point },
-            { ...exp.iris, ...(r > 0 ? { seed: (exp.iris.seed ?? 0) + REPLICATE_SEED_STRIDE * r } : {}) },
-            { ...dataOf, shortcut },
+            ...config
+          } = resolveStitchConfig(
+            { front: "", back: "", frontPoint: point, objective, mode, iris: mode === "iris" ? irisKey : null },
+            {
+              ...st,
+              ...(adversarial && mode === "standard" ? { adversarial } : {}),
+              seed: seed + REPLICATE_SEED_STRIDE * r,
+            },
+            { ...dataOf(exp), shortcut, excess },
           );
-          const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg };
-          const deps = "task" in frontRef ? [frontRef.task] : [];
-          irisKey = add({ kind: "iris", deps, label: `iris ${pair.front} @ ${point}${rep(r)}`, spec });
+          const iris = mode === "iris" ? irisKey : null;
+          const spec: StitchTask = { kind: "stitch", front: frontRef, back: backRef, iris, config };
+          const key = addTask(ctx, {
+            kind: "stitch",
+            deps: iris ? [...modelDeps, iris] : modelDeps,
+            label: `stitch ${pair.front} -> ${pair.back} @ ${point} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}${rep(r)}`,
+            spec,
+          });
+          roles.push({
+            key,
+            front: pair.front,
+            back: pair.back,
+            relation: pair.relation,
+            point,
+            pointIndex: [...backPoints, HEAD_POINT].indexOf(point),
+            objective,
+            mode,
+            seed,
+            replicate: r,
+            irisKey: iris,
+          });
         }
-        for (const objective of objectives)
-          for (const mode of exp.modes)
-            for (const seed of exp.seeds) {
-              // Resolved as the stitch command resolves its flags (stitch/config.ts). Adversarial
-              // stitching trains on real images: standard runs only.
-              const { shortcut: _s, adversarial: _a, ...st } = exp.stitch;
-              const {
-                front: _f,
-                back: _b,
-                iris: _i,
-                device: _d,
-                ...config
-              } = resolveStitchConfig(
-                { front: "", back: "", frontPoint: point, objective, mode, iris: mode === "iris" ? irisKey : null },
-                {
-                  ...st,
-                  ...(adversarial && mode === "standard" ? { adversarial } : {}),
-                  seed: seed + REPLICATE_SEED_STRIDE * r,
-                },
-                { ...dataOf, shortcut, excess },
-              );
-              const deps = [...new Set(modelDeps)];
-              const spec: StitchTask = {
-                kind: "stitch",
-                front: frontRef,
-                back: backRef,
-                iris: mode === "iris" ? irisKey : null,
-                config,
-              };
-              const key = add({
-                kind: "stitch",
-                deps: mode === "iris" && irisKey ? [...deps, irisKey] : deps,
-                label: `stitch ${pair.front} -> ${pair.back} @ ${point} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}${rep(r)}`,
-                spec,
-              });
-              stitches.push({
-                key,
-                front: pair.front,
-                back: pair.back,
-                relation: pair.relation,
-                point,
-                pointIndex: [...back.points, HEAD_POINT].indexOf(point),
-                objective,
-                mode,
-                seed,
-                replicate: r,
-                irisKey: mode === "iris" ? irisKey : null,
-              });
-            }
-      }
-    }
+  }
+  return roles;
+}
+
+/**
+ * Builds the task graph, checking everything that can be checked without running: model names,
+ * checkpoint files, stitch points, objectives. All problems are reported at once, each with its
+ * path in the file. `file` is the experiment file (relative checkpoint paths are relative to it).
+ * Its parts: the models (planModels), the lists (checkExperiment), each pair (checkPair), and
+ * each pair's replicates (planReplicate).
+ */
+export function planExperiment(exp: Experiment, file: string): Plan {
+  const ctx: PlanContext = { tasks: new Map(), problems: [] };
+  const models = planModels(exp, dirname(resolve(file)), ctx);
+  const objectives = checkExperiment(exp, ctx);
+  // The experiment dataset's class count, read once (an image folder's is its class folders).
+  const dataClasses = datasetClassCount(exp.dataset.name, exp.dataset);
+  const stitches: StitchRole[] = [];
+  for (const [i, pair] of exp.pairs.entries()) {
+    const points = checkPair(exp, i, models, dataClasses, ctx);
+    if (!points) continue;
+    if (exp.excess === true && !(pair.shortcut !== undefined ? pair.shortcut : exp.stitch.shortcut))
+      ctx.problems.push(`pairs[${i}]: excess: true scores each pair on its own markers, and this pair has no shortcut`);
+    for (let r = 0; r < (pair.replicates ?? exp.replicates); r++)
+      stitches.push(...planReplicate(exp, pair, r, points, objectives, models, ctx));
   }
   // Each problem once: the experiment's own points: are checked per pair, and every pair of the
   // same architectures would repeat the same line (compare's A -> B and its control B -> B).
-  if (problems.length) throw new ExperimentError(file, [...new Set(problems)]);
+  if (ctx.problems.length) throw new ExperimentError(file, [...new Set(ctx.problems)]);
   const order = { train: 0, iris: 1, stitch: 2 };
   return {
     experiment: exp,
-    tasks: [...tasks.values()].sort((a, b) => order[a.kind] - order[b.kind]),
+    tasks: [...ctx.tasks.values()].sort((a, b) => order[a.kind] - order[b.kind]),
     stitches,
-    models,
+    models: models.refs,
   };
 }
 
