@@ -3,6 +3,8 @@
 // "option '--epochs <n>' argument 'abc' is invalid. expected a non-negative integer".
 import { InvalidArgumentError } from "commander";
 import { parseFraction } from "../eval/config.js";
+import { datasetSchema } from "../experiments/spec.js";
+import { type FlagTable, settingsFromFlags } from "./schema-flags.js";
 
 export const num = (v: string): number => {
   const n = Number(v);
@@ -78,6 +80,43 @@ export function dataFlags(o: Record<string, unknown>): {
     root: (o.root as string | undefined) ?? null,
     imageSize: (o.imageSize as number | undefined) ?? null,
     markerScale: markerScaleFrom(o),
+  };
+}
+
+/**
+ * The data flags of a job, made from an experiment file's dataset section (experiments/spec.ts
+ * datasetSchema), so that --marker-scale has the file's bounds: its keys `only` (root, imageSize,
+ * markerScale, and where the job takes them limit, testLimit), and --dataset for `name`.
+ */
+export function dataTable(only: string[], datasetNote?: string): FlagTable {
+  return {
+    only: ["name", ...only],
+    keys: { name: { flag: "--dataset", ...(datasetNote ? { note: datasetNote } : {}) } },
+  };
+}
+
+/**
+ * The data the flags give, checked by the dataset section's schema (absent: null; markerScale: the
+ * schema's default). The name is the caller's: --dataset (checked by its choices) or a checkpoint's.
+ */
+export function dataFromFlags(
+  o: Record<string, unknown>,
+  table: FlagTable,
+): {
+  root: string | null;
+  imageSize: number | null;
+  markerScale: number;
+  limit: number | null;
+  testLimit: number | null;
+} {
+  const only = (table.only ?? []).filter((k) => k !== "name");
+  const d = settingsFromFlags(o, datasetSchema.omit({ name: true }), { ...table, only });
+  return {
+    root: d.root ?? null,
+    imageSize: d.imageSize ?? null,
+    markerScale: d.markerScale,
+    limit: d.limit ?? null,
+    testLimit: d.testLimit ?? null,
   };
 }
 

@@ -3,13 +3,12 @@
 // through its schema and resolve through resolveStitchConfig, as an experiment file's stitch: does.
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
-import { PGD_DEFAULTS, ROBUST_EVAL_ATTACKS, ROBUST_EVAL_DEFAULTS } from "../eval/config.js";
+import { datasetSchema } from "../experiments/spec.js";
 import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import {
   BN_MODES,
   resolveStitchConfig,
-  STITCH_ADVERSARIAL_DEFAULTS,
   STITCH_MODES,
   type StitchConfig,
   type StitchMode,
@@ -21,37 +20,45 @@ import { parseObjective } from "../stitch/objectives.js";
 import type { Device } from "../torch/index.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import {
-  checkedFlags,
-  dataFlags,
-  fraction,
-  IMAGE_SIZE_HELP,
-  int,
-  MARKER_SCALE_HELP,
-  num,
-  oneOf,
-  optional,
-  over255,
-  ROBUST_EVAL_SETTINGS_HELP,
-  ROBUST_EVAL_STEP_HELP,
-} from "./parse.js";
+import { dataFromFlags, dataTable, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
+import { addSchemaFlags, type FlagTable, settingsFromFlags } from "./schema-flags.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
-/** Flags that mean something only with --adversarial, and only with --robust-eval. */
-const PGD_FLAGS = { pgdStep: "--pgd-step", pgdSteps: "--pgd-steps", advFraction: "--adv-fraction" } as const;
-const ROBUST_FLAGS = {
-  robustEvalSettings: "--robust-eval-settings",
-  robustEvalAttack: "--robust-eval-attack",
-  robustEvalSteps: "--robust-eval-steps",
-  robustEvalStepSize: "--robust-eval-step-size",
-} as const;
+/**
+ * Where `stitch`'s flags differ from the stitching schema's keys (the rest are the keys in kebab
+ * case): the adversarial recipe's flags keep their PGD names, --bn-mode sets the batch norm of the
+ * command's one --mode, and --eps is a shorthand for both radii.
+ */
+export const STITCH_FLAGS: FlagTable = {
+  keys: {
+    "adversarial.eps": { flag: "--pgd-eps" },
+    "adversarial.step": { flag: "--pgd-step" },
+    "adversarial.steps": { flag: "--pgd-steps" },
+    "adversarial.fraction": { flag: "--adv-fraction" },
+    "adversarial.randomStart": { flag: "--random-start" },
+    bnMode: {
+      choices: BN_MODES,
+      note: "--bn-mode sets --mode's",
+      to: (v, o) => ({ [stitchModeOf(String(o.mode))]: v }),
+    },
+  },
+  sections: {
+    adversarial: { switch: "--adversarial", what: "adversarial stitching" },
+    robustEval: { switch: "--robust-eval", what: "the robust evaluation" },
+  },
+  shorthands: [
+    {
+      flag: "--eps <x>",
+      sets: ["adversarial.eps", "robustEval.eps"],
+      help: "shorthand for --pgd-eps and --robust-eval-eps: one L-inf radius in pixel units, of the training attacks (with --adversarial) and of the robust evaluation (with --robust-eval)",
+      unused: "--eps is the radius of --adversarial stitching and of --robust-eval: add one of them",
+    },
+  ],
+};
 
-/** Throws when flags of a feature are given without the flag that turns it on. */
-function needs(o: Record<string, unknown>, on: string, flags: Record<string, string>, what: string): void {
-  const stray = Object.entries(flags).filter(([k]) => o[k] !== undefined);
-  if (!o[on] && stray.length) throw new Error(`${stray.map(([, f]) => f).join(", ")}: ${what}`);
-}
+/** `stitch`'s data flags: the dataset section's, but its --limit (the stitching schema's own). */
+const STITCH_DATA = dataTable(["root", "imageSize", "markerScale", "testLimit"], "default: the back model's");
 
 /**
  * `stitch`'s parsed flags to the resolved config: through the same schema and resolver as an
@@ -59,10 +66,6 @@ function needs(o: Record<string, unknown>, on: string, flags: Record<string, str
  * dataset defaults to the one the back checkpoint was trained on.
  */
 export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig {
-  needs(o, "adversarial", PGD_FLAGS, "these are for adversarial stitching: add --adversarial");
-  needs(o, "robustEval", ROBUST_FLAGS, "these are for the robust evaluation: add --robust-eval");
-  if (o.eps !== undefined && !o.adversarial && !o.robustEval)
-    throw new Error("--eps is the radius of --adversarial stitching and of --robust-eval: add one of them");
   // Named by its flag, and before any model file is read.
   try {
     parseObjective(o.objective as string);
@@ -70,62 +73,18 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
     throw new Error(`--objective: ${(e as Error).message}`);
   }
   const mode = oneOf("--mode", STITCH_MODES, stitchModeOf(o.mode as string)) as StitchMode;
-  const bnMode = oneOf("--bn-mode", BN_MODES, o.bnMode as string | undefined);
-  const settings = checkedFlags(
-    stitchSettingsSchema,
-    {
-      ...optional("epochs", o.epochs),
-      ...optional("batchSize", o.batchSize),
-      ...optional("lr", o.lr),
-      ...optional("weightDecay", o.weightDecay),
-      ...optional("init", o.init),
-      ...optional("initImages", o.initImages),
-      ...optional("ckaImages", o.ckaImages),
-      ...optional("seed", o.seed),
-      limit: o.limit ?? null,
-      ...(bnMode ? { bnMode: { [mode]: bnMode } } : {}),
-      ...(o.adversarial
-        ? {
-            adversarial: {
-              ...optional("eps", o.eps),
-              ...optional("step", o.pgdStep),
-              ...optional("steps", o.pgdSteps),
-              ...optional("fraction", o.advFraction),
-            },
-          }
-        : {}),
-      ...(o.robustEval
-        ? {
-            robustEval: {
-              ...optional("settings", o.robustEvalSettings),
-              ...optional("attack", o.robustEvalAttack),
-              ...optional("eps", o.eps),
-              ...optional("steps", o.robustEvalSteps),
-              ...optional("stepSize", o.robustEvalStepSize),
-            },
-          }
-        : {}),
-    },
-    {
-      "adversarial.step": "--pgd-step",
-      "adversarial.steps": "--pgd-steps",
-      "adversarial.fraction": "--adv-fraction",
-      "robustEval.settings": "--robust-eval-settings",
-      "robustEval.attack": "--robust-eval-attack",
-      "robustEval.steps": "--robust-eval-steps",
-      "robustEval.stepSize": "--robust-eval-step-size",
-    },
-  );
+  const settings = settingsFromFlags(o, stitchSettingsSchema, STITCH_FLAGS);
   const front = modelSourceFrom(o, "front", o.front as string);
   const back = modelSourceFrom(o, "back", o.back as string);
   const dataset = (o.dataset as string | undefined) ?? checkpointDataset(back);
   if (!dataset) throw new Error("the back checkpoint does not say which dataset it was trained on; pass --dataset");
+  const { limit: _limit, ...data } = dataFromFlags(o, STITCH_DATA);
   return resolveStitchConfig(
     {
       front,
       back,
       frontPoint: o.point as string,
-      ...optional("backPoint", o.backPoint as string | undefined),
+      ...(o.backPoint !== undefined ? { backPoint: o.backPoint as string } : {}),
       objective: o.objective as string,
       mode,
       iris: (o.iris as string | undefined) ?? null,
@@ -133,9 +92,8 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
     settings,
     {
       dataset,
-      ...dataFlags(o),
+      ...data,
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
-      testLimit: (o.testLimit as number | undefined) ?? null,
       excess: oneOf("--excess", SHORTCUT_KINDS, o.excess as string | undefined) ?? null,
     },
     (o.device as Device | undefined) ?? "cpu",
@@ -143,13 +101,11 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
 }
 
 export function registerStitchCommand(program: Command): void {
-  // The defaults --help shows are the schema's own.
-  const d = stitchSettingsSchema.parse({});
   const cmd = program
     .command("stitch")
     .description(
-      "train the stitching layer T between front and back at a point (docs/method.md defaults: least-squares start, " +
-        "Adam 1e-3, wd 1e-4, 30 epochs, lr x0.1 at 1/3 and 2/3) and score the stitched model on the clean test set",
+      "train the stitching layer T between front and back at a point (docs/method.md's recipe; each flag's help " +
+        "gives its default) and score the stitched model on the clean test set",
     )
     .requiredOption(
       "--front <file>",
@@ -178,10 +134,6 @@ export function registerStitchCommand(program: Command): void {
       "IRI set (identically represented inputs) of the front model at the point, made by stitchlab iris (invariance-aware mode)",
     )
     .option("--back-point <name>", "stitch point of B (cross-depth stitching)")
-    .option("--dataset <name>", "dataset (default: the back model's)")
-    .option("--root <path>", "dataset location")
-    .option("--limit <n>", "only the first n training images (standard mode's training set, init pool)", int)
-    .option("--test-limit <n>", "only the first n test images", int)
     .option(
       "--shortcut <kind>",
       `mark the real training and init images and the test set (the IRI set must come from the same marked images): ${SHORTCUT_KINDS.join(", ")}`,
@@ -190,47 +142,11 @@ export function registerStitchCommand(program: Command): void {
       "--excess <kind>",
       `also score on marked and rolled test sets (excess agreement): ${SHORTCUT_KINDS.join(", ")}`,
     )
-    .option("--image-size <px>", IMAGE_SIZE_HELP, int)
-    .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
-    .option("--epochs <n>", "epochs (default 30; 12 for image folders)", int)
-    .option("--batch-size <n>", `batch size (default ${d.batchSize})`, int)
-    .option("--lr <lr>", `Adam learning rate (default ${d.lr})`, num)
-    .option("--weight-decay <wd>", `Adam weight decay (default ${d.weightDecay})`, num)
-    .option("--init <how>", `lstsq, random or identity (default ${d.init})`)
-    .option("--init-images <k>", `real images for the least-squares start (default ${d.initImages})`, int)
-    .option(
-      "--bn-mode <m>",
-      `frozen networks' batch norm while T trains: ${BN_MODES.join(", ")} (default: adapt standard, eval iris)`,
-    )
-    .option("--cka-images <n>", `test images for linear CKA at the point (0: skip; default ${d.ckaImages})`, int)
-    .option("--seed <n>", `seed of the batch order (default ${d.seed})`, int)
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
-    .option("--adversarial", "adversarial stitching (standard mode): T trained on PGD examples of the stitched model")
-    .option(
-      "--eps <e>",
-      `L-inf radius in pixel units, of training attacks and the robust evaluation (default: ${over255(PGD_DEFAULTS.eps)})`,
-      fraction,
-    )
-    .option("--pgd-step <s>", `PGD step in pixel units (training) (default: ${over255(PGD_DEFAULTS.step)})`, fraction)
-    .option("--pgd-steps <n>", `PGD iterations (training; default ${PGD_DEFAULTS.steps})`, int)
-    .option(
-      "--adv-fraction <f>",
-      `share of each batch made adversarial (the reference's attack_ratio; default ${STITCH_ADVERSARIAL_DEFAULTS.fraction})`,
-      num,
-    )
-    .option("--robust-eval", "also score on adversarial test images made against the stitched model")
-    .option("--robust-eval-settings <name>", ROBUST_EVAL_SETTINGS_HELP)
-    .option(
-      "--robust-eval-attack <name>",
-      `${ROBUST_EVAL_ATTACKS.join(" or ")} (default ${ROBUST_EVAL_DEFAULTS.attack}: APGD-CE and APGD-DLR)`,
-    )
-    .option(
-      "--robust-eval-steps <n>",
-      `iterations of each robust-evaluation attack (default ${ROBUST_EVAL_DEFAULTS.steps}; the reference's settings: 20)`,
-      int,
-    )
-    .option("--robust-eval-step-size <s>", ROBUST_EVAL_STEP_HELP, fraction)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
+  // The data flags and T's settings: from their schemas (cli/schema-flags.ts).
+  addSchemaFlags(cmd, datasetSchema, STITCH_DATA);
+  addSchemaFlags(cmd, stitchSettingsSchema, STITCH_FLAGS);
   addModelSourceOptions(cmd, "front");
   addModelSourceOptions(cmd, "back");
   cmd.action(async (o) => {

@@ -22,9 +22,10 @@ import { trainSettingsSchema } from "../train/config.js";
 const int = (min = 0) => z.number().int().min(min);
 const shortcut = shortcutSchema;
 
-const datasetSchema = z
+/** An experiment's (or a model's) data; the commands' data flags are made from it (cli/parse.ts dataTable). */
+export const datasetSchema = z
   .object({
-    name: z.enum(DATASET_NAMES),
+    name: z.enum(DATASET_NAMES).describe("the dataset (imagefolder: train/ and val/ class folders under --root)"),
     root: z.string().optional().describe("where the files are (Fashion-MNIST defaults to Debian's)"),
     limit: int(1).optional().describe("first n training images only"),
     testLimit: int(1).optional().describe("first n test images only"),

@@ -70,7 +70,10 @@ const imageCount = z.number().int().min(1).nullable().default(null);
 
 /** Adversarial stitching's PGD: base training's recipe, on whole batches (the reference's attack_ratio 1). */
 const stitchAdversarialSchema = pgdRecipeSchema.extend({
-  fraction: pgdRecipeSchema.shape.fraction.unwrap().default(1),
+  fraction: pgdRecipeSchema.shape.fraction
+    .unwrap()
+    .default(1)
+    .describe("share of each batch replaced by adversarial examples (the reference's attack_ratio)"),
 });
 export const STITCH_ADVERSARIAL_DEFAULTS: AdversarialConfig = stitchAdversarialSchema.parse({});
 
@@ -88,8 +91,8 @@ export const stitchSettingsSchema = z
       .min(1)
       .max(10_000, "at most 10000 epochs (the paper stitches for 30)")
       .optional()
-      .describe("default 30 (12 for image folders)"),
-    batchSize: z.number().int().min(1).max(65_536, "at most 65536").default(128),
+      .describe("epochs of training T (default: 30; 12 for image folders)"),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536").default(128).describe("batch size"),
     // The recipe (stitch/train.ts runs it; every value in the resolved config, so in the key:
     // a change to one is never served a cache entry made with another). The reference's
     // configs: optimizer adam, lr 0.001, wd 1e-4, lr_decay 0.1 at int(1/3) and int(2/3) of the
@@ -114,7 +117,7 @@ export const stitchSettingsSchema = z
       .max(100, "at most 100")
       .default([...STEP_SCHEDULE_FRACTIONS])
       .describe(
-        "fractions of training at which the lr is multiplied by lrDecay, at floor(f epochs) as the reference's int() (default 1/3 and 2/3)",
+        "fractions of training at which the lr is multiplied by lrDecay, at floor(f epochs) as the reference's int()",
       ),
     init: z.enum(STITCH_INITS).default("lstsq").describe("lstsq (least squares on real images), random or identity"),
     initImages: z
@@ -132,7 +135,9 @@ export const stitchSettingsSchema = z
       .default(500)
       .describe("test images for linear CKA at the point (0: skip)"),
     seed: seedSchema.default(0).describe("seed of the batch order and the least-squares draw"),
-    limit: imageCount.describe("real training images for standard mode and the init pool (null: all)"),
+    limit: imageCount.describe(
+      "real training images for standard mode and the init pool: the first n (null, or absent: all)",
+    ),
     adversarial: stitchAdversarialSchema
       .optional()
       .describe(

@@ -195,7 +195,8 @@ test("adversarial stitching trains on PGD examples within eps; robust scores fal
     join(tmp, "run-adv-cli"),
   ]);
   assert.equal(cli.status, 1);
-  assert.match(cli.stderr, /--eps: pixel units are in \[0, 1\]; did you mean 8\/255\?/);
+  // Refused by the flag's parser, which checks the value with the key's schema (cli/schema-flags.ts).
+  assert.match(cli.stderr, /'--eps <x>' argument '8' is invalid\. pixel units are in \[0, 1\]; did you mean 8\/255\?/);
 });
 
 test("runStitch: missing points, unstitchable pairs and a NaN loss are clear errors that write nothing", {
