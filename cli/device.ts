@@ -17,6 +17,11 @@ export function deviceArg(v: string): torch.Device {
 // (experiments/worker.ts) check it as the commands do.
 export { requireDevice } from "../torch/index.js";
 
+/** --device, for the commands that compute (their --autocast is a key of their settings' schema). */
+export function deviceOption(cmd: Command, defaultDevice: torch.Device): Command {
+  return cmd.option("--device <d>", "cpu, cuda or cuda:N", deviceArg, defaultDevice);
+}
+
 /** --device and --autocast, for the commands that train or generate IRIs. */
 export function computeOptions(cmd: Command, defaultDevice: torch.Device): Command {
   return cmd

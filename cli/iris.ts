@@ -2,58 +2,58 @@
 // point (stitch/iriset.ts).
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
+import { COMPARE_DEFAULTS } from "../experiments/compare.js";
+import { datasetSchema } from "../experiments/spec.js";
 import { IRI_VERDICT_MAX_RESIDUAL } from "../experiments/summary.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { type IrisConfig, irisSettingsSchema, resolveIrisConfig } from "../stitch/config.js";
-import { IRI_DEFAULTS, IRI_OPTIMIZERS, IRI_STARTS } from "../stitch/iris.js";
+import { IRI_DEFAULTS } from "../stitch/iris.js";
 import { runIris } from "../stitch/jobs.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Device } from "../torch/index.js";
-import { computeOptions, requireDevice } from "./device.js";
+import { deviceOption, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
-import {
-  checkedFlags,
-  dataFlags,
-  fraction,
-  IMAGE_SIZE_HELP,
-  int,
-  MARKER_SCALE_HELP,
-  num,
-  oneOf,
-  optional,
-} from "./parse.js";
+import { dataFromFlags, dataTable, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
+import { addSchemaFlags, type FlagTable, flagsFor, settingsFromFlags } from "./schema-flags.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
+
+/**
+ * `iris`'s flags are the IRI settings' keys as they are; the schema is partial (a file may give any
+ * of them), so their defaults are the IRI layer's (IRI_DEFAULTS).
+ */
+export const IRIS_FLAGS: FlagTable = { defaults: IRI_DEFAULTS };
+
+/** `iris`'s data flags: the dataset section's, but its --limit (the IRI settings' own). */
+const IRIS_DATA = dataTable(
+  ["root", "imageSize", "markerScale"],
+  "default: the dataset the front model was trained on",
+);
+
+/** compare's IRI recipe (experiments/compare.ts) in iris's flags, for --help: the same IRIs from either command. */
+export function compareRecipeFlags(): string {
+  const { limit: _limit, ...recipe } = COMPARE_DEFAULTS.iris;
+  return flagsFor(recipe, irisSettingsSchema, IRIS_FLAGS);
+}
 
 /**
  * `iris`'s parsed flags to the resolved config: through the same schema and resolver as an
  * experiment file's iris: section. The dataset defaults to the one the front was trained on.
  */
 export function irisConfigFromFlags(o: Record<string, unknown>): IrisConfig {
-  const settings = checkedFlags(irisSettingsSchema, {
-    ...optional("steps", o.steps),
-    ...optional("stepSize", o.stepSize),
-    ...optional("optimizer", o.optimizer),
-    ...optional("lr", o.lr),
-    ...optional("start", o.start),
-    ...optional("ball", o.ball),
-    ...(o.keepBest ? { keepBest: true } : {}),
-    ...optional("target", o.target),
-    ...optional("maxSteps", o.maxSteps),
-    ...optional("batchSize", o.batchSize),
-    ...optional("seed", o.seed),
-    ...optional("autocast", o.autocast),
-    limit: o.limit ?? null,
-  });
+  const settings = settingsFromFlags(o, irisSettingsSchema, IRIS_FLAGS);
   const front = modelSourceFrom(o, "front", o.front as string);
   const dataset = (o.dataset as string | undefined) ?? checkpointDataset(front);
   if (!dataset) throw new Error("the front checkpoint does not say which dataset it was trained on; pass --dataset");
+  const { root, imageSize, markerScale } = dataFromFlags(o, IRIS_DATA);
   return resolveIrisConfig(
     { front, point: o.point as string },
     settings,
     {
       dataset,
-      ...dataFlags(o),
+      root,
+      imageSize,
+      markerScale,
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
     },
     (o.device as Device | undefined) ?? "cpu",
@@ -61,12 +61,13 @@ export function irisConfigFromFlags(o: Record<string, unknown>): IrisConfig {
 }
 
 export function registerIrisCommand(program: Command): void {
-  const d = IRI_DEFAULTS;
   const cmd = program
     .command("iris")
     .description(
-      "identically represented inputs: for each training image x, an x' the front model represents as x at the point " +
-        "(docs/method.md: 200 signed steps of 1/255 from uniform noise). Resumes an interrupted run in the same --out.",
+      "identically represented inputs: for each training image x, an x' the front model represents as x at the point. " +
+        "The defaults are the protocol's signed steps from noise (docs/method.md; each flag's help gives its default). " +
+        `compare makes its IRIs by a tight recipe instead, Adam from another image; the same from iris: ${compareRecipeFlags()}. ` +
+        "Resumes an interrupted run in the same --out.",
     )
     .requiredOption(
       "--front <file>",
@@ -74,34 +75,13 @@ export function registerIrisCommand(program: Command): void {
     )
     .requiredOption("--point <name>", "stitch point (see `stitchlab layers MODEL`)")
     .requiredOption("--out <dir>", "IRI set folder: iris.safetensors, iris.json, preview.png")
-    .option("--dataset <name>", "source images (default: the dataset the front model was trained on)")
-    .option("--root <path>", "dataset location")
-    .option("--image-size <px>", IMAGE_SIZE_HELP, int)
-    .option("--marker-scale <k>", MARKER_SCALE_HELP, int)
-    .option("--limit <n>", "only the first n training images", int)
     .option("--shortcut <kind>", `mark the source images with a shortcut: ${SHORTCUT_KINDS.join(", ")}`)
-    .option("--steps <n>", `descent steps (default ${d.steps})`, int)
-    .option(
-      "--step-size <s>",
-      "signed step in pixel units (default 1/255; about 5.4/255 from 224 px, as the reference)",
-      fraction,
-    )
-    .option("--optimizer <o>", `${IRI_OPTIMIZERS.join(" or ")} (adam: cosine-decayed lr; default ${d.optimizer})`)
-    .option("--lr <lr>", `Adam's learning rate in pixel units (default ${d.lr})`, num)
-    .option("--start <s>", `starting point: ${IRI_STARTS.join(", ")} (default ${d.start})`)
-    .option("--ball <eps>", "L-inf radius around the start, in pixel units (e.g. 16/255)", fraction)
-    .option("--keep-best", "keep each image's best iterate instead of the last")
-    .option(
-      "--target <r>",
-      "tight by construction: an image stops once its residual is at most r, and one above it after --steps restarts from another start, up to --max-steps in all (needs --keep-best)",
-      num,
-    )
-    .option("--max-steps <n>", "with --target: an image's steps over all its starts, at most (default: --steps)", int)
-    .option("--batch-size <n>", `images per batch (default ${d.batchSize})`, int)
-    .option("--seed <n>", `seed of the starting noise (default ${d.seed})`, int)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
+  // The data flags and the IRI settings: from their schemas (cli/schema-flags.ts).
+  addSchemaFlags(cmd, datasetSchema, IRIS_DATA);
+  addSchemaFlags(cmd, irisSettingsSchema, IRIS_FLAGS);
   addModelSourceOptions(cmd, "front");
-  computeOptions(cmd, "cpu").action(async (o) => {
+  deviceOption(cmd, "cpu").action(async (o) => {
     requireDevice(o.device);
     const cfg = irisConfigFromFlags(o);
     const sink = progressSink(

@@ -40,7 +40,7 @@ export const iriOptionsSchema = z
       .max(1_000_000, "at most 10^6")
       .describe("descent steps (of each start, with target)"),
     stepSize: fractional(z.number().positive().max(1, PIXEL_UNITS)).describe(
-      "signed step in pixel units ([0, 1] images; 1/255 may be written so), optimizer sign",
+      "signed step in pixel units ([0, 1] images; 1/255 may be written so), optimizer sign; from 224 px the default is the reference's larger step (defaultIriStepSize)",
     ),
     optimizer: z.enum(IRI_OPTIMIZERS).describe("sign: signed-gradient steps; adam: Adam with cosine decay"),
     lr: z
@@ -69,7 +69,7 @@ export const iriOptionsSchema = z
       .max(1_000_000, "at most 10^6")
       .optional()
       .describe("with target: an image's descent steps over all its starts, at most (default: steps, no restart)"),
-    batchSize: z.number().int().min(1).max(65_536, "at most 65536"),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536").describe("images per batch"),
     seed: z
       .number()
       .int()

@@ -428,14 +428,15 @@ test("A's features and B's targets computed once (in memory or from a file) trai
 
 test("stitchlab iris refuses the IRI settings an experiment file refuses, naming the flag, before any work", () => {
   for (const [flag, value, message] of [
-    ["--steps", "0", /--steps: Too small/],
-    ["--step-size", "-1", /--step-size: Too small/],
-    ["--ball", "0", /--ball: Too small/],
-    ["--lr", "0", /--lr: Too small/],
-    ["--optimizer", "sgd", /--optimizer: Invalid option/],
-    ["--start", "zeros", /--start: Invalid option/],
-    ["--steps", "1e9", /--steps: at most 10\^6/],
-    ["--batch-size", "0", /--batch-size: Too small/],
+    // Each flag's parser checks its value with the key's schema (cli/schema-flags.ts); commander names the flag.
+    ["--steps", "0", /'--steps <n>' argument '0' is invalid\. Too small/],
+    ["--step-size", "-1", /'--step-size <x>' argument '-1' is invalid\. Too small/],
+    ["--ball", "0", /'--ball <x>' argument '0' is invalid\. Too small/],
+    ["--lr", "0", /'--lr <x>' argument '0' is invalid\. Too small/],
+    ["--optimizer", "sgd", /'--optimizer <name>' argument 'sgd' is invalid\. Allowed choices are sign, adam/],
+    ["--start", "zeros", /'--start <name>' argument 'zeros' is invalid\. Allowed choices are uniform, gaussian, image/],
+    ["--steps", "1e9", /'--steps <n>' argument '1e9' is invalid\. at most 10\^6/],
+    ["--batch-size", "0", /'--batch-size <n>' argument '0' is invalid\. Too small/],
   ] as const) {
     const out = join(tmp, `bad-${flag.slice(2)}`);
     const r = runCli([
