@@ -21,13 +21,3 @@ export { requireDevice } from "../torch/index.js";
 export function deviceOption(cmd: Command, defaultDevice: torch.Device): Command {
   return cmd.option("--device <d>", "cpu, cuda or cuda:N", deviceArg, defaultDevice);
 }
-
-/** --device and --autocast, for the commands that train or generate IRIs. */
-export function computeOptions(cmd: Command, defaultDevice: torch.Device): Command {
-  return cmd
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, defaultDevice)
-    .option(
-      "--autocast <mode>",
-      `mixed precision: ${torch.AUTOCAST_MODES.join(", ")} (forward and loss under bfloat16 autocast, as torch.autocast; default float32)`,
-    );
-}

@@ -4,13 +4,7 @@
 import { InvalidArgumentError } from "commander";
 import { parseFraction } from "../eval/config.js";
 import { datasetSchema } from "../experiments/spec.js";
-import { type FlagTable, settingsFromFlags } from "./schema-flags.js";
-
-export const num = (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
-  return n;
-};
+import { type FlagTable, type KeyRule, settingsFromFlags } from "./schema-flags.js";
 
 export const int = (v: string): number => {
   const n = Number(v);
@@ -31,12 +25,6 @@ export const fraction = (v: string): number => {
   }
 };
 
-/**
- * A default in pixel units as --help shows it: "8/255", not "0.03137254901960784". (The
- * defaults themselves live in the schemas, so the options carry none.)
- */
-export const over255 = (v: number): string => `${Math.round(v * 255)}/255`;
-
 /** The value if it is one of `allowed`, else an error listing them. */
 export function oneOf<T extends string>(what: string, allowed: readonly T[], v: string | undefined): T | undefined {
   if (v === undefined) return undefined;
@@ -45,54 +33,13 @@ export function oneOf<T extends string>(what: string, allowed: readonly T[], v: 
   return v as T;
 }
 
-/** --robust-eval-settings and --robust-eval-step-size, of train and stitch (eval/config.ts resolveRobustEval). */
-export const ROBUST_EVAL_SETTINGS_HELP =
-  "named robust-evaluation settings: autoattack (default: 100 iterations of APGD-CE and of APGD-DLR, first step 2 eps) " +
-  "or reference (the reference's ART set-up: 20 iterations, first step 2/255, eps 8/255 at 32 px); given numbers override theirs";
-export const ROBUST_EVAL_STEP_HELP =
-  "APGD's first step (then halved on its schedule; default 2 eps, the reference's 2/255) or PGD's step, in pixel units";
-
-/** --image-size: the images' side (data/registry.ts datasetImageSize). */
-export const IMAGE_SIZE_HELP =
-  "image folders: the side images are resized to (default 32; ImageNet-100: 224); Fashion-MNIST and MNIST: 32 (padded, the default) or 28 (unpadded)";
-
-/** --marker-scale: the shortcut markers' strength (data/shortcuts.ts markerCell). */
-export const MARKER_SCALE_HELP =
-  "shortcut markers' strength: their cell size times k (default 1, the protocol's 4x4 px square at 32 px; 2: 8x8 px)";
-
-/** --marker-scale's value: a positive integer, 1 when not given. */
-export function markerScaleFrom(o: Record<string, unknown>): number {
-  const k = (o.markerScale as number | undefined) ?? 1;
-  if (!(Number.isInteger(k) && k >= 1)) throw new Error(`--marker-scale must be a positive integer, not ${k}`);
-  return k;
-}
-
-/**
- * The data flags every job takes, as its resolved config wants them (absent: null): --root,
- * --image-size, --marker-scale (1 when not given).
- */
-export function dataFlags(o: Record<string, unknown>): {
-  root: string | null;
-  imageSize: number | null;
-  markerScale: number;
-} {
-  return {
-    root: (o.root as string | undefined) ?? null,
-    imageSize: (o.imageSize as number | undefined) ?? null,
-    markerScale: markerScaleFrom(o),
-  };
-}
-
 /**
  * The data flags of a job, made from an experiment file's dataset section (experiments/spec.ts
  * datasetSchema), so that --marker-scale has the file's bounds: its keys `only` (root, imageSize,
  * markerScale, and where the job takes them limit, testLimit), and --dataset for `name`.
  */
-export function dataTable(only: string[], datasetNote?: string): FlagTable {
-  return {
-    only: ["name", ...only],
-    keys: { name: { flag: "--dataset", ...(datasetNote ? { note: datasetNote } : {}) } },
-  };
+export function dataTable(only: string[], name: KeyRule = {}): FlagTable {
+  return { only: ["name", ...only], keys: { name: { flag: "--dataset", ...name } } };
 }
 
 /**

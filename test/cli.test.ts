@@ -179,8 +179,10 @@ test("--help shows pixel-unit defaults as fractions of 255", () => {
     assert.equal(r.status, 0, r.stderr);
     const help = r.stdout.replace(/\s+/g, " ");
     // The default in the option's own entry: up to the next option's flag.
-    assert.match(help, /--(?:pgd-)?eps <[ex]> (?:(?! --)[\s\S])*\(default:? 8\/255\)/, command);
-    assert.match(help, /--pgd-step <[sx]> (?:(?! --)[\s\S])*\(default:? 2\/255\)/, command);
+    assert.match(help, /--pgd-eps <x> (?:(?! --)[\s\S])*\(default 8\/255\)/, command);
+    assert.match(help, /--pgd-step <x> (?:(?! --)[\s\S])*\(default 2\/255\)/, command);
+    // --eps is the shorthand, said so, in both commands.
+    assert.match(help, /--eps <x> shorthand for --pgd-eps/, command);
     assert.doesNotMatch(help, /0\.0313/, command);
   }
 });

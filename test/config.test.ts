@@ -36,6 +36,8 @@ function flags(register: (p: Command) => void, name: string, argv: string[]): Re
   register(program);
   const cmd = program.commands.find((c) => c.name() === name);
   if (!cmd) throw new Error(`no command ${name}`);
+  // A value a flag's parser refuses throws here (commander would end the process).
+  cmd.exitOverride().configureOutput({ writeErr: () => {} });
   cmd.parseOptions(argv);
   return cmd.opts();
 }
@@ -166,13 +168,17 @@ test("settings that mean nothing alone are refused, on the command line and in a
         ...extra,
       ]),
     );
-  assert.throws(() => train("--eps", "8/255", "--pgd-steps", "3"), /--eps, --pgd-steps are for adversarial training/);
+  assert.throws(
+    () => train("--eps", "8/255", "--pgd-steps", "3"),
+    /--pgd-steps: these are for adversarial training: add --adversarial/,
+  );
+  assert.throws(() => train("--eps", "8/255"), /--eps is the radius of --adversarial training: add --adversarial/);
   assert.throws(() => train("--temperature", "0.2"), /are for --method simclr/);
   assert.equal(train("--adversarial", "--pgd-steps", "3").adversarial?.steps, 3);
   assert.equal(train("--adversarial").robustEval?.steps, 100, "adversarial models get AutoAttack's budget");
   assert.equal(train().robustEval, null, "clean models: none unless asked");
   assert.equal(train("--method", "simclr").simclr?.temperature, 0.5);
-  assert.throws(() => train("--model", "resnet19"), /--model: .*resnet18/);
+  assert.throws(() => train("--model", "resnet19"), /'--model <name>' argument 'resnet19' is invalid\. .*resnet18/);
   assert.throws(
     () => plan(FILE("", ", simclr: { temperature: 0.2 }")),
     (e: unknown) => e instanceof ExperimentError && /models\.a: simclr settings are for method simclr/.test(e.message),

@@ -309,7 +309,7 @@ test("train and run refuse at once, before any work, a model too large for this 
     assert.ok(!existsSync(out), "nothing written");
     const wide = runCli(["train", ...flags, "--width", "64"], { timeout: 30_000 });
     assert.equal(wide.status, 1, `${wide.signal ?? ""} ${wide.stderr}`);
-    assert.match(wide.stderr, /--width: at most 16/);
+    assert.match(wide.stderr, /'--width <x>' argument '64' is invalid\. at most 16/);
     // In an experiment file: refused by the plan (the dry run too), naming the model.
     const file = join(dir, "big.yaml");
     writeFileSync(

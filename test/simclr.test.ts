@@ -188,8 +188,11 @@ test("SimCLR pre-trains the backbone (the loss falls), then trains the classifie
     runCli(["train", "--model", "resnet18", "--dataset", "fashion-mnist", ...flags]);
   const bad = trainCli("--method", "simclr", "--temperature", "0", "--out", join(tmp, "bad"));
   assert.equal(bad.status, 1);
-  assert.match(bad.stderr, /--temperature: Too small/);
+  assert.match(bad.stderr, /'--temperature <x>' argument '0' is invalid\. Too small/);
   const noMethod = trainCli("--method", "byol", "--out", join(tmp, "bad2"));
   assert.equal(noMethod.status, 1);
-  assert.match(noMethod.stderr, /--method: Invalid option: expected one of "supervised"\|"simclr"/);
+  assert.match(
+    noMethod.stderr,
+    /'--method <name>' argument 'byol' is invalid\. Allowed choices are supervised, simclr/,
+  );
 });

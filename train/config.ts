@@ -55,7 +55,10 @@ export const trainSettingsSchema = z
       .max(16, "at most 16 (ResNet-18 at 16 has 2.9 billion parameters)")
       .optional()
       .describe("width multiplier (CNNs)"),
-    options: z.record(z.string(), z.unknown()).optional().describe("other createModel options"),
+    options: z
+      .record(z.string(), z.unknown())
+      .optional()
+      .describe("other createModel options, e.g. {stem: imagenet} (YAML or JSON on the command line)"),
     seed: seedSchema.default(0).describe("seed of initialisation, order, augmentation and markers"),
     epochs: z
       .number()
@@ -70,7 +73,7 @@ export const trainSettingsSchema = z
       .max(100, "at most 100")
       .optional()
       .describe("SGD's learning rate (default: the architecture's, 0.1 for ResNets, 0.01 for VGG and ViTs)"),
-    batchSize: z.number().int().min(1).max(65_536, "at most 65536").default(128),
+    batchSize: z.number().int().min(1).max(65_536, "at most 65536").default(128).describe("batch size"),
     autocast: z
       .enum(AUTOCAST_MODES)
       .optional()
@@ -83,7 +86,15 @@ export const trainSettingsSchema = z
     adversarial: pgdRecipeSchema.nullable().default(null).describe("Madry adversarial training (pixel units)"),
     robustEval: robustEvalSchema
       .omit({ eps: true })
-      .extend({ steps: z.number().int().min(0).max(10_000, "at most 10000").optional() })
+      .extend({
+        steps: z
+          .number()
+          .int()
+          .min(0)
+          .max(10_000, "at most 10000")
+          .optional()
+          .describe("iterations of each attack (0: no robust evaluation)"),
+      })
       .strict()
       .optional()
       .describe(
