@@ -25,10 +25,9 @@ import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 export const IRIS_FLAGS: FlagTable = { defaults: IRI_DEFAULTS };
 
 /** `iris`'s data flags: the dataset section's, but its --limit (the IRI settings' own). */
-const IRIS_DATA = dataTable(
-  ["root", "imageSize", "markerScale"],
-  "default: the dataset the front model was trained on",
-);
+const IRIS_DATA = dataTable(["root", "imageSize", "markerScale"], {
+  note: "default: the dataset the front model was trained on",
+});
 
 /** compare's IRI recipe (experiments/compare.ts) in iris's flags, for --help: the same IRIs from either command. */
 export function compareRecipeFlags(): string {

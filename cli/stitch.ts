@@ -58,7 +58,7 @@ export const STITCH_FLAGS: FlagTable = {
 };
 
 /** `stitch`'s data flags: the dataset section's, but its --limit (the stitching schema's own). */
-const STITCH_DATA = dataTable(["root", "imageSize", "markerScale", "testLimit"], "default: the back model's");
+const STITCH_DATA = dataTable(["root", "imageSize", "markerScale", "testLimit"], { note: "default: the back model's" });
 
 /**
  * `stitch`'s parsed flags to the resolved config: through the same schema and resolver as an
