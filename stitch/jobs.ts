@@ -235,16 +235,142 @@ export function stitchTrainOptionsOf(
   };
 }
 
-/** Trains and scores one stitch; writes outDir/layer.safetensors and then outDir/scores.json. */
+/** The data of one stitch, read and checked before any training (stitchData). */
+interface StitchData {
+  /** The real training images, clean (their markers are painted per batch: stitchTrainOptionsOf). */
+  clean: Dataset;
+  /** What T trains on: the real images (standard) or the IRI set (invariance-aware). */
+  train: Dataset;
+  /** The test split, clean, and as it is scored (marked as the stitching data are). */
+  cleanTest: Dataset;
+  test: Dataset;
+  iris: StitchResult["iris"];
+  shortcut: ShortcutOptions | null;
+  markers: MarkerPlan | null;
+}
+
+/**
+ * The IRI set of an invariance-aware stitch, checked before any work: made by this front, at
+ * this point, from these images, marked as this run's are.
+ */
+function checkedIriSet(
+  cfg: StitchConfig,
+  front: StitchableModel,
+  owned: Dataset[],
+): { set: Dataset; iris: StitchResult["iris"] } {
+  const dir = cfg.iris as string;
+  const set = loadIriSet(dir);
+  set.indices.dispose();
+  owned.push(set.dataset);
+  checkIriSetFor(set.info, { fingerprint: modelFingerprint(front), point: cfg.frontPoint, dataset: cfg.dataset }, dir);
+  if ((set.info.shortcut ?? null) !== cfg.shortcut)
+    throw new Error(
+      `IRI set ${dir} was made from images with shortcut ${set.info.shortcut ?? "none"}, this run uses ${cfg.shortcut ?? "none"}`,
+    );
+  if (cfg.shortcut && (set.info.markerScale ?? 1) !== cfg.markerScale)
+    throw new Error(
+      `IRI set ${dir} was made from images with markers of scale ${set.info.markerScale ?? 1}, this run uses ${cfg.markerScale}`,
+    );
+  return { set: set.dataset, iris: { dir, residuals: set.info.residuals } };
+}
+
+/**
+ * A stitch's data, loaded and checked: both models take the images, the back's classes fit them,
+ * the IRI set fits. Every dataset read is pushed on `owned` (freed by the caller).
+ */
+async function stitchData(cfg: StitchConfig, front: Loaded, back: Loaded, owned: Dataset[]): Promise<StitchData> {
+  const source = {
+    dataset: cfg.dataset,
+    root: cfg.root,
+    imageSize: cfg.imageSize,
+    shortcut: cfg.shortcut,
+    markerScale: cfg.markerScale,
+    limit: cfg.limit,
+  };
+  const scale = cfg.markerScale;
+  // The real images: clean, with their markers. The least-squares start paints the markers the
+  // IRIs' sources carry (seed 0, one draw); standard runs paint markers drawn anew each epoch
+  // (the reference draws a place on every read), on each batch after augmentation, so a marker
+  // is never cropped or mirrored (and no marked copy of the whole split is held).
+  const clean = await loadSource({ ...source, shortcut: null }, "train");
+  owned.push(clean);
+  checkInputSize(front.model, clean.images.shape, "the front");
+  checkInputSize(back.model, clean.images.shape, "the back");
+  // Checked by the planner and the stitch command already where the data's classes are known
+  // without reading it; this is the last word, before any training.
+  const mismatch = backClassesProblem(back.record.numClasses, cfg.dataset, clean.classes.length);
+  if (mismatch) throw new Error(`the back model (${asModelSource(cfg.back).checkpoint}) ${mismatch}`);
+  const shortcut = cfg.shortcut ? { kind: cfg.shortcut, seed: markerSeed("train"), scale } : null;
+  const markers = shortcut ? planDatasetMarkers(clean, shortcut) : null;
+  const irisSet = cfg.mode === "iris" ? checkedIriSet(cfg, front.model, owned) : null;
+  // The test split is read once: scored as the stitching data are marked, and the source of the
+  // excess sets (scoreStitch).
+  const cleanTest = await loadSource({ ...source, shortcut: null, limit: cfg.testLimit }, "test");
+  owned.push(cleanTest);
+  let test = cleanTest;
+  if (cfg.shortcut) {
+    test = applyShortcut(cleanTest, { kind: cfg.shortcut, seed: markerSeed("test"), scale });
+    owned.push(test);
+  }
+  return { clean, train: irisSet?.set ?? clean, cleanTest, test, iris: irisSet?.iris ?? null, shortcut, markers };
+}
+
+/**
+ * The trained stitch's scores on the test set, and, as the config asks, on marked and rolled
+ * test images (excess agreement) and on adversarial ones; T's weight spectrum.
+ */
+function scoreStitch(
+  s: StitchedModel,
+  cfg: StitchConfig,
+  data: StitchData,
+  evalOpts: { normalization: Normalization; device: StitchConfig["device"] },
+  backLogits: torch.Tensor,
+): Pick<StitchResult, "scores" | "excess" | "robust" | "spectrum"> {
+  const scores = evaluateStitch(s, data.test, { ...evalOpts, backLogits });
+  let excess: StitchResult["excess"] = null;
+  if (cfg.excess) {
+    const kind = cfg.excess;
+    // When the stitching data carry these markers, the marked set is the test set, already scored.
+    // Rand markers' rolled set is another draw of them (seed 2): a baseline with no class link.
+    const { marked, rolled } = scoreMarkedAndRolled(
+      data.cleanTest,
+      {
+        kind,
+        seed: markerSeed("test"),
+        scale: cfg.markerScale,
+        randSeed: 2,
+        marked: kind === cfg.shortcut ? scores : undefined,
+      },
+      (d) => evaluateStitch(s, d, evalOpts),
+    );
+    excess = { kind, marked, rolled, excessAgreement: excessAgreement(marked, rolled) };
+  }
+  const robust = cfg.robustEval ? robustStitchScores(s, data.test, { ...cfg.robustEval, ...evalOpts }) : null;
+  return { scores, excess, robust, spectrum: weightSpectrum(s.layer.weight) };
+}
+
+/** T's weights (layer.safetensors), then scores.json: last, so a folder with scores.json is complete. */
+function writeStitch(outDir: string, s: StitchedModel, result: StitchResult): void {
+  mkdirSync(outDir, { recursive: true });
+  saveSafetensors(join(outDir, "layer.safetensors"), s.layer.stateDict(), {
+    source: JSON.stringify(s.layer.source),
+    target: JSON.stringify(s.layer.target),
+  });
+  writeFileAtomic(join(outDir, "scores.json"), [`${JSON.stringify(result, null, 2)}\n`]);
+}
+
+/**
+ * Trains and scores one stitch; writes outDir/layer.safetensors and then outDir/scores.json. Load
+ * and check (stitchedModelOf, stitchData), compute (CKA and A alone before training, trainStitch,
+ * scoreStitch), write (writeStitch).
+ */
 export async function runStitch(
   cfg: StitchConfig,
   outDir: string,
   onProgress: (p: StitchTrainProgress) => void = () => {},
 ): Promise<StitchResult> {
-  const weights = parseObjective(cfg.objective);
   const started = performance.now();
   const owned: Dataset[] = [];
-  const { dataset } = cfg;
   const loaded: Loaded[] = [];
   let layer: { dispose(): void } | undefined;
   let backLogits: torch.Tensor | undefined;
@@ -256,109 +382,41 @@ export async function runStitch(
   try {
     const { s, front, back } = stitchedModelOf(cfg, load);
     layer = s.layer;
-    const source = {
-      dataset,
-      root: cfg.root,
-      imageSize: cfg.imageSize,
-      shortcut: cfg.shortcut,
-      markerScale: cfg.markerScale,
-      limit: cfg.limit,
-    };
-    const scale = cfg.markerScale;
-
-    // Check the IRI set before any work: made by this front, at this point, from these images.
-    let irisInfo: StitchResult["iris"] = null;
-    let train: Dataset;
-    // The real images: clean, with their markers. The least-squares start paints the markers the
-    // IRIs' sources carry (seed 0, one draw); standard runs paint markers drawn anew each epoch
-    // (the reference draws a place on every read), on each batch after augmentation, so a marker
-    // is never cropped or mirrored (and no marked copy of the whole split is held).
-    const clean = await loadSource({ ...source, shortcut: null }, "train");
-    owned.push(clean);
-    checkInputSize(front.model, clean.images.shape, "the front");
-    checkInputSize(back.model, clean.images.shape, "the back");
-    // Checked by the planner and the stitch command already where the data's classes are known
-    // without reading it; this is the last word, before any training.
-    const mismatch = backClassesProblem(back.record.numClasses, dataset, clean.classes.length);
-    if (mismatch) throw new Error(`the back model (${asModelSource(cfg.back).checkpoint}) ${mismatch}`);
-    const shortcut = cfg.shortcut ? { kind: cfg.shortcut, seed: markerSeed("train"), scale } : null;
-    const markers = shortcut ? planDatasetMarkers(clean, shortcut) : null;
-    if (cfg.mode === "iris") {
-      const dir = cfg.iris as string;
-      const set = loadIriSet(dir);
-      set.indices.dispose();
-      owned.push(set.dataset);
-      checkIriSetFor(set.info, { fingerprint: modelFingerprint(front.model), point: cfg.frontPoint, dataset }, dir);
-      if ((set.info.shortcut ?? null) !== cfg.shortcut)
-        throw new Error(
-          `IRI set ${dir} was made from images with shortcut ${set.info.shortcut ?? "none"}, this run uses ${cfg.shortcut ?? "none"}`,
-        );
-      if (cfg.shortcut && (set.info.markerScale ?? 1) !== scale)
-        throw new Error(
-          `IRI set ${dir} was made from images with markers of scale ${set.info.markerScale ?? 1}, this run uses ${scale}`,
-        );
-      irisInfo = { dir, residuals: set.info.residuals };
-      train = set.dataset;
-    } else train = clean;
-    // The test split is read once: scored as the stitching data are marked, and the source of the
-    // excess sets below.
-    const cleanTest = await loadSource({ ...source, shortcut: null, limit: cfg.testLimit }, "test");
-    owned.push(cleanTest);
-    const markTest = (opts: ShortcutOptions): Dataset => {
-      const d = applyShortcut(cleanTest, opts);
-      owned.push(d);
-      return d;
-    };
-    const test = cfg.shortcut ? markTest({ kind: cfg.shortcut, seed: markerSeed("test"), scale }) : cleanTest;
+    const data = await stitchData(cfg, front, back, owned);
     // Every model normalises its own input (StitchedModel): batches are float pixels in [0, 1].
-    const norm = pixelScale(test.images.shape[1]);
-
+    const evalOpts = { normalization: pixelScale(data.test.images.shape[1]), device: cfg.device };
     // CKA compares A and B as they are, and A alone is scored as it is: before training, since
     // "adapt" moves A's statistics. The same pass keeps B's test logits for the stitch's scores.
-    const evalOpts = { normalization: norm, device: cfg.device };
-    const before = frontAndBack(s, test, { ...evalOpts, ckaImages: cfg.ckaImages });
+    const before = frontAndBack(s, data.test, { ...evalOpts, ckaImages: cfg.ckaImages });
     backLogits = before.backLogits;
-    const { cka, frontAlone } = before;
-    const trained = trainStitch(
-      s,
-      train,
-      clean,
-      stitchTrainOptionsOf(cfg, train, clean, norm, shortcut, markers),
-      onProgress,
+    const options = stitchTrainOptionsOf(
+      cfg,
+      data.train,
+      data.clean,
+      evalOpts.normalization,
+      data.shortcut,
+      data.markers,
     );
-    const scores = evaluateStitch(s, test, { ...evalOpts, backLogits });
-    let excess: StitchResult["excess"] = null;
-    if (cfg.excess) {
-      const kind = cfg.excess;
-      // When the stitching data carry these markers, the marked set is the test set, already scored.
-      // Rand markers' rolled set is another draw of them (seed 2): a baseline with no class link.
-      const { marked, rolled } = scoreMarkedAndRolled(
-        cleanTest,
-        { kind, seed: markerSeed("test"), scale, randSeed: 2, marked: kind === cfg.shortcut ? scores : undefined },
-        (d) => evaluateStitch(s, d, evalOpts),
-      );
-      excess = { kind, marked, rolled, excessAgreement: excessAgreement(marked, rolled) };
-    }
-    const robust = cfg.robustEval ? robustStitchScores(s, test, { ...cfg.robustEval, ...evalOpts }) : null;
-    const spectrum = weightSpectrum(s.layer.weight);
-
+    const trained = trainStitch(s, data.train, data.clean, options, onProgress);
+    const scored = scoreStitch(s, cfg, data, evalOpts, backLogits);
+    // scores.json's fields in the order they have always been written.
     const result: StitchResult = {
-      config: { ...cfg, objectiveWeights: weights },
-      scores,
+      config: { ...cfg, objectiveWeights: parseObjective(cfg.objective) },
+      scores: scored.scores,
       testData: cfg.shortcut ?? "clean",
-      cka,
-      spectrum,
-      excess,
+      cka: before.cka,
+      spectrum: scored.spectrum,
+      excess: scored.excess,
       training: {
         epochLosses: trained.epochLosses,
         initResidual: trained.initResidual,
-        trainImages: datasetSize(train),
+        trainImages: datasetSize(data.train),
         seconds: (performance.now() - started) / 1000,
         threads: torch.getNumThreads(),
       },
-      iris: irisInfo,
-      robust,
-      frontAlone,
+      iris: data.iris,
+      robust: scored.robust,
+      frontAlone: before.frontAlone,
       front: {
         arch: front.meta.arch,
         checkpoint: asModelSource(cfg.front).checkpoint,
@@ -366,12 +424,7 @@ export async function runStitch(
       },
       back: { arch: back.meta.arch, checkpoint: asModelSource(cfg.back).checkpoint, accuracies: back.meta.accuracies },
     };
-    mkdirSync(outDir, { recursive: true });
-    saveSafetensors(join(outDir, "layer.safetensors"), s.layer.stateDict(), {
-      source: JSON.stringify(s.layer.source),
-      target: JSON.stringify(s.layer.target),
-    });
-    writeFileAtomic(join(outDir, "scores.json"), [`${JSON.stringify(result, null, 2)}\n`]);
+    writeStitch(outDir, s, result);
     return result;
   } finally {
     // T is freed whichever way the run ends (a diverged loss, a bad IRI set, a full disk).
