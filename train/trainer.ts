@@ -59,6 +59,231 @@ export interface TrainResult {
   seconds: number;
 }
 
+type Model = ReturnType<typeof createModel>;
+type Data = Awaited<ReturnType<typeof loadDataset>>;
+type Normalization = ReturnType<typeof normalizationFor>;
+
+/** The model for the images it is trained on, seeded, on its device, in train mode. */
+function buildModel(cfg: TrainConfig, trainSet: Data): Model {
+  torch.manualSeed(cfg.seed);
+  // Built for the images it is trained on (its recorded imageSize is checked against the data
+  // wherever it is used later).
+  const model = createModel(cfg.model, {
+    numClasses: trainSet.classes.length,
+    imageSize: trainSet.images.shape[2],
+    ...cfg.modelOptions,
+  });
+  try {
+    checkInputSize(model, trainSet.images.shape, "the");
+    // Grey data replicated to 3 channels: the stem starts colour-blind (nn/init.ts greyStem).
+    if (cfg.greyStem) greyStem(model);
+    model.to(cfg.device);
+    model.train();
+    return model;
+  } catch (e) {
+    model.dispose();
+    throw e;
+  }
+}
+
+/**
+ * SimCLR's first phase (train/simclr.ts), then the backbone frozen: the second phase trains the
+ * classifier alone, its batch norms in train mode so their statistics follow the supervised
+ * batches, as the reference's.
+ */
+function simclrPhase(
+  model: Model,
+  trainSet: Data,
+  cfg: TrainConfig & { simclr: NonNullable<TrainConfig["simclr"]> },
+  norm: Normalization,
+  onProgress: (p: TrainProgress) => void,
+): void {
+  const t0 = performance.now();
+  pretrainSimclr(
+    model,
+    trainSet,
+    {
+      ...cfg.simclr,
+      batchSize: cfg.batchSize,
+      lr: cfg.lr,
+      momentum: cfg.momentum,
+      nesterov: cfg.nesterov,
+      weightDecay: cfg.weightDecay,
+      milestones: cfg.milestones,
+      lrDecay: cfg.lrDecay,
+      seed: cfg.seed,
+      normalization: norm,
+      device: cfg.device,
+    },
+    (p) => {
+      const elapsed = (performance.now() - t0) / 1000;
+      const done = (p.epoch - 1) * p.steps + p.step;
+      onProgress({
+        ...p,
+        accuracy: Number.NaN,
+        imagesPerSecond: (done * cfg.batchSize) / elapsed,
+        etaSeconds: (elapsed / done) * (p.epochs * p.steps - done),
+        lr: Number.NaN,
+        phase: "simclr",
+      });
+    },
+  );
+  const classifier = new Set(model.head.parameters());
+  for (const p of model.parameters()) if (!classifier.has(p)) p.requiresGrad_(false);
+}
+
+/** What an epoch leaves for its metrics line, and the images seen so far (for the rate). */
+interface EpochTotals {
+  lossSum: number;
+  correct: number;
+  count: number;
+}
+
+/**
+ * One epoch of SGD over the training images (crop and flip, markers painted after them, Madry's
+ * PGD examples on a fraction of each batch as configured), with a progress report per step.
+ * `clock` carries the run's start and images seen across epochs.
+ */
+function trainEpoch(
+  model: Model,
+  opt: SGD,
+  trainSet: Data,
+  cfg: TrainConfig,
+  epoch: number,
+  ctx: { steps: number; norm: Normalization; markers: ReturnType<typeof markerDraws> | null },
+  clock: { start: number; seen: number },
+  onProgress: (p: TrainProgress) => void,
+): EpochTotals {
+  const adversarial = cfg.adversarial;
+  const { steps, norm } = ctx;
+  const t: EpochTotals = { lossSum: 0, correct: 0, count: 0 };
+  let step = 0;
+  for (const b of batches(trainSet, {
+    batchSize: cfg.batchSize,
+    shuffle: true,
+    dropLast: true,
+    seed: cfg.seed,
+    epoch,
+    // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (PROTOCOL.md).
+    augment: standardAugment(trainSet.images.shape[2]),
+    markers: ctx.markers,
+    normalization: norm,
+    device: cfg.device,
+  })) {
+    try {
+      torch.tidy(() => {
+        // Madry training on a fraction of the batch: its first images replaced by PGD examples.
+        const x = adversarial
+          ? adversarialMix(b.x, b.y, adversarial.fraction, (xs, ys) =>
+              pgdAttack(model, xs, ys, { ...adversarial, normalization: norm }),
+            )
+          : b.x;
+        // PyTorch's mixed-precision recipe: forward and loss under autocast, backward outside.
+        const { logits, loss } = torch.withAutocast(cfg.autocast ?? undefined, cfg.device, () => {
+          const out = model.forward(x);
+          return { logits: out, loss: torch.crossEntropy(out, b.y) };
+        });
+        const value = loss.item();
+        if (!Number.isFinite(value))
+          throw new Error(
+            `training diverged: loss is ${value} at epoch ${epoch + 1}, step ${step + 1} (try a smaller --lr)`,
+          );
+        loss.backward();
+        opt.step();
+        opt.zeroGrad();
+        t.lossSum += value * b.indices.length;
+        t.correct += torch.noGrad(() => logits.argmax(1).eq(b.y).sum().item());
+      });
+    } finally {
+      torch.dispose(b);
+    }
+    t.count += b.indices.length;
+    clock.seen += b.indices.length;
+    step++;
+    const elapsed = (performance.now() - clock.start) / 1000;
+    const total = steps * cfg.epochs;
+    const done = epoch * steps + step;
+    onProgress({
+      epoch: epoch + 1,
+      epochs: cfg.epochs,
+      step,
+      steps,
+      loss: t.lossSum / t.count,
+      accuracy: t.correct / t.count,
+      imagesPerSecond: clock.seen / elapsed,
+      etaSeconds: (elapsed / done) * (total - done),
+      lr: opt.lr,
+    });
+  }
+  return t;
+}
+
+/**
+ * The trained model's accuracies on the test set: clean; with a shortcut, on marked and rolled
+ * images; with a robust evaluation, on adversarial ones (and what made them).
+ */
+function finalAccuracies(
+  model: Model,
+  test: Data,
+  cfg: TrainConfig,
+  norm: Normalization,
+): { accuracies: Record<string, number>; robustEval?: RobustEvalRecord } {
+  const accuracies: Record<string, number> = {
+    clean: evaluate(model, test, { normalization: norm, device: cfg.device }).accuracy,
+  };
+  if (cfg.shortcut) {
+    // The test markers' seed is the model's plus one; a rand shortcut has no rolled accuracy.
+    const reliance = scoreMarkedAndRolled(
+      test,
+      { kind: cfg.shortcut, seed: cfg.seed + 1, scale: cfg.markerScale },
+      (d) => evaluate(model, d, { normalization: norm, device: cfg.device }).accuracy,
+    );
+    accuracies.marked = reliance.marked;
+    if (reliance.rolled !== null) accuracies.rolled = reliance.rolled;
+  }
+  if (!cfg.robustEval) return { accuracies };
+  // As resolved (train/config.ts resolveTrainRobustEval): the adversarial models' own radius and
+  // AutoAttack's budget unless other settings are named. APGD starts at a random point
+  // (AutoAttack); PGD as in training.
+  const r = robustEvaluation(model, test, {
+    ...cfg.robustEval,
+    ...(cfg.robustEval.attack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
+    normalization: norm,
+    device: cfg.device,
+  });
+  Object.assign(accuracies, r.accuracies);
+  return { accuracies, robustEval: r.record };
+}
+
+/** The checkpoint (safetensors and its sidecar, with what the model was trained on and scored). */
+function saveTrained(
+  checkpoint: string,
+  model: Model,
+  cfg: TrainConfig,
+  { accuracies, robustEval }: ReturnType<typeof finalAccuracies>,
+): void {
+  saveCheckpoint(checkpoint, model, {
+    dataset: cfg.dataset,
+    shortcut: cfg.shortcut,
+    ...(cfg.shortcut ? { markerScale: cfg.markerScale } : {}),
+    // randomStart is a boolean: CheckpointMeta types `adversarial` as numbers only.
+    adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
+    seed: cfg.seed,
+    epochs: cfg.epochs,
+    // Not in any cache key, recorded so it is seen (docs/experiments.md, "Threads").
+    threads: torch.getNumThreads(),
+    accuracies,
+    ...(robustEval ? { robustEval } : {}),
+    ...(cfg.simclr ? { method: "simclr", simclr: cfg.simclr } : {}),
+  });
+}
+
+/**
+ * Trains a base model and writes its run folder: config.json first, metrics.jsonl after each
+ * epoch, model.safetensors and its sidecar last. Load (the splits, the markers), build
+ * (buildModel, simclrPhase), train (trainEpoch per epoch), score (finalAccuracies), write
+ * (saveTrained).
+ */
 export async function trainModel(
   cfg: TrainConfig,
   outDir: string,
@@ -96,58 +321,8 @@ export async function trainModel(
     const markers = cfg.shortcut
       ? markerDraws(trainSet, { kind: cfg.shortcut, seed: cfg.seed, scale: cfg.markerScale })
       : null;
-
-    torch.manualSeed(cfg.seed);
-    // The model is built for the images it is trained on (its recorded imageSize is checked
-    // against the data wherever it is used later).
-    const model = own(
-      createModel(cfg.model, {
-        numClasses: trainSet.classes.length,
-        imageSize: trainSet.images.shape[2],
-        ...cfg.modelOptions,
-      }),
-    );
-    checkInputSize(model, trainSet.images.shape, "the");
-    // Grey data replicated to 3 channels: the stem starts colour-blind (nn/init.ts greyStem).
-    if (cfg.greyStem) greyStem(model);
-    model.to(cfg.device);
-    model.train();
-    if (cfg.simclr) {
-      const t0 = performance.now();
-      pretrainSimclr(
-        model,
-        trainSet,
-        {
-          ...cfg.simclr,
-          batchSize: cfg.batchSize,
-          lr: cfg.lr,
-          momentum: cfg.momentum,
-          nesterov: cfg.nesterov,
-          weightDecay: cfg.weightDecay,
-          milestones: cfg.milestones,
-          lrDecay: cfg.lrDecay,
-          seed: cfg.seed,
-          normalization: norm,
-          device: cfg.device,
-        },
-        (p) => {
-          const elapsed = (performance.now() - t0) / 1000;
-          const done = (p.epoch - 1) * p.steps + p.step;
-          onProgress({
-            ...p,
-            accuracy: Number.NaN,
-            imagesPerSecond: (done * cfg.batchSize) / elapsed,
-            etaSeconds: (elapsed / done) * (p.epochs * p.steps - done),
-            lr: Number.NaN,
-            phase: "simclr",
-          });
-        },
-      );
-      // The second phase trains the classifier alone; the backbone's weights stay as pre-trained
-      // (in train mode, so its batch-norm statistics follow the supervised batches, as the reference's).
-      const classifier = new Set(model.head.parameters());
-      for (const p of model.parameters()) if (!classifier.has(p)) p.requiresGrad_(false);
-    }
+    const model = own(buildModel(cfg, trainSet));
+    if (cfg.simclr) simclrPhase(model, trainSet, { ...cfg, simclr: cfg.simclr }, norm, onProgress);
     const trained = cfg.simclr ? model.head.parameters() : model.parameters();
     const opt = own(
       new SGD(trained, {
@@ -165,81 +340,19 @@ export async function trainModel(
       throw new Error(
         `${datasetSize(trainSet)} training images make no full batch of ${cfg.batchSize}: use more images or a smaller batch size`,
       );
-    const adversarial = cfg.adversarial;
-    const start = performance.now();
+    const clock = { start: performance.now(), seen: 0 };
     const metrics: string[] = [];
-    let seen = 0;
     for (let epoch = 0; epoch < cfg.epochs; epoch++) {
-      let lossSum = 0;
-      let correct = 0;
-      let count = 0;
-      let step = 0;
       const epochLr = opt.lr;
-      for (const b of batches(trainSet, {
-        batchSize: cfg.batchSize,
-        shuffle: true,
-        dropLast: true,
-        seed: cfg.seed,
-        epoch,
-        // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (PROTOCOL.md).
-        augment: standardAugment(trainSet.images.shape[2]),
-        markers,
-        normalization: norm,
-        device: cfg.device,
-      })) {
-        try {
-          torch.tidy(() => {
-            // Madry training on a fraction of the batch: its first images replaced by PGD examples.
-            const x = adversarial
-              ? adversarialMix(b.x, b.y, adversarial.fraction, (xs, ys) =>
-                  pgdAttack(model, xs, ys, { ...adversarial, normalization: norm }),
-                )
-              : b.x;
-            // PyTorch's mixed-precision recipe: forward and loss under autocast, backward outside.
-            const { logits, loss } = torch.withAutocast(cfg.autocast ?? undefined, cfg.device, () => {
-              const out = model.forward(x);
-              return { logits: out, loss: torch.crossEntropy(out, b.y) };
-            });
-            const value = loss.item();
-            if (!Number.isFinite(value))
-              throw new Error(
-                `training diverged: loss is ${value} at epoch ${epoch + 1}, step ${step + 1} (try a smaller --lr)`,
-              );
-            loss.backward();
-            opt.step();
-            opt.zeroGrad();
-            lossSum += value * b.indices.length;
-            correct += torch.noGrad(() => logits.argmax(1).eq(b.y).sum().item());
-          });
-        } finally {
-          torch.dispose(b);
-        }
-        count += b.indices.length;
-        seen += b.indices.length;
-        step++;
-        const elapsed = (performance.now() - start) / 1000;
-        const total = steps * cfg.epochs;
-        const done = epoch * steps + step;
-        onProgress({
-          epoch: epoch + 1,
-          epochs: cfg.epochs,
-          step,
-          steps,
-          loss: lossSum / count,
-          accuracy: correct / count,
-          imagesPerSecond: seen / elapsed,
-          etaSeconds: (elapsed / done) * (total - done),
-          lr: opt.lr,
-        });
-      }
+      const t = trainEpoch(model, opt, trainSet, cfg, epoch, { steps, norm, markers }, clock, onProgress);
       sched.step();
       const test1 = evaluate(model, test, { normalization: norm, device: cfg.device });
       metrics.push(
         JSON.stringify({
           epoch: epoch + 1,
           lr: epochLr,
-          train_loss: lossSum / count,
-          train_accuracy: correct / count,
+          train_loss: t.lossSum / t.count,
+          train_accuracy: t.correct / t.count,
           test_accuracy: test1.accuracy,
           test_loss: test1.loss,
         }),
@@ -248,57 +361,16 @@ export async function trainModel(
     }
     opt.dispose();
     disposeDataset(trainSet);
-
-    const accuracies: Record<string, number> = {
-      clean: evaluate(model, test, { normalization: norm, device: cfg.device }).accuracy,
-    };
-    if (cfg.shortcut) {
-      // The test markers' seed is the model's plus one; a rand shortcut has no rolled accuracy.
-      const reliance = scoreMarkedAndRolled(
-        test,
-        { kind: cfg.shortcut, seed: cfg.seed + 1, scale: cfg.markerScale },
-        (d) => evaluate(model, d, { normalization: norm, device: cfg.device }).accuracy,
-      );
-      accuracies.marked = reliance.marked;
-      if (reliance.rolled !== null) accuracies.rolled = reliance.rolled;
-    }
-    // As resolved (train/config.ts resolveTrainRobustEval): the adversarial models' own radius and
-    // AutoAttack's budget unless other settings are named. APGD starts at a random point
-    // (AutoAttack); PGD as in training.
-    let robustEval: RobustEvalRecord | undefined;
-    if (cfg.robustEval) {
-      const r = robustEvaluation(model, test, {
-        ...cfg.robustEval,
-        ...(cfg.robustEval.attack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
-        normalization: norm,
-        device: cfg.device,
-      });
-      Object.assign(accuracies, r.accuracies);
-      robustEval = r.record;
-    }
+    const scored = finalAccuracies(model, test, cfg, norm);
     disposeDataset(test);
-
     const checkpoint = join(outDir, "model.safetensors");
-    saveCheckpoint(checkpoint, model, {
-      dataset: cfg.dataset,
-      shortcut: cfg.shortcut,
-      ...(cfg.shortcut ? { markerScale: cfg.markerScale } : {}),
-      // randomStart is a boolean: CheckpointMeta types `adversarial` as numbers only.
-      adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
-      seed: cfg.seed,
-      epochs: cfg.epochs,
-      // Not in any cache key, recorded so it is seen (docs/experiments.md, "Threads").
-      threads: torch.getNumThreads(),
-      accuracies,
-      ...(robustEval ? { robustEval } : {}),
-      ...(cfg.simclr ? { method: "simclr", simclr: cfg.simclr } : {}),
-    });
+    saveTrained(checkpoint, model, cfg, scored);
     model.dispose();
     return {
       checkpoint,
-      accuracies,
-      ...(robustEval ? { robustEval } : {}),
-      seconds: (performance.now() - start) / 1000,
+      accuracies: scored.accuracies,
+      ...(scored.robustEval ? { robustEval: scored.robustEval } : {}),
+      seconds: (performance.now() - clock.start) / 1000,
     };
   } finally {
     for (const o of owned.reverse()) o.dispose();
