@@ -4,7 +4,7 @@
 // ArchRecord; the jobs read it instead of guessing (issue 24).
 import { type Normalization, normalizationFor } from "../data/transforms.js";
 import type { CheckpointMeta } from "./checkpoint.js";
-import { modelRecordOf } from "./registry.js";
+import { archRecord } from "./registry.js";
 import type { StitchableModel } from "./stitchable.js";
 
 export interface ModelRecord {
@@ -41,7 +41,7 @@ export function modelRecord(model: StitchableModel, meta: CheckpointMeta): Model
     numClasses: config.numClasses,
     stem: config.stem ?? null,
     dataset: meta.dataset ?? null,
-    defaultLr: modelRecordOf(meta.arch).defaultLr,
+    defaultLr: archRecord(meta.arch).defaultLr,
   };
 }
 

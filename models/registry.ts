@@ -96,7 +96,7 @@ export const modelNames = (): string[] => Object.keys(REGISTRY);
 export const describeModel = (name: string): string => REGISTRY[name]?.describe ?? "";
 
 /** An architecture's record; an unknown name is a clear error listing the known ones. */
-export function modelRecordOf(name: string): ArchRecord {
+export function archRecord(name: string): ArchRecord {
   const entry = REGISTRY[name];
   if (!entry) throw new Error(`unknown model '${name}'; known models: ${modelNames().join(", ")}`);
   return { arch: name, describe: entry.describe, defaultLr: entry.defaultLr };
@@ -107,7 +107,7 @@ export function modelRecordOf(name: string): ArchRecord {
  * activations), counted without building it; an unknown name is the same error as createModel's.
  */
 export function modelSize(name: string, options: ModelOptions = {}): ModelSize {
-  modelRecordOf(name);
+  archRecord(name);
   const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as ModelOptions;
   return REGISTRY[name].size(given);
 }
@@ -117,7 +117,7 @@ export function modelSize(name: string, options: ModelOptions = {}): ModelSize {
  * model does not take, or a value it cannot use, one naming the key and what is allowed.
  */
 export function createModel(name: string, options: ModelOptions = {}): StitchableModel {
-  modelRecordOf(name);
+  archRecord(name);
   const entry = REGISTRY[name];
   // Options left undefined must not override an entry's own defaults when spread.
   const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as ModelOptions;

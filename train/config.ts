@@ -19,7 +19,7 @@ import {
   robustEvalSchema,
   seedSchema,
 } from "../eval/config.js";
-import { type ModelOptions, modelNames, modelRecordOf } from "../models/registry.js";
+import { archRecord, type ModelOptions, modelNames } from "../models/registry.js";
 import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
 import { AUTOCAST_MODES, type AutocastMode, type Device } from "../torch/index.js";
 
@@ -178,7 +178,7 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
     throw new Error(
       "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
     );
-  const record = modelRecordOf(s.arch);
+  const record = archRecord(s.arch);
   return {
     ...data,
     // The markers' strength matters only where there are markers: a clean model's key leaves it out.
