@@ -319,11 +319,11 @@ export async function estimateByTraining(
   };
 }
 
-/** The demo's experiment as it runs: the preset, every seed shifted by --seed, its data where --data-dir says. */
+/** The demo's experiment as it runs: the preset, every seed shifted by --seed, its data where --root says. */
 function demoPlan(file: string, o: { seed?: number; dataDir?: string }): Plan {
   const exp = shiftSeeds(readExperiment(file), o.seed ?? 0);
   if (o.dataDir) {
-    // As experiments/run.ts withDataDir: the same root in the task keys as the run's.
+    // As experiments/run.ts withDataDir (--root): the same root in the task keys as the run's.
     exp.dataset.root = resolve(o.dataDir);
     for (const m of Object.values(exp.models))
       if ("dataset" in m && m.dataset?.name === exp.dataset.name) m.dataset.root = resolve(o.dataDir);
@@ -423,10 +423,39 @@ export async function runCommand(
 
 const collect = (v: string, prev: string[]) => [...prev, v];
 
+/**
+ * Tasks at once when --workers is not given, one default for demo, run and compare (issue 38: the
+ * demo took 2 and the others 1). Two: stitchlab's CPU target has 2 cores, and two tasks of one
+ * thread each are how the demo's timings (TASK_WEIGHT), its measured layout (channels-last on a
+ * worker's one thread) and the numbers in docs/experiments.md were made; on more cores each gets
+ * half of them. One worker runs tasks in this process on every core, which rounds otherwise: pass
+ * --workers 1 to remake an earlier run of run or compare bit for bit. Slurm's jobs are one task each.
+ */
+export const DEFAULT_WORKERS = 2;
+const WORKERS_HELP = `tasks at once, each in its own process with its share of the cores (default ${DEFAULT_WORKERS}: on 2 cores, two one-thread tasks, as the demo's timings were measured; 1 runs tasks in this process on every core)`;
+
+/** --workers' value: given, or the default (the local executor's; slurm's is one task per job). */
+export const workersOf = (o: Record<string, unknown>, executor: "local" | "slurm" = "local"): number =>
+  (o.workers as number | undefined) ?? (executor === "slurm" ? 1 : DEFAULT_WORKERS);
+
+/** --root, or the deprecated --data-dir (said once on stderr): the experiment dataset's root, else undefined. */
+export function rootOf(o: Record<string, unknown>): string | undefined {
+  if (o.dataDir === undefined) return o.root as string | undefined;
+  if (o.root !== undefined && o.root !== o.dataDir)
+    throw new Error("--data-dir is --root's old name: give --root only");
+  console.error("--data-dir is deprecated: use --root");
+  return o.dataDir as string;
+}
+
+/** --root and its deprecated alias --data-dir, of run and demo: the name the other commands use. */
+function addRootOptions(cmd: Command, help: string): Command {
+  return cmd.option("--root <path>", help).option("--data-dir <dir>", "deprecated: use --root");
+}
+
 /** The flags of where a run's tasks go, `run`'s and `compare`'s: --workers, --device, --executor and Slurm's. */
 export function addExecutorOptions(cmd: Command): Command {
   return cmd
-    .option("--workers <n>", "tasks at once, each in its own process with its share of the cores", int, 1)
+    .option("--workers <n>", WORKERS_HELP, int)
     .option("--device <d>", "where tasks run: cpu, cuda, cuda:N (not part of the cache keys)", deviceArg, "cpu")
     .option("--executor <e>", "local (this machine) or slurm (one sbatch job per task; returns at once)", "local")
     .option("--partition <p>", "slurm: the partition to submit to")
@@ -445,11 +474,11 @@ export function executorOptions(
   o: Record<string, unknown>,
 ): Pick<ExperimentOptions, "executor" | "slurm" | "workers" | "device" | "resubmit"> {
   const executor = oneOf("--executor", ["local", "slurm"] as const, o.executor as string);
-  if (executor === "slurm" && o.workers !== 1)
+  if (executor === "slurm" && o.workers !== undefined && o.workers !== 1)
     throw new Error("--workers is for the local executor; with slurm every task is its own job");
   return {
     executor,
-    workers: o.workers as number,
+    workers: workersOf(o, executor),
     device: o.device as Device,
     resubmit: Boolean(o.resubmit),
     slurm: {
@@ -479,10 +508,10 @@ export function registerRunCommands(program: Command): void {
       "--force",
       "run into an --out that holds another experiment's run (another name, or tasks this plan lacks); its files are moved to <out>/replaced-<time>/",
     )
-    .option("--dry-run", "print the task graph (per kind: cached, to run) and stop")
-    .option("--data-dir <dir>", "the experiment dataset's root (overrides the file)");
+    .option("--dry-run", "print the task graph (per kind: cached, to run) and stop");
+  addRootOptions(run, "the experiment dataset's root (overrides the file's): its folder or archive");
   addExecutorOptions(run).action(async (file: string, o) => {
-    const failed = await runCommand(file, { ...o, ...executorOptions(o) });
+    const failed = await runCommand(file, { ...o, dataDir: rootOf(o), ...executorOptions(o) });
     if (failed) process.exitCode = 1;
   });
 
@@ -527,19 +556,16 @@ export function registerRunCommands(program: Command): void {
     // should say whether the report was made); `stitchlab status` shows the failures.
     .action(async (dir: string) => printReport(await reportFolder(dir)));
 
-  program
+  const demo = program
     .command("demo")
     .description(
       "the main job: Fashion-MNIST, narrow ResNet-18s; standard and invariance-aware stitching for the pairs " +
         "identical, cross-seed and cross-bias; prints the table, the IRI residuals and a reading; writes report.html",
     )
-    .option("--out <dir>", "experiment folder", "runs/demo")
-    .option(
-      "--data-dir <dir>",
-      "where Fashion-MNIST's IDX files are (default: Debian's /usr/share/datasets/fashion-mnist)",
-    )
+    .option("--out <dir>", "experiment folder", "runs/demo");
+  addRootOptions(demo, "where Fashion-MNIST's IDX files are (default: Debian's /usr/share/datasets/fashion-mnist)")
     .option("--cache <dir>", "task cache (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
-    .option("--workers <n>", "tasks at once", int, 2)
+    .option("--workers <n>", WORKERS_HELP, int)
     .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
     .option("--dry-run", "print the plan and the time estimate, and stop")
     .option("--force", "run into an --out that holds another run (e.g. another --seed's); its files are moved aside")
@@ -552,19 +578,21 @@ export function registerRunCommands(program: Command): void {
     .action(async (o) => {
       const file = join(repoRoot, "presets", "demo.yaml");
       const cache = resolve(o.cache ?? defaultCache());
-      const plan = demoPlan(file, o);
+      const dataDir = rootOf(o);
+      const workers = workersOf(o);
+      const plan = demoPlan(file, { seed: o.seed, dataDir });
       // Refused now, before the estimate's training steps, when --out holds another run.
       claimOut(resolve(o.out), plan, Boolean(o.force), false);
       console.log(planLines("demo", plan, cache).join("\n"));
       requireDevice(o.device);
-      const est = await estimateByTraining(plan, cache, o.device, o.workers);
+      const est = await estimateByTraining(plan, cache, o.device, workers);
       console.log(est?.line ?? "estimate   every task is in the cache");
       // A dry run also prints the task graph (runCommand's dry run), then stops.
       if (o.dryRun) {
-        await runCommand(file, { ...o, cache });
+        await runCommand(file, { ...o, cache, dataDir, workers });
         return;
       }
-      const failed = await runCommand(file, { ...o, cache }, undefined, { prior: est?.prior });
+      const failed = await runCommand(file, { ...o, cache, dataDir, workers }, undefined, { prior: est?.prior });
       if (failed) process.exitCode = 1;
     });
 

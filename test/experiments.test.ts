@@ -239,7 +239,8 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
   writeFileSync(join(entry, "scores.json"), text.slice(0, text.length >> 1));
   const dry3 = stitchlab(["run", file, "--out", join(tmp, "out3"), "--cache", cache, "--dry-run"]);
   assert.match(dry3.stdout, /stitch\s+8 tasks: 7 cached, 1 to run/);
-  const third = stitchlab(["run", file, "--out", join(tmp, "out3"), "--cache", cache]);
+  // --workers 1: in this process, on every core (the default is two workers of one thread each).
+  const third = stitchlab(["run", file, "--out", join(tmp, "out3"), "--cache", cache, "--workers", "1"]);
   assert.equal(third.status, 0, third.stderr);
   assert.match(
     third.stderr,
@@ -603,7 +604,7 @@ test("a missing dataset names the path looked at and how to get the data", { ski
     join(tmp, "n1"),
     "--cache",
     join(tmp, "ncache"),
-    "--data-dir",
+    "--root",
     join(tmp, "no-such-dir"),
   ]);
   assert.equal(r.status, 1);
@@ -623,7 +624,7 @@ test("a missing dataset names the path looked at and how to get the data", { ski
     good,
     "--cache",
     join(tmp, "ncache"),
-    "--data-dir",
+    "--root",
     join(tmp, "no-such-dir"),
   ]);
   assert.equal(again.status, 1);
@@ -631,8 +632,10 @@ test("a missing dataset names the path looked at and how to get the data", { ski
   assert.equal(readFileSync(join(good, "results.csv"), "utf8"), "front,back\na,b\n");
   assert.equal(readFileSync(join(good, "report.html"), "utf8"), "<p>an earlier report</p>");
   // A dry run checks the data too, before printing a graph that could never run.
+  // --data-dir, --root's old name, still works, and says so once.
   const dry = stitchlab(["demo", "--data-dir", join(tmp, "no-such-dir"), "--dry-run"]);
   assert.equal(dry.status, 1);
+  assert.equal(dry.stderr.split("--data-dir is deprecated: use --root").length, 2, dry.stderr);
   // (The estimate's timed training steps read the training split first.)
   assert.match(dry.stderr, /no-such-dir\/(t10k|train)-images-idx3-ubyte.gz: file not found/);
   assert.doesNotMatch(dry.stdout, /to run/);
