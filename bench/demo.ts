@@ -22,13 +22,13 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml } from "yaml";
 import { readLocalRun } from "../experiments/local.js";
-import { modelRows } from "../experiments/results.js";
 import {
   contrast,
   IRI_VERDICT_MAX_RESIDUAL,
   MARKER_RELIANCE_MAX_ROLLED,
   shortcutFronts,
-} from "../experiments/summary.js";
+} from "../experiments/reading.js";
+import { modelRows } from "../experiments/results.js";
 import { writeFileAtomic } from "../io/files.js";
 import { type StitchRow, summarize } from "../report/index.js";
 import { csvRows } from "../test/helpers/csv.js";

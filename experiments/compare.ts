@@ -10,8 +10,8 @@ import { compareIntervals, type Interval } from "../metrics/interval.js";
 import { asModelSource, loadCheckpoint, type ModelSourceLike } from "../models/checkpoint.js";
 import { formatInterval, type IriPreview, type SummaryRow } from "../report/index.js";
 import { defaultStitchEpochs, stitchSettingsSchema } from "../stitch/config.js";
+import { IRI_VERDICT_MAX_RESIDUAL } from "./reading.js";
 import { type Experiment, parseExperiment } from "./spec.js";
-import { IRI_VERDICT_MAX_RESIDUAL } from "./summary.js";
 
 /**
  * How both protocols make IRIs: tight by construction (stitch/iri-tight.ts: Adam from another

@@ -12,10 +12,10 @@ import { isDone, readFailure } from "./cache.js";
 import { readLocalRun } from "./local.js";
 import { withOutLock } from "./outdir.js";
 import type { Plan } from "./plan.js";
+import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable, verdictLines } from "./reading.js";
 import { writeResults } from "./results.js";
 import type { RunSummary } from "./runner.js";
 import { readSlurmRun, slurmRunPath } from "./slurm.js";
-import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable, verdictLines } from "./summary.js";
 
 /** A summary read from the cache alone (a run made by Slurm jobs, or reported again): done, failed, or not run. */
 export function summaryFromCache(plan: Plan, cache: string): RunSummary {

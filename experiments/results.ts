@@ -13,8 +13,8 @@ import type { StitchResult } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
 import { readManifest, taskDir } from "./cache.js";
 import type { ModelRef, Plan } from "./plan.js";
+import { reading, relianceLine, relianceWarnings, settingsLines, type Warning, warnings } from "./reading.js";
 import type { RunSummary } from "./runner.js";
-import { reading, relianceLine, relianceWarnings, settingsLines, type Warning, warnings } from "./summary.js";
 import { modelSource } from "./tasks.js";
 
 const readJson = <T>(path: string): T => readJsonFile<T>(path, "a cache entry's file");
@@ -245,7 +245,7 @@ export async function writeResults(
   if (rows.length === 0 && existsSync(join(out, "results.csv")))
     return { rows, summary: [], iris: [], reading: [], warnings: [], kept: true };
   const iris = irisSummaries(plan, cache);
-  // One reading for the terminal and the report (experiments/summary.ts).
+  // One reading for the terminal and the report (experiments/reading.ts).
   const summarized = summarize(rows);
   const models = modelRows(plan, cache);
   const warned = [...warnings(rows, numClassesOf(plan, cache)), ...relianceWarnings(models)];

@@ -94,7 +94,7 @@ export interface ReportInput {
   models: ModelRow[];
   iris: IriPreview[];
   environment: Record<string, string | number | boolean>;
-  /** The reading in words (experiments/summary.ts makes it; the terminal prints the same lines). */
+  /** The reading in words (experiments/reading.ts makes it; the terminal prints the same lines). */
   reading?: string[];
   /** Sanity warnings: the text, a tag shown next to the affected rows, and those rows (rowKey). */
   warnings?: { text: string; tag: string; rows: string[] }[];

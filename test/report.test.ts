@@ -12,8 +12,8 @@ import { after, describe, test } from "node:test";
 import { pathToFileURL } from "node:url";
 import sharp from "sharp";
 import { planExperiment } from "../experiments/plan.js";
+import { reading, settingsLines } from "../experiments/reading.js";
 import { parseExperiment } from "../experiments/spec.js";
-import { reading, settingsLines } from "../experiments/summary.js";
 import {
   escapeHtml,
   type IriPreview,

@@ -7,7 +7,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { planExperiment, REPLICATE_SEED_STRIDE, type TrainTask } from "../experiments/plan.js";
-import { parseExperiment } from "../experiments/spec.js";
 import {
   agreementTable,
   contrast,
@@ -20,7 +19,8 @@ import {
   verdictLines,
   warningLines,
   warnings,
-} from "../experiments/summary.js";
+} from "../experiments/reading.js";
+import { parseExperiment } from "../experiments/spec.js";
 import { compareIntervals, interval, tQuantile975 } from "../metrics/interval.js";
 import { type ModelRow, rowKey, type StitchRow, summarize, summaryCsv } from "../report/index.js";
 
