@@ -347,17 +347,18 @@ export function planReplicate(
   for (const point of points) {
     let irisKey: string | null = null;
     if (exp.modes.includes("iris")) {
-      // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is its own.
+      // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is
+      // the resolved one (the schema's default where the file gives none) + REPLICATE_SEED_STRIDE r.
       const {
         front: _f,
         device: _d,
         ...cfg
-      } = resolveIrisConfig(
-        { front: "", point },
-        { ...exp.iris, ...(r > 0 ? { seed: (exp.iris.seed ?? 0) + REPLICATE_SEED_STRIDE * r } : {}) },
-        { ...dataOf(exp), shortcut },
-      );
-      const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg };
+      } = resolveIrisConfig({ front: "", point }, exp.iris, {
+        ...dataOf(exp),
+        shortcut,
+      });
+      const options = r > 0 ? { ...cfg.options, seed: cfg.options.seed + REPLICATE_SEED_STRIDE * r } : cfg.options;
+      const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg, options };
       const deps = "task" in frontRef ? [frontRef.task] : [];
       irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${pair.front} @ ${point}${rep(r)}`, spec });
     }
