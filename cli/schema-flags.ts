@@ -223,15 +223,15 @@ function refusal(schema: Schema, value: unknown): string | null {
 }
 
 /** A text as a number, else commander's error (which names the flag). */
-function numberOf(text: string): number {
+function numberOf(text: string, what: string): number {
   const n = Number(text);
-  if (text.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("expected a number");
+  if (text.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError(`expected ${what}`);
   return n;
 }
 
 /** The text of one value of this kind as the schema wants it (before the schema's own check). */
 function rawValue(kind: FlagKind, base: Schema, text: string): unknown {
-  if (kind === "number" || kind === "integer") return numberOf(text);
+  if (kind === "number" || kind === "integer") return numberOf(text, kind === "integer" ? "an integer" : "a number");
   if (kind === "yaml")
     try {
       return parseYaml(text);

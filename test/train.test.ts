@@ -500,16 +500,20 @@ test("stitchlab train refuses what an experiment file refuses, naming the flag, 
   mkdirSync(out);
   const base = ["train", "--model", "resnet18", "--dataset", "fashion-mnist", "--out", join(out, "m")];
   for (const [flags, message] of [
-    [["--epochs", "0"], /--epochs: Too small/],
-    [["--lr", "0"], /--lr: Too small/],
-    [["--width", "0"], /--width: Too small/],
-    [["--adversarial", "--eps", "8"], /--eps: pixel units are in \[0, 1\]; did you mean 8\/255\?/],
-    [["--adversarial", "--eps", "-1"], /--eps: Too small/],
-    [["--adversarial", "--pgd-steps", "0"], /--pgd-steps: Too small/],
+    // Each flag's parser checks its value with the key's schema (cli/schema-flags.ts); commander names the flag.
+    [["--epochs", "0"], /option '--epochs <n>' argument '0' is invalid\. Too small/],
+    [["--lr", "0"], /option '--lr <x>' argument '0' is invalid\. Too small/],
+    [["--width", "0"], /option '--width <x>' argument '0' is invalid\. Too small/],
+    [
+      ["--adversarial", "--eps", "8"],
+      /'--eps <x>' argument '8' is invalid\. pixel units are in \[0, 1\]; did you mean 8\/255\?/,
+    ],
+    [["--adversarial", "--eps", "-1"], /'--eps <x>' argument '-1' is invalid\. Too small/],
+    [["--adversarial", "--pgd-steps", "0"], /'--pgd-steps <n>' argument '0' is invalid\. Too small/],
     // Typos with no upper bound used to run until killed; a value that is no number names its flag.
-    [["--epochs", "1e12"], /--epochs: at most 10000 epochs/],
-    [["--epochs", "abc"], /option '--epochs <n>' argument 'abc' is invalid\. expected a non-negative integer/],
-    [["--adversarial", "--eps", "8/0"], /option '--eps <e>' argument '8\/0' is invalid\. expected a finite fraction/],
+    [["--epochs", "1e12"], /'--epochs <n>' argument '1e12' is invalid\. at most 10000 epochs/],
+    [["--epochs", "abc"], /option '--epochs <n>' argument 'abc' is invalid\. expected an integer/],
+    [["--adversarial", "--eps", "8/0"], /option '--eps <x>' argument '8\/0' is invalid\. expected a finite fraction/],
   ] as const) {
     const r = spawnSync(process.execPath, cliCommand(...base, ...flags), { encoding: "utf8" });
     assert.equal(r.status, 1, `${flags.join(" ")}: ${r.stdout}`);
