@@ -216,12 +216,6 @@ export function schemaFlags(schema: ObjectSchema, table: FlagTable = {}): Schema
   return out;
 }
 
-/** The zod messages of a value the key's schema refuses, or null. */
-function refusal(schema: Schema, value: unknown): string | null {
-  const r = schema.safeParse(value);
-  return r.success ? null : r.error.issues.map((i) => i.message).join("; ");
-}
-
 /** A text as a number, else commander's error (which names the flag). */
 function numberOf(text: string, what: string): number {
   const n = Number(text);
@@ -391,6 +385,3 @@ export function flagsFor(settings: Record<string, unknown>, schema: ObjectSchema
     })
     .join(" ");
 }
-
-/** refusal, for tests that walk the flags: why the key's schema refuses this value, or null. */
-export const refusedBy = (f: SchemaFlag, value: unknown): string | null => refusal(f.schema, value);
