@@ -25,10 +25,9 @@ export const COMMAND_MODULES: CommandModule[] = [
   { names: ["iris"], load: async () => (await import("./iris.js")).registerIrisCommand },
   { names: ["stitch"], load: async () => (await import("./stitch.js")).registerStitchCommand },
   { names: ["compare"], load: async () => (await import("./compare.js")).registerCompareCommand },
-  {
-    names: ["run", "status", "report", "demo", "task", "schema"],
-    load: async () => (await import("./run.js")).registerRunCommands,
-  },
+  { names: ["run", "task", "schema"], load: async () => (await import("./run.js")).registerRunCommands },
+  { names: ["status", "report"], load: async () => (await import("./status.js")).registerStatusCommands },
+  { names: ["demo"], load: async () => (await import("./demo.js")).registerDemoCommand },
 ];
 
 function registerDoctorCommand(program: Command): void {

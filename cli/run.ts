@@ -1,26 +1,7 @@
-// `stitchlab run FILE` and `stitchlab demo`: an experiment file through the planner and the cache
-// (experiments/run.ts runs it; this shows its progress and prints what it returns); `stitchlab
-// status` and `report DIR`: a run's folder (experiments/report.ts); `stitchlab task KEY`: one task
-// of a planned graph, by hand (as each worker process runs it: experiments/worker.ts); `stitchlab
-// schema`: the experiment file's JSON Schema for editors.
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import cliProgress from "cli-progress";
 import type { Command } from "commander";
-import { isDone } from "../experiments/cache.js";
-import { formatDuration } from "../experiments/estimate.js";
-import { formatLocalStatus, localStatus, readLocalRun } from "../experiments/local.js";
-import { claimOut } from "../experiments/outdir.js";
-import {
-  type IrisTask,
-  type Plan,
-  planExperiment,
-  type StitchTask,
-  type Task,
-  type TrainTask,
-} from "../experiments/plan.js";
-import { type RunReport, reportFolder, reportText, requireRun } from "../experiments/report.js";
+import type { Task } from "../experiments/plan.js";
+import { type RunReport, reportText } from "../experiments/report.js";
 import {
   defaultCache,
   type ExperimentOptions,
@@ -28,310 +9,15 @@ import {
   RunInterrupted,
   runExperiment,
 } from "../experiments/run.js";
-import type { RunEvent } from "../experiments/runner.js";
-import { formatStatus, SLURM_DEFAULTS, type Submission, slurmRunPath, slurmStatus } from "../experiments/slurm.js";
-import { experimentJsonSchema, readExperiment, shiftSeeds } from "../experiments/spec.js";
+import { SLURM_DEFAULTS, type Submission } from "../experiments/slurm.js";
+import { experimentJsonSchema } from "../experiments/spec.js";
 import { runTaskOfCache } from "../experiments/tasks.js";
-import { repoRoot } from "../io/files.js";
-import { type Device, getNumThreads, requireDevice, setNumThreads } from "../torch/index.js";
-import type { TrainConfig } from "../train/config.js";
-import { trainModel } from "../train/trainer.js";
+import type { Device } from "../torch/index.js";
 import { deviceArg } from "./device.js";
 import { int, oneOf } from "./parse.js";
-import { formatRunTime, TimeLeft } from "./progress.js";
+import { overallProgress, type ProgressOptions } from "./run-progress.js";
 
-/**
- * Seconds a task of each kind takes, relative to one another: the demo's, measured on 2 cores with
- * two workers (docs/experiments.md, "Time per task": a model 50-54 s, an IRI set 7-9 s, a stitch
- * 2-8 s). The overall bar weighs tasks by it; the time left (cli/progress.ts TimeLeft) costs a kind
- * none of whose tasks has ended by it, until one has.
- */
-export const TASK_WEIGHT: Record<string, number> = { train: 52, iris: 8, stitch: 5 };
-
-/** The finished share of a running task, from its progress fields (0 when they say nothing). */
-function taskFraction(fields: Record<string, number | string> | undefined): number {
-  const f = fields ?? {};
-  const n = (k: string) => (typeof f[k] === "number" ? (f[k] as number) : Number.NaN);
-  if (n("epochs") > 0)
-    return Math.min(1, (n("epoch") - 1 + (n("steps") > 0 ? n("step") / n("steps") : 0)) / n("epochs"));
-  if (n("batches") > 0) return Math.min(1, (n("batch") - 1) / n("batches"));
-  return 0;
-}
-
-/** Tells the run's clock what a runner event says: a task started, is this far, or ended. */
-function track(clock: TimeLeft, e: RunEvent): void {
-  if (e.kind === "start") clock.start(e.task.key);
-  else if (e.kind === "progress") clock.progress(e.task.key, taskFraction(e.fields));
-  else clock.end(e.task.key, e.kind === "done" ? (e.seconds ?? null) : null);
-}
-
-/** How the run's progress is shown: the workers that share the work, and seconds per task by kind when estimated before. */
-export interface ProgressOptions {
-  workers?: number;
-  prior?: Record<string, number>;
-}
-
-/**
- * On a terminal: one overall bar for the whole run, weighted by task kind, with the running
- * tasks' labels, the time elapsed and an estimate of the time left (cli/progress.ts TimeLeft);
- * failures are printed above it. Elsewhere: eventPrinter's lines, with the run's elapsed and left
- * after each task's end.
- */
-export function overallProgress(todo: Task[], opts: ProgressOptions = {}): ProgressDisplay {
-  const clock = new TimeLeft(todo, { workers: opts.workers ?? 1, weight: TASK_WEIGHT, prior: opts.prior });
-  if (!process.stderr.isTTY) return { onEvent: eventPrinter(undefined, clock), stop: () => {} };
-  const weight = (t: Task) => TASK_WEIGHT[t.kind] ?? 1;
-  const total = todo.reduce((s, t) => s + weight(t), 0);
-  const multi = new cliProgress.MultiBar(
-    {
-      format: "run [{bar}] {percentage}% | {tasks} | {elapsed} elapsed | ETA {left}",
-      stream: process.stderr,
-      hideCursor: true,
-    },
-    cliProgress.Presets.shades_classic,
-  );
-  const times = () => {
-    const left = clock.left();
-    return { elapsed: formatDuration(clock.elapsed()), left: left === null ? "not known yet" : formatDuration(left) };
-  };
-  const bar = multi.create(total, 0, { tasks: "starting", ...times() });
-  let finished = 0;
-  let ended = 0;
-  const running = new Map<string, { task: Task; fraction: number }>();
-  const redraw = () => {
-    let value = finished;
-    for (const r of running.values()) value += weight(r.task) * r.fraction;
-    const labels = [...running.values()].map((r) => r.task.label);
-    bar.update(Math.min(total, value), {
-      tasks: `${ended}/${todo.length} tasks; ${labels.join("; ") || "-"}`,
-      ...times(),
-    });
-  };
-  // The elapsed time moves on between events too.
-  const tick = setInterval(redraw, 1000);
-  tick.unref();
-  return {
-    onEvent(e) {
-      track(clock, e);
-      if (e.kind === "start") running.set(e.task.key, { task: e.task, fraction: 0 });
-      else if (e.kind === "progress") {
-        const r = running.get(e.task.key);
-        if (r) r.fraction = taskFraction(e.fields);
-      } else {
-        running.delete(e.task.key);
-        finished += weight(e.task);
-        ended++;
-        if (e.kind === "failed") multi.log(`${e.task.label}: FAILED: ${e.error}\n`);
-        if (e.kind === "skipped") multi.log(`${e.task.label}: skipped (${e.error})\n`);
-      }
-      redraw();
-    },
-    stop: () => {
-      clearInterval(tick);
-      multi.stop();
-    },
-  };
-}
-
-/**
- * Progress lines on stderr (`write`): one per task start and end, and for each running task at
- * most one progress line every 2 s, which names the task. The wait is per task: with several
- * workers, one shared wait printed whichever task spoke first after it, so a task's lines came
- * and went, and its progress read as if it continued the task printed before it (issue 23).
- * Given the run's clock, each task's end is followed by the run's elapsed time and time left.
- */
-export function eventPrinter(
-  write: (line: string) => void = (line) => console.error(line),
-  clock?: TimeLeft,
-): (e: RunEvent) => void {
-  const last = new Map<string, number>();
-  return (e) => {
-    if (clock) track(clock, e);
-    const tag = `[${e.index}/${e.total}]`;
-    if (e.kind === "start") write(`${tag} ${e.task.label} ...`);
-    else if (e.kind === "done") write(`${tag} ${e.task.label}: done in ${e.seconds?.toFixed(1)} s`);
-    else if (e.kind === "failed") write(`${tag} ${e.task.label}: FAILED: ${e.error}`);
-    else if (e.kind === "skipped") write(`${tag} ${e.task.label}: skipped (${e.error})`);
-    else if (Date.now() - (last.get(e.task.key) ?? 0) > 2000) {
-      last.set(e.task.key, Date.now());
-      write(
-        `${tag} ${e.task.label}: ${Object.entries(e.fields ?? {})
-          // A value not known yet (NaN, or null from a worker's JSON) is left out, never printed.
-          .filter(([, v]) => v !== null && !(typeof v === "number" && !Number.isFinite(v)))
-          .map(([k, v]) => `${k} ${v}`)
-          .join(", ")}`,
-      );
-    }
-    if (e.kind !== "start" && e.kind !== "progress") {
-      last.delete(e.task.key);
-      if (clock)
-        write(
-          `run: ${formatRunTime(clock.elapsed(), clock.left())} (${clock.remaining()} task${clock.remaining() === 1 ? "" : "s"} to go)`,
-        );
-    }
-  };
-}
-
-/** The plan's lines, as `compare` prints its own: pairs and replicates, models to train, points, modes, data, IRIs, stitching, tasks. */
-export function planLines(title: string, plan: Plan, cache: string): string[] {
-  const e = plan.experiment;
-  const of = (kind: string) => plan.tasks.filter((t) => t.kind === kind);
-  const count = (kind: string, what: string) =>
-    `${of(kind).length} ${what} (${of(kind).filter((t) => isDone(cache, t.key)).length} cached)`;
-  const plural = (n: number, w: string) => `${n} ${w}${n === 1 ? "" : "s"}`;
-  const pairs = e.pairs.map(
-    (p) =>
-      `${p.front} -> ${p.back} (${p.relation === "identical" ? "the control" : p.relation}), ${plural(p.replicates ?? e.replicates, "replicate")}`,
-  );
-  // The models to train, grouped by recipe (seeds and shortcuts aside).
-  const recipes = new Map<string, number>();
-  for (const t of of("train")) {
-    const c = (t.spec as TrainTask).config;
-    const width = c.modelOptions.width !== undefined ? ` width ${c.modelOptions.width}` : "";
-    const r = `${c.model}${width}, ${c.epochs} epochs on ${c.limit ?? "all"} ${c.dataset} images, batch ${c.batchSize}`;
-    recipes.set(r, (recipes.get(r) ?? 0) + 1);
-  }
-  const iri = of("iris")[0]?.spec as IrisTask | undefined;
-  const io = iri?.options;
-  const st = (of("stitch")[0]?.spec as StitchTask | undefined)?.config;
-  const points = [...new Set(plan.stitches.map((s) => s.point))];
-  const modes = [...new Set(plan.stitches.map((s) => (s.mode === "iris" ? "invariance-aware" : s.mode)))];
-  return [
-    `${title}: ${pairs.join("; ")}`,
-    ...(recipes.size ? [`  models     ${[...recipes].map(([r, n]) => `${n} to train: ${r}`).join("; ")}`] : []),
-    `  points     ${points.join(", ")} (${points.length})`,
-    `  modes      ${modes.join(", ")}; objectives ${e.objectives.join(", ")}`,
-    `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${st?.testLimit ?? "all"} test images`,
-    ...(iri && io
-      ? [
-          `  IRIs       ${iri.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ""}${io.keepBest ? ", keep-best" : ""}${io.target != null ? `; an image stops at residual ${io.target}, restarts up to ${io.maxSteps} steps` : ""}`,
-        ]
-      : []),
-    ...(st
-      ? [`  stitching  ${st.epochs} epochs on ${st.limit ?? "all"} real images (or the IRIs), batch ${st.batchSize}`]
-      : []),
-    `  tasks      ${count("train", "models")}, ${count("iris", "IRI sets")}, ${count("stitch", "stitches")}; cache ${cache}`,
-  ];
-}
-
-/** What a few timed training steps of one of the plan's models say a training task costs. */
-export interface TrainingRate {
-  /** One optimiser step at the recipe's batch. */
-  step: number;
-  /** Evaluating one test image. */
-  evalPerImage: number;
-  /** Loading the data and building the model. */
-  overhead: number;
-  /** Steps timed (after the warm-up), the threads they ran on, and the probe's own time. */
-  steps: number;
-  threads: number;
-  seconds: number;
-}
-
-const PROBE_WARM = 2;
-const PROBE_STEPS = 8;
-
-/**
- * Trains one of the plan's models for a few steps, through the training task's own code
- * (trainModel, into a folder removed after), on the threads a worker gets: the first
- * PROBE_WARM steps warm up, the next PROBE_STEPS are timed, and the evaluation after them too.
- */
-export async function timeTraining(config: TrainConfig, device: Device, threads: number): Promise<TrainingRate> {
-  const now = () => performance.now() / 1000;
-  const testImages = Math.min(config.testLimit ?? 256, 256);
-  const probe: TrainConfig = {
-    ...config,
-    limit: config.batchSize * (PROBE_WARM + PROBE_STEPS),
-    testLimit: testImages,
-    epochs: 1,
-    robustEval: null,
-    simclr: null,
-    device,
-  };
-  const dir = mkdtempSync(join(tmpdir(), "stitchlab-probe-"));
-  const before = getNumThreads();
-  setNumThreads(threads);
-  const stamps: number[] = [];
-  const t0 = now();
-  try {
-    await trainModel(probe, dir, () => stamps.push(now()));
-  } finally {
-    setNumThreads(before);
-    rmSync(dir, { recursive: true, force: true });
-  }
-  const end = now();
-  const last = stamps[stamps.length - 1];
-  const step = (last - stamps[PROBE_WARM - 1]) / (stamps.length - PROBE_WARM);
-  return {
-    step,
-    // One evaluation after the epoch and the final one (and the checkpoint's writing).
-    evalPerImage: (end - last) / (2 * testImages),
-    overhead: Math.max(0, stamps[0] - t0 - step),
-    steps: stamps.length - PROBE_WARM,
-    threads,
-    seconds: end - t0,
-  };
-}
-
-/** A training task's seconds at a measured rate: its steps, its evaluations (one per epoch, the last, the shortcut's). */
-export function trainSeconds(c: TrainConfig, rate: TrainingRate): number {
-  const steps = c.epochs * Math.floor((c.limit ?? 0) / c.batchSize);
-  const evals = c.epochs + 1 + (c.shortcut ? (c.shortcut === "rand" ? 1 : 2) : 0);
-  return rate.overhead + steps * rate.step + evals * (c.testLimit ?? 10000) * rate.evalPerImage;
-}
-
-/**
- * The demo's time on this machine: its models from a measured training rate (timeTraining), its
- * IRI sets and stitches at their share of a model's time as the demo measured it on a CPU
- * (TASK_WEIGHT), the work shared by the workers. Null when every task is in the cache.
- */
-export async function estimateByTraining(
-  plan: Plan,
-  cache: string,
-  device: Device,
-  workers: number,
-): Promise<{ line: string; prior: Record<string, number> } | null> {
-  const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
-  if (!todo.length) return null;
-  const first = plan.tasks.find((t) => t.kind === "train")?.spec as TrainTask | undefined;
-  if (!first || first.config.limit === null)
-    return { line: "estimate   none (it is timed on a model the plan trains on a limited set of images)", prior: {} };
-  const threads = workers > 1 ? Math.max(1, Math.floor(availableParallelism() / workers)) : getNumThreads();
-  const rate = await timeTraining(first.config, device, threads);
-  const model = trainSeconds(first.config, rate);
-  const prior: Record<string, number> = {};
-  for (const k of Object.keys(TASK_WEIGHT)) prior[k] = (model * TASK_WEIGHT[k]) / TASK_WEIGHT.train;
-  const share = Math.max(1, Math.min(workers, todo.length));
-  const sum = (kinds: string[]) =>
-    todo
-      .filter((t) => kinds.includes(t.kind))
-      .reduce((s, t) => s + (t.spec.kind === "train" ? trainSeconds(t.spec.config, rate) : (prior[t.kind] ?? 0)), 0) /
-    share;
-  const n = (k: string) => todo.filter((t) => t.kind === k).length;
-  const trained = sum(["train"]);
-  const rest = sum(["iris", "stitch"]);
-  return {
-    prior,
-    line:
-      `estimate   ${formatDuration(trained + rest)} on this machine with ${workers} worker${workers === 1 ? "" : "s"} ` +
-      `(${n("train")} models ${formatDuration(trained)}, from ${rate.steps} training steps timed here on ${rate.threads} thread${rate.threads === 1 ? "" : "s"} in ${rate.seconds.toFixed(1)} s; ` +
-      `${n("iris")} IRI sets and ${n("stitch")} stitches ${formatDuration(rest)}, at their share of a model's time in the demo measured on a CPU)`,
-  };
-}
-
-/** The demo's experiment as it runs: the preset, every seed shifted by --seed, its data where --root says. */
-function demoPlan(file: string, o: { seed?: number; dataDir?: string }): Plan {
-  const exp = shiftSeeds(readExperiment(file), o.seed ?? 0);
-  if (o.dataDir) {
-    // As experiments/run.ts withDataDir (--root): the same root in the task keys as the run's.
-    exp.dataset.root = resolve(o.dataDir);
-    for (const m of Object.values(exp.models))
-      if ("dataset" in m && m.dataset?.name === exp.dataset.name) m.dataset.root = resolve(o.dataDir);
-  }
-  return planExperiment(exp, file);
-}
-
-function printReport(r: RunReport): void {
+export function printReport(r: RunReport): void {
   const { text, stream } = reportText(r);
   if (stream === "stderr") console.error(text);
   else console.log(text);
@@ -432,7 +118,7 @@ const collect = (v: string, prev: string[]) => [...prev, v];
  * --workers 1 to remake an earlier run of run or compare bit for bit. Slurm's jobs are one task each.
  */
 export const DEFAULT_WORKERS = 2;
-const WORKERS_HELP = `tasks at once, each in its own process with its share of the cores (default ${DEFAULT_WORKERS}: on 2 cores, two one-thread tasks, as the demo's timings were measured; 1 runs tasks in this process on every core)`;
+export const WORKERS_HELP = `tasks at once, each in its own process with its share of the cores (default ${DEFAULT_WORKERS}: on 2 cores, two one-thread tasks, as the demo's timings were measured; 1 runs tasks in this process on every core)`;
 
 /** --workers' value: given, or the default (the local executor's; slurm's is one task per job). */
 export const workersOf = (o: Record<string, unknown>, executor: "local" | "slurm" = "local"): number =>
@@ -448,7 +134,7 @@ export function rootOf(o: Record<string, unknown>): string | undefined {
 }
 
 /** --root and its deprecated alias --data-dir, of run and demo: the name the other commands use. */
-function addRootOptions(cmd: Command, help: string): Command {
+export function addRootOptions(cmd: Command, help: string): Command {
   return cmd.option("--root <path>", help).option("--data-dir <dir>", "deprecated: use --root");
 }
 
@@ -514,87 +200,6 @@ export function registerRunCommands(program: Command): void {
     const failed = await runCommand(file, { ...o, dataDir: rootOf(o), ...executorOptions(o) });
     if (failed) process.exitCode = 1;
   });
-
-  program
-    .command("status <dir>")
-    .description(
-      "a run's tasks: done, running, failed (with the error), missing (and on Slurm pending, cancelled); local or Slurm",
-    )
-    .option("--json", "print the status as JSON")
-    .action((dir: string, o: { json?: boolean }) => {
-      const local = readLocalRun(resolve(dir));
-      if (local && !existsSync(slurmRunPath(resolve(dir)))) {
-        const tasks = localStatus(local);
-        console.log(
-          o.json
-            ? JSON.stringify(
-                { experiment: local.plan.experiment.name, cache: local.cache, executor: "local", tasks },
-                null,
-                2,
-              )
-            : formatLocalStatus(local, tasks, resolve(dir)),
-        );
-        return;
-      }
-      requireRun(resolve(dir));
-      const s = slurmStatus(resolve(dir));
-      if (o.json)
-        console.log(
-          JSON.stringify(
-            { experiment: s.run.plan.experiment.name, cache: s.run.cache, tasks: s.tasks, report: s.report },
-            null,
-            2,
-          ),
-        );
-      else console.log(formatStatus(s));
-    });
-
-  program
-    .command("report <dir>")
-    .description("write a run's results (report.html, results.csv, ...) from what the cache holds now; local or Slurm")
-    // Exits 0 when the report is written, failed tasks or not (the report job's own state
-    // should say whether the report was made); `stitchlab status` shows the failures.
-    .action(async (dir: string) => printReport(await reportFolder(dir)));
-
-  const demo = program
-    .command("demo")
-    .description(
-      "the main job: Fashion-MNIST, narrow ResNet-18s; standard and invariance-aware stitching for the pairs " +
-        "identical, cross-seed and cross-bias; prints the table, the IRI residuals and a reading; writes report.html",
-    )
-    .option("--out <dir>", "experiment folder", "runs/demo");
-  addRootOptions(demo, "where Fashion-MNIST's IDX files are (default: Debian's /usr/share/datasets/fashion-mnist)")
-    .option("--cache <dir>", "task cache (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
-    .option("--workers <n>", WORKERS_HELP, int)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
-    .option("--dry-run", "print the plan and the time estimate, and stop")
-    .option("--force", "run into an --out that holds another run (e.g. another --seed's); its files are moved aside")
-    .option(
-      "--seed <s>",
-      "shift every seed of the study by s (models, IRI starts, stitching): another draw of the same demo",
-      int,
-      0,
-    )
-    .action(async (o) => {
-      const file = join(repoRoot, "presets", "demo.yaml");
-      const cache = resolve(o.cache ?? defaultCache());
-      const dataDir = rootOf(o);
-      const workers = workersOf(o);
-      const plan = demoPlan(file, { seed: o.seed, dataDir });
-      // Refused now, before the estimate's training steps, when --out holds another run.
-      claimOut(resolve(o.out), plan, Boolean(o.force), false);
-      console.log(planLines("demo", plan, cache).join("\n"));
-      requireDevice(o.device);
-      const est = await estimateByTraining(plan, cache, o.device, workers);
-      console.log(est?.line ?? "estimate   every task is in the cache");
-      // A dry run also prints the task graph (runCommand's dry run), then stops.
-      if (o.dryRun) {
-        await runCommand(file, { ...o, cache, dataDir, workers });
-        return;
-      }
-      const failed = await runCommand(file, { ...o, cache, dataDir, workers }, undefined, { prior: est?.prior });
-      if (failed) process.exitCode = 1;
-    });
 
   program
     .command("task <key>")

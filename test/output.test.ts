@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { eventPrinter } from "../cli/run.js";
+import { eventPrinter } from "../cli/run-progress.js";
 import type { Task } from "../experiments/plan.js";
 import type { RunEvent } from "../experiments/runner.js";
 import { cliCommand } from "../experiments/tasks.js";

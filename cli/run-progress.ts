@@ -1,0 +1,141 @@
+// A run's progress as `run`, `demo` and `compare` show it: on a terminal one overall bar weighted
+// by task kind, with the running tasks, the time elapsed and left (cli/progress.ts TimeLeft);
+// elsewhere one line per task's start, progress and end (eventPrinter).
+import cliProgress from "cli-progress";
+import { formatDuration } from "../experiments/estimate.js";
+import type { Task } from "../experiments/plan.js";
+import type { ProgressDisplay } from "../experiments/run.js";
+import type { RunEvent } from "../experiments/runner.js";
+import { formatRunTime, TimeLeft } from "./progress.js";
+
+/**
+ * Seconds a task of each kind takes, relative to one another: the demo's, measured on 2 cores with
+ * two workers (docs/experiments.md, "Time per task": a model 50-54 s, an IRI set 7-9 s, a stitch
+ * 2-8 s). The overall bar weighs tasks by it; the time left (cli/progress.ts TimeLeft) costs a kind
+ * none of whose tasks has ended by it, until one has.
+ */
+export const TASK_WEIGHT: Record<string, number> = { train: 52, iris: 8, stitch: 5 };
+
+/** The finished share of a running task, from its progress fields (0 when they say nothing). */
+function taskFraction(fields: Record<string, number | string> | undefined): number {
+  const f = fields ?? {};
+  const n = (k: string) => (typeof f[k] === "number" ? (f[k] as number) : Number.NaN);
+  if (n("epochs") > 0)
+    return Math.min(1, (n("epoch") - 1 + (n("steps") > 0 ? n("step") / n("steps") : 0)) / n("epochs"));
+  if (n("batches") > 0) return Math.min(1, (n("batch") - 1) / n("batches"));
+  return 0;
+}
+
+/** Tells the run's clock what a runner event says: a task started, is this far, or ended. */
+function track(clock: TimeLeft, e: RunEvent): void {
+  if (e.kind === "start") clock.start(e.task.key);
+  else if (e.kind === "progress") clock.progress(e.task.key, taskFraction(e.fields));
+  else clock.end(e.task.key, e.kind === "done" ? (e.seconds ?? null) : null);
+}
+
+/** How the run's progress is shown: the workers that share the work, and seconds per task by kind when estimated before. */
+export interface ProgressOptions {
+  workers?: number;
+  prior?: Record<string, number>;
+}
+
+/**
+ * On a terminal: one overall bar for the whole run, weighted by task kind, with the running
+ * tasks' labels, the time elapsed and an estimate of the time left (cli/progress.ts TimeLeft);
+ * failures are printed above it. Elsewhere: eventPrinter's lines, with the run's elapsed and left
+ * after each task's end.
+ */
+export function overallProgress(todo: Task[], opts: ProgressOptions = {}): ProgressDisplay {
+  const clock = new TimeLeft(todo, { workers: opts.workers ?? 1, weight: TASK_WEIGHT, prior: opts.prior });
+  if (!process.stderr.isTTY) return { onEvent: eventPrinter(undefined, clock), stop: () => {} };
+  const weight = (t: Task) => TASK_WEIGHT[t.kind] ?? 1;
+  const total = todo.reduce((s, t) => s + weight(t), 0);
+  const multi = new cliProgress.MultiBar(
+    {
+      format: "run [{bar}] {percentage}% | {tasks} | {elapsed} elapsed | ETA {left}",
+      stream: process.stderr,
+      hideCursor: true,
+    },
+    cliProgress.Presets.shades_classic,
+  );
+  const times = () => {
+    const left = clock.left();
+    return { elapsed: formatDuration(clock.elapsed()), left: left === null ? "not known yet" : formatDuration(left) };
+  };
+  const bar = multi.create(total, 0, { tasks: "starting", ...times() });
+  let finished = 0;
+  let ended = 0;
+  const running = new Map<string, { task: Task; fraction: number }>();
+  const redraw = () => {
+    let value = finished;
+    for (const r of running.values()) value += weight(r.task) * r.fraction;
+    const labels = [...running.values()].map((r) => r.task.label);
+    bar.update(Math.min(total, value), {
+      tasks: `${ended}/${todo.length} tasks; ${labels.join("; ") || "-"}`,
+      ...times(),
+    });
+  };
+  // The elapsed time moves on between events too.
+  const tick = setInterval(redraw, 1000);
+  tick.unref();
+  return {
+    onEvent(e) {
+      track(clock, e);
+      if (e.kind === "start") running.set(e.task.key, { task: e.task, fraction: 0 });
+      else if (e.kind === "progress") {
+        const r = running.get(e.task.key);
+        if (r) r.fraction = taskFraction(e.fields);
+      } else {
+        running.delete(e.task.key);
+        finished += weight(e.task);
+        ended++;
+        if (e.kind === "failed") multi.log(`${e.task.label}: FAILED: ${e.error}\n`);
+        if (e.kind === "skipped") multi.log(`${e.task.label}: skipped (${e.error})\n`);
+      }
+      redraw();
+    },
+    stop: () => {
+      clearInterval(tick);
+      multi.stop();
+    },
+  };
+}
+
+/**
+ * Progress lines on stderr (`write`): one per task start and end, and for each running task at
+ * most one progress line every 2 s, which names the task. The wait is per task: with several
+ * workers, one shared wait printed whichever task spoke first after it, so a task's lines came
+ * and went, and its progress read as if it continued the task printed before it (issue 23).
+ * Given the run's clock, each task's end is followed by the run's elapsed time and time left.
+ */
+export function eventPrinter(
+  write: (line: string) => void = (line) => console.error(line),
+  clock?: TimeLeft,
+): (e: RunEvent) => void {
+  const last = new Map<string, number>();
+  return (e) => {
+    if (clock) track(clock, e);
+    const tag = `[${e.index}/${e.total}]`;
+    if (e.kind === "start") write(`${tag} ${e.task.label} ...`);
+    else if (e.kind === "done") write(`${tag} ${e.task.label}: done in ${e.seconds?.toFixed(1)} s`);
+    else if (e.kind === "failed") write(`${tag} ${e.task.label}: FAILED: ${e.error}`);
+    else if (e.kind === "skipped") write(`${tag} ${e.task.label}: skipped (${e.error})`);
+    else if (Date.now() - (last.get(e.task.key) ?? 0) > 2000) {
+      last.set(e.task.key, Date.now());
+      write(
+        `${tag} ${e.task.label}: ${Object.entries(e.fields ?? {})
+          // A value not known yet (NaN, or null from a worker's JSON) is left out, never printed.
+          .filter(([, v]) => v !== null && !(typeof v === "number" && !Number.isFinite(v)))
+          .map(([k, v]) => `${k} ${v}`)
+          .join(", ")}`,
+      );
+    }
+    if (e.kind !== "start" && e.kind !== "progress") {
+      last.delete(e.task.key);
+      if (clock)
+        write(
+          `run: ${formatRunTime(clock.elapsed(), clock.left())} (${clock.remaining()} task${clock.remaining() === 1 ? "" : "s"} to go)`,
+        );
+    }
+  };
+}
