@@ -7,7 +7,7 @@ import { COMPARE_DEFAULTS, type CompareProtocolName, compareExperiment } from ".
 import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
 import { type Experiment, ExperimentError } from "../experiments/spec.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
-import { iriStepCap } from "../stitch/iris.js";
+import { iriStepCap } from "../stitch/iri-options.js";
 
 export const words = (v: string) =>
   v

@@ -7,7 +7,7 @@ import { IRI_VERDICT_MAX_RESIDUAL } from "../experiments/reading.js";
 import { datasetSchema } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { type IrisConfig, irisSettingsSchema, resolveIrisConfig } from "../stitch/config.js";
-import { IRI_DEFAULTS } from "../stitch/iris.js";
+import { IRI_DEFAULTS } from "../stitch/iri-options.js";
 import { runIris } from "../stitch/jobs.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Device } from "../torch/index.js";

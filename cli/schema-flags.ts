@@ -57,7 +57,7 @@ export interface FlagTable {
   shorthands?: Shorthand[];
   /** Only these top-level keys get flags (a command taking part of a schema). */
   only?: string[];
-  /** Defaults where the schema's keys carry none (stitch/iris.ts IRI_DEFAULTS beside the partial IRI schema). */
+  /** Defaults where the schema's keys carry none (stitch/iri-options.ts IRI_DEFAULTS beside the partial IRI schema). */
   defaults?: Record<string, unknown>;
 }
 

@@ -8,6 +8,7 @@ import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import {
   BN_MODES,
+  parseObjective,
   resolveStitchConfig,
   STITCH_MODES,
   type StitchConfig,
@@ -16,7 +17,6 @@ import {
   stitchSettingsSchema,
 } from "../stitch/config.js";
 import { runStitch } from "../stitch/jobs.js";
-import { parseObjective } from "../stitch/objectives.js";
 import type { Device } from "../torch/index.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";

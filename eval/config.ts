@@ -124,7 +124,7 @@ export type RobustEvalSettingsName = (typeof ROBUST_EVAL_SETTINGS)[number];
 /**
  * The reference's robust evaluation at 224 px in pixel units: its eps_step is 4.758/255 in
  * ImageNet-normalised space (1/255 over ImageNet's std), taken back to pixels with the mean of
- * ImageNet's std, 0.226 (as the IRI step at 224 px, stitch/iris.ts IRI_STEP_SIZE_224): about
+ * ImageNet's std, 0.226 (as the IRI step at 224 px, stitch/iri-options.ts IRI_STEP_SIZE_224): about
  * 1.08/255, and its eps four of them, about 4.3/255.
  */
 export const REFERENCE_ROBUST_EVAL_224 = {

@@ -23,7 +23,8 @@ import { asModelSource, loadCheckpoint, type ModelSource, type ModelSourceLike }
 import { requireNormalization } from "../models/record.js";
 import { type StitchConfig, stitchModeOf } from "../stitch/config.js";
 import { evaluateStitch, frontAndBack } from "../stitch/evaluate.js";
-import { generateIriBatch, type IriOptions, iriStepCap } from "../stitch/iris.js";
+import { type IriOptions, iriStepCap } from "../stitch/iri-options.js";
+import { generateIriBatch } from "../stitch/iris.js";
 import { loadSource, stitchedModelOf, stitchTrainOptionsOf } from "../stitch/jobs.js";
 import { trainStitch } from "../stitch/train.js";
 import { type Device, getNumThreads, onednnIsa } from "../torch/index.js";

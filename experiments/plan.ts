@@ -15,12 +15,13 @@ import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import {
   backClassesProblem,
+  formatObjective,
   type IrisConfig,
+  parseObjective,
   resolveIrisConfig,
   resolveStitchConfig,
   type StitchConfig,
 } from "../stitch/config.js";
-import { formatObjective, parseObjective } from "../stitch/objectives.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { checkBuildMemory } from "../train/memory.js";
 import { type TaskKind, taskKey } from "./cache.js";

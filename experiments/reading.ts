@@ -21,7 +21,7 @@ import {
   type SummaryRow,
   summarize,
 } from "../report/index.js";
-import { iriStepCap } from "../stitch/iris.js";
+import { iriStepCap } from "../stitch/iri-options.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { IrisTask, Plan, StitchTask } from "./plan.js";
 

@@ -6,9 +6,10 @@
 // is defaulted or checked again.
 //
 // The jobs import this module, never the other way (issue 38): the frozen networks' batch-norm
-// modes are defined here and training T (train.ts) takes them from here. What it still reads from
-// stitch/ are the values of settings defined beside the code they name: the IRI options' schema
-// (iris.ts), T's starts (layer.ts) and the objectives' spelling (objectives.ts).
+// modes, T's starts and the objectives' names and spelling are defined here, and training T
+// (train.ts), the stitched model (stitched.ts) and the losses (objectives.ts) take them from here.
+// The one module of stitch/ it reads is the IRI settings' (iri-options.ts), which holds settings
+// only: it loads none of the jobs it configures.
 import { z } from "zod";
 import { SHORTCUT_KINDS, type ShortcutKind } from "../data/index.js";
 import {
@@ -24,9 +25,13 @@ import {
 import type { ModelSourceLike } from "../models/checkpoint.js";
 import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
 import type { Device } from "../torch/index.js";
-import { defaultIriStepSize, IRI_DEFAULTS, type IriOptions, iriOptionsProblem, iriOptionsSchema } from "./iris.js";
-import { STITCH_INITS } from "./layer.js";
-import { formatObjective, parseObjective } from "./objectives.js";
+import {
+  defaultIriStepSize,
+  IRI_DEFAULTS,
+  type IriOptions,
+  iriOptionsProblem,
+  iriOptionsSchema,
+} from "./iri-options.js";
 
 export const shortcutSchema = z.enum(SHORTCUT_KINDS as unknown as ["pixel", "pixel-loc", "rand"]);
 
@@ -60,6 +65,41 @@ export type BnMode = (typeof BN_MODES)[number];
  * in standard runs, "eval" in invariance-aware ones (PROTOCOL.md, "Standard versus invariance-aware").
  */
 export const defaultBnMode = (mode: StitchMode): BnMode => (mode === "standard" ? "adapt" : "eval");
+
+/** T's starts (stitch/layer.ts): least squares on real images, random, or the identity. */
+export const STITCH_INITS = ["lstsq", "random", "identity"] as const;
+export type StitchInit = (typeof STITCH_INITS)[number];
+
+/** The objectives T is trained with (stitch/objectives.ts computes them), and their weights. */
+export const OBJECTIVES = ["hlm", "slm", "dm", "fula"] as const;
+export type Objective = (typeof OBJECTIVES)[number];
+export type ObjectiveWeights = Partial<Record<Objective, number>>;
+
+/** Parses "fula", "FuLA", "hlm+slm" or "hlm:1,fula:0.5" into weights (names in any case). */
+export function parseObjective(spec: string): ObjectiveWeights {
+  const w: ObjectiveWeights = {};
+  for (const part of spec.split(/[+,]/)) {
+    const [raw, weight] = part.trim().split(":");
+    const name = raw?.toLowerCase() ?? "";
+    if (!(OBJECTIVES as readonly string[]).includes(name))
+      throw new Error(`unknown objective '${name}'; objectives: ${OBJECTIVES.join(", ")} (weighted: hlm:1,fula:0.5)`);
+    const v = weight === undefined ? 1 : Number(weight);
+    if (!Number.isFinite(v) || v < 0)
+      throw new Error(`objective weight '${weight}' of ${name} is not a non-negative number`);
+    w[name as Objective] = v;
+  }
+  return w;
+}
+
+/**
+ * The one spelling of a set of weights, in OBJECTIVES' order: "slm" for SLM alone at weight 1,
+ * else "hlm:1,fula:0.5". Task keys use it, so "slm", "SLM" and "slm:1" are one task.
+ */
+export function formatObjective(w: ObjectiveWeights): string {
+  const parts = OBJECTIVES.filter((o) => (w[o] ?? 0) > 0).map((o) => [o, w[o] as number] as const);
+  if (parts.length === 1 && parts[0]?.[1] === 1) return parts[0][0];
+  return parts.map(([o, v]) => `${o}:${v}`).join(",");
+}
 
 /** T's optimisers: Adam (the reference's configs all use it; PROTOCOL.md). */
 export const STITCH_OPTIMIZERS = ["adam"] as const;
@@ -304,7 +344,7 @@ export interface IrisConfig {
 
 /**
  * Given IRI settings to the resolved config. The signed step's default follows the image side: at
- * 224 px the reference steps larger (stitch/iris.ts defaultIriStepSize).
+ * 224 px the reference steps larger (stitch/iri-options.ts defaultIriStepSize).
  */
 export function resolveIrisConfig(
   what: { front: ModelSourceLike; point: string },

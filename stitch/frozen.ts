@@ -15,7 +15,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { batches, type Dataset, datasetSize, type Normalization } from "../data/index.js";
 import * as torch from "../torch/index.js";
-import { type ObjectiveWeights, type StitchTargets, stitchTargets } from "./objectives.js";
+import type { ObjectiveWeights } from "./config.js";
+import { type StitchTargets, stitchTargets } from "./objectives.js";
 import type { StitchedModel } from "./stitched.js";
 
 type Tensor = torch.Tensor;

@@ -18,7 +18,7 @@
 // differs by that factor's drift over the steps.
 import { Rng } from "../data/index.js";
 import * as torch from "../torch/index.js";
-import { type IriOptions, iriStepCap } from "./iris.js";
+import { type IriOptions, iriStepCap } from "./iri-options.js";
 
 type Tensor = torch.Tensor;
 

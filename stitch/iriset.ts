@@ -18,7 +18,8 @@ import { readJsonFile, writeFileAtomic } from "../io/files.js";
 import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
-import { generateIriBatch, type IriOptions, iriStepCap } from "./iris.js";
+import { type IriOptions, iriStepCap } from "./iri-options.js";
+import { generateIriBatch } from "./iris.js";
 import { GOOD_IRI_RESIDUAL } from "./residuals.js";
 
 /** Everything that decides an IRI set's content (compared on resume and by stitch runs). */

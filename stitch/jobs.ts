@@ -39,7 +39,13 @@ import {
 import { type ModelRecord, requireNormalization } from "../models/record.js";
 import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
-import { backClassesProblem, type IrisConfig, type StitchConfig } from "./config.js";
+import {
+  backClassesProblem,
+  type IrisConfig,
+  type ObjectiveWeights,
+  parseObjective,
+  type StitchConfig,
+} from "./config.js";
 import { evaluateStitch, frontAndBack } from "./evaluate.js";
 import {
   checkIriSetFor,
@@ -49,7 +55,6 @@ import {
   loadIriSet,
   type ResidualSummary,
 } from "./iriset.js";
-import { type ObjectiveWeights, parseObjective } from "./objectives.js";
 import { robustStitchScores, type StitchRobustResult } from "./robust.js";
 import { StitchedModel } from "./stitched.js";
 import { recipeOf, type StitchTrainOptions, type StitchTrainProgress, trainStitch } from "./train.js";

@@ -11,9 +11,6 @@ import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
 
-export const STITCH_INITS = ["lstsq", "random", "identity"] as const;
-export type StitchInit = (typeof STITCH_INITS)[number];
-
 /** Why two points cannot be stitched, or null when they can. */
 export function stitchMismatch(a: StitchPoint, b: StitchPoint): string | null {
   if (a.kind !== b.kind) return `a ${a.kind} point (${a.name}) cannot be stitched to a ${b.kind} point (${b.name})`;

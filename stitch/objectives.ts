@@ -7,45 +7,17 @@
 //   FuLA the mean, over the stitch point and every later stitch point of B (up to the head
 //        input), of the relative Frobenius distance between the stitched model's features
 //        and B's own.
-// Weighted sums of them are an option: { hlm: 1, fula: 0.5 }.
+// Weighted sums of them are an option: { hlm: 1, fula: 0.5 }. Their names and spelling (OBJECTIVES,
+// parseObjective, formatObjective) are settings, defined in stitch/config.ts.
 import * as torch from "../torch/index.js";
+import type { ObjectiveWeights } from "./config.js";
 import type { StitchedModel } from "./stitched.js";
 
 type Tensor = torch.Tensor;
 
-export const OBJECTIVES = ["hlm", "slm", "dm", "fula"] as const;
-export type Objective = (typeof OBJECTIVES)[number];
-export type ObjectiveWeights = Partial<Record<Objective, number>>;
-
 /** ||a - b||_F / ||b||_F over the whole batch (PROTOCOL: Frobenius norms over the batch). */
 export function relativeDistance(a: Tensor, b: Tensor): Tensor {
   return a.sub(b).norm().div(b.norm().add(1e-12));
-}
-
-/** Parses "fula", "FuLA", "hlm+slm" or "hlm:1,fula:0.5" into weights (names in any case). */
-export function parseObjective(spec: string): ObjectiveWeights {
-  const w: ObjectiveWeights = {};
-  for (const part of spec.split(/[+,]/)) {
-    const [raw, weight] = part.trim().split(":");
-    const name = raw?.toLowerCase() ?? "";
-    if (!(OBJECTIVES as readonly string[]).includes(name))
-      throw new Error(`unknown objective '${name}'; objectives: ${OBJECTIVES.join(", ")} (weighted: hlm:1,fula:0.5)`);
-    const v = weight === undefined ? 1 : Number(weight);
-    if (!Number.isFinite(v) || v < 0)
-      throw new Error(`objective weight '${weight}' of ${name} is not a non-negative number`);
-    w[name as Objective] = v;
-  }
-  return w;
-}
-
-/**
- * The one spelling of a set of weights, in OBJECTIVES' order: "slm" for SLM alone at weight 1,
- * else "hlm:1,fula:0.5". Task keys use it, so "slm", "SLM" and "slm:1" are one task.
- */
-export function formatObjective(w: ObjectiveWeights): string {
-  const parts = OBJECTIVES.filter((o) => (w[o] ?? 0) > 0).map((o) => [o, w[o] as number] as const);
-  if (parts.length === 1 && parts[0]?.[1] === 1) return parts[0][0];
-  return parts.map(([o, v]) => `${o}:${v}`).join(",");
 }
 
 /** B's points from the stitch point to its last point: the features FuLA aligns. */

@@ -14,7 +14,8 @@ import type { Normalization } from "../data/index.js";
 import { normalizePixels } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
-import { leastSquaresInit, type StitchInit, StitchingLayer } from "./layer.js";
+import type { StitchInit } from "./config.js";
+import { leastSquaresInit, StitchingLayer } from "./layer.js";
 
 type Tensor = torch.Tensor;
 

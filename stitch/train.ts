@@ -29,10 +29,9 @@ import * as torch from "../torch/index.js";
 type Tensor = torch.Tensor;
 
 import type { AdversarialConfig } from "../eval/config.js";
-import type { BnMode } from "./config.js";
+import type { BnMode, ObjectiveWeights, StitchInit } from "./config.js";
 import { FrozenOutputs } from "./frozen.js";
-import type { StitchInit } from "./layer.js";
-import { type ObjectiveWeights, stitchLoss, stitchLossFrom } from "./objectives.js";
+import { stitchLoss, stitchLossFrom } from "./objectives.js";
 import { adversarialBatch } from "./robust.js";
 import type { StitchedModel } from "./stitched.js";
 

@@ -30,7 +30,7 @@ import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
 import { STEP_SCHEDULE_FRACTIONS, stepScheduleMilestones } from "../nn/schedule.js";
 import { evaluateStitch } from "../stitch/evaluate.js";
-import { IRI_DEFAULTS, IRI_STEP_SIZE_224 } from "../stitch/iris.js";
+import { IRI_DEFAULTS, IRI_STEP_SIZE_224 } from "../stitch/iri-options.js";
 import { generateIriSet, loadIriSet } from "../stitch/iriset.js";
 import { loadSource, runStitch, type StitchConfig } from "../stitch/jobs.js";
 import { StitchedModel } from "../stitch/stitched.js";

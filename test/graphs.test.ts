@@ -5,7 +5,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { createModel } from "../models/registry.js";
-import { generateIriBatch, IRI_DEFAULTS } from "../stitch/iris.js";
+import { IRI_DEFAULTS } from "../stitch/iri-options.js";
+import { generateIriBatch } from "../stitch/iris.js";
 import * as torch from "../torch/index.js";
 import { native } from "../torch/native.js";
 import { settledMemory } from "./helpers/memory.js";

@@ -13,7 +13,7 @@ import { loadSafetensors } from "../io/safetensors.js";
 import { loadCheckpoint, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import type { StitchableModel } from "../models/stitchable.js";
-import { IRI_DEFAULTS } from "../stitch/iris.js";
+import { IRI_DEFAULTS } from "../stitch/iri-options.js";
 import { generateIriSet } from "../stitch/iriset.js";
 import { runStitch, type StitchConfig } from "../stitch/jobs.js";
 import { adversarialBatch } from "../stitch/robust.js";

@@ -5,7 +5,7 @@ import { type Dataset, datasetSize, normalizationFor, subset } from "../../data/
 import { modelFingerprint, saveCheckpoint } from "../../models/checkpoint.js";
 import { createModel } from "../../models/registry.js";
 import type { StitchableModel } from "../../models/stitchable.js";
-import type { IriOptions } from "../../stitch/iris.js";
+import type { IriOptions } from "../../stitch/iri-options.js";
 import type { IriSetSettings } from "../../stitch/iriset.js";
 import * as torch from "../../torch/index.js";
 import { trainConfig } from "../../train/config.js";
