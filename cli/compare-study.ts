@@ -1,9 +1,16 @@
 // compare's flags as a study: the experiment it runs and its plan (compareStudy), its problems
-// told in flags (asFlags), the sizes a budget may not reduce (givenSizes), and the plan as the
-// user reads it before the run (planLines). cli/compare.ts registers the command and runs it.
-import type { CompareScale, ScaleKey } from "../experiments/budget.js";
+// told in flags (asFlags), the sizes a budget may not reduce (givenSizes), the plan as the user
+// reads it before the run (planLines), and the parsers of --protocol and --budget. cli/compare.ts
+// registers the command and runs it.
+import { InvalidArgumentError } from "commander";
+import { type CompareScale, parseDuration, type ScaleKey } from "../experiments/budget.js";
 import { isDone } from "../experiments/cache.js";
-import { COMPARE_DEFAULTS, type CompareProtocolName, compareExperiment } from "../experiments/compare.js";
+import {
+  COMPARE_DEFAULTS,
+  COMPARE_PROTOCOL_NAMES,
+  type CompareProtocolName,
+  compareExperiment,
+} from "../experiments/compare.js";
 import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
 import { type Experiment, ExperimentError } from "../experiments/spec.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
@@ -41,7 +48,7 @@ const FLAG_OF: Record<string, string> = {
   "stitch.epochs": "--epochs",
   "stitch.batchSize": "--batch-size",
   "dataset.testLimit": "--test-limit",
-  "dataset.name": "--data",
+  "dataset.name": "--dataset",
   "dataset.root": "--root",
 };
 
@@ -185,4 +192,20 @@ export function compareStudy(
     );
     return { ...built, plan: planExperiment(built.experiment, file) };
   });
+}
+
+/** --protocol: one of COMPARE_PROTOCOLS's names. */
+export function protocolName(v: string): CompareProtocolName {
+  if (!(COMPARE_PROTOCOL_NAMES as string[]).includes(v))
+    throw new InvalidArgumentError(`expected ${COMPARE_PROTOCOL_NAMES.join(" or ")}`);
+  return v as CompareProtocolName;
+}
+
+/** --budget: a duration (experiments/budget.ts parseDuration), kept as written for the budget line. */
+export function budget(v: string): { text: string; seconds: number } {
+  try {
+    return { text: v.trim(), seconds: parseDuration(v) };
+  } catch (e) {
+    throw new InvalidArgumentError((e as Error).message);
+  }
 }

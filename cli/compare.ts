@@ -8,7 +8,7 @@
 
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { type Command, InvalidArgumentError } from "commander";
+import type { Command } from "commander";
 import {
   BUDGET_FLOORS,
   budgetLine,
@@ -16,13 +16,11 @@ import {
   type CompareScale,
   fitBudget,
   longPlanAdvice,
-  parseDuration,
   scaleOf,
 } from "../experiments/budget.js";
 import {
   CLOSE_RULE,
   COMPARE_DEFAULTS,
-  COMPARE_PROTOCOL_NAMES,
   type CompareProtocolName,
   compareVerdictLines,
   compareVerdicts,
@@ -41,26 +39,10 @@ import { claimOut } from "../experiments/outdir.js";
 import { defaultCache } from "../experiments/run.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { requireDevice } from "../torch/index.js";
-import { bothModels, compareStudy, givenSizes, planLines } from "./compare-study.js";
-import { int } from "./parse.js";
+import { bothModels, budget, compareStudy, givenSizes, planLines, protocolName } from "./compare-study.js";
+import { int, renamedFlag } from "./parse.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
 import { addModelSourceOptions, modelSourceFrom, requireModelSettings } from "./source.js";
-
-/** --protocol: one of COMPARE_PROTOCOLS's names. */
-function protocolName(v: string): CompareProtocolName {
-  if (!(COMPARE_PROTOCOL_NAMES as string[]).includes(v))
-    throw new InvalidArgumentError(`expected ${COMPARE_PROTOCOL_NAMES.join(" or ")}`);
-  return v as CompareProtocolName;
-}
-
-/** --budget: a duration (experiments/budget.ts parseDuration), kept as written for the budget line. */
-function budget(v: string): { text: string; seconds: number } {
-  try {
-    return { text: v.trim(), seconds: parseDuration(v) };
-  } catch (e) {
-    throw new InvalidArgumentError((e as Error).message);
-  }
-}
 
 export function registerCompareCommand(program: Command): void {
   const d = COMPARE_DEFAULTS;
@@ -93,7 +75,8 @@ export function registerCompareCommand(program: Command): void {
       "--json",
       "print the verdict and the scores as one JSON object on stdout (the plan, progress and report go to stderr)",
     )
-    .option("--data, --dataset <name>", "the dataset both are scored on (default: B's, from its sidecar)")
+    .option("--dataset <name>", "the dataset both are scored on (default: B's, from its sidecar)")
+    .option("--data <name>", "deprecated: use --dataset")
     .option("--root <path>", "where the dataset's files are")
     .option("--arch <name>", "for weights made elsewhere: the zoo architecture of both (or --front-arch / --back-arch)")
     .option("--options <yaml>", "createModel options of both that the weights do not show, e.g. '{numHeads: 6}'")
@@ -156,6 +139,7 @@ export function registerCompareCommand(program: Command): void {
   addModelSourceOptions(cmd, "back");
   addExecutorOptions(cmd).action(async (a: string, b: string, raw: Record<string, unknown>) => {
     const o = bothModels(raw);
+    o.dataset = renamedFlag(o, "--data", "--dataset");
     // With --json, stdout holds the one JSON object: every line before it goes to stderr.
     if (o.json) console.log = console.error;
     const exec = executorOptions(o);
@@ -168,11 +152,13 @@ export function registerCompareCommand(program: Command): void {
         { role: "front", file: a, name: "A" },
         { role: "back", file: b, name: "B" },
       ],
-      { both: true, dataset: { flag: "--data", given: o.dataset as string | undefined, from: "back" } },
+      { both: true, dataset: { flag: "--dataset", given: o.dataset as string | undefined, from: "back" } },
     );
     const dataset = (o.dataset as string | undefined) ?? checkpointDataset(back);
     if (!dataset)
-      throw new Error("B does not say which dataset it was trained on: pass --data (e.g. --data cifar10 --root ...)");
+      throw new Error(
+        "B does not say which dataset it was trained on: pass --dataset (e.g. --dataset cifar10 --root ...)",
+      );
     const out = resolve(o.out as string);
     const file = join(out, "compare.yaml");
     const protocol = o.protocol as CompareProtocolName;

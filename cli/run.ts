@@ -14,7 +14,7 @@ import { experimentJsonSchema } from "../experiments/spec.js";
 import { runTaskOfCache } from "../experiments/tasks.js";
 import type { Device } from "../torch/index.js";
 import { deviceArg } from "./device.js";
-import { int, oneOf } from "./parse.js";
+import { int, oneOf, renamedFlag } from "./parse.js";
 import { overallProgress, type ProgressOptions } from "./run-progress.js";
 
 export function printReport(r: RunReport): void {
@@ -125,13 +125,8 @@ export const workersOf = (o: Record<string, unknown>, executor: "local" | "slurm
   (o.workers as number | undefined) ?? (executor === "slurm" ? 1 : DEFAULT_WORKERS);
 
 /** --root, or the deprecated --data-dir (said once on stderr): the experiment dataset's root, else undefined. */
-export function rootOf(o: Record<string, unknown>): string | undefined {
-  if (o.dataDir === undefined) return o.root as string | undefined;
-  if (o.root !== undefined && o.root !== o.dataDir)
-    throw new Error("--data-dir is --root's old name: give --root only");
-  console.error("--data-dir is deprecated: use --root");
-  return o.dataDir as string;
-}
+export const rootOf = (o: Record<string, unknown>): string | undefined =>
+  renamedFlag(o, "--data-dir", "--root") as string | undefined;
 
 /** --root and its deprecated alias --data-dir, of run and demo: the name the other commands use. */
 export function addRootOptions(cmd: Command, help: string): Command {

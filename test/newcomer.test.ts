@@ -58,9 +58,11 @@ function flagsOnly(message: string): void {
 
 test("compare on two plain state dicts asks for --arch, --normalization and --image-size at once, with the dataset's statistics", () => {
   const out = file("compare-out");
+  // --data, compare's old name for --dataset, still works and says the new one (issue 38).
   const r = runCli(["compare", file("a.pt"), file("b.pt"), "--data", "fashion-mnist", "--dry-run", "--out", out]);
   assert.equal(r.status, 1, r.stdout);
-  const message = r.stderr;
+  assert.match(r.stderr, /^--data is deprecated: use --dataset$/m);
+  const message = r.stderr.replace(/^--data is deprecated: use --dataset\n/m, "");
   assert.match(message, /A \(.*a\.pt\) and B \(.*b\.pt\) are not stitchlab checkpoints/);
   // One flag for both where they need the same, each with its suggestion.
   assert.match(message, /^ {2}--arch resnet18 .*their keys look like torchvision's resnet18/m);
@@ -69,7 +71,7 @@ test("compare on two plain state dicts asks for --arch, --normalization and --im
   flagsOnly(message);
   assert.ok(!existsSync(out), "a dry run writes nothing");
 
-  // Without --data, the dataset is asked for in the same message; with --arch given, it is not asked for again.
+  // Without --dataset, the dataset is asked for in the same message; with --arch given, it is not asked for again.
   const noData = thrown(() =>
     requireModelSettings(
       { frontArch: "resnet18", backArch: "resnet18" },
@@ -77,12 +79,12 @@ test("compare on two plain state dicts asks for --arch, --normalization and --im
         { role: "front", file: file("a.pt"), name: "A" },
         { role: "back", file: file("b.pt"), name: "B" },
       ],
-      { both: true, dataset: { flag: "--data", from: "back" } },
+      { both: true, dataset: { flag: "--dataset", from: "back" } },
     ),
   );
   assert.doesNotMatch(noData, /--arch/);
   assert.match(noData, /^ {2}--normalization <stats> /m);
-  assert.match(noData, /^ {2}--data <name> .*B does not record one/m);
+  assert.match(noData, /^ {2}--dataset <name> .*B does not record one/m);
   flagsOnly(noData);
 });
 
