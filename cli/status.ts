@@ -1,11 +1,7 @@
 // `stitchlab status DIR` and `stitchlab report DIR`: a run's folder, local or Slurm
-// (experiments/local.ts, experiments/slurm.ts, experiments/report.ts).
-import { existsSync } from "node:fs";
-import { resolve } from "node:path";
+// (experiments/report.ts decides which, for both).
 import type { Command } from "commander";
-import { formatLocalStatus, localStatus, readLocalRun } from "../experiments/local.js";
-import { reportFolder, requireRun } from "../experiments/report.js";
-import { formatStatus, slurmRunPath, slurmStatus } from "../experiments/slurm.js";
+import { folderStatus, reportFolder } from "../experiments/report.js";
 import { printReport } from "./run.js";
 
 export function registerStatusCommands(program: Command): void {
@@ -16,31 +12,8 @@ export function registerStatusCommands(program: Command): void {
     )
     .option("--json", "print the status as JSON")
     .action((dir: string, o: { json?: boolean }) => {
-      const local = readLocalRun(resolve(dir));
-      if (local && !existsSync(slurmRunPath(resolve(dir)))) {
-        const tasks = localStatus(local);
-        console.log(
-          o.json
-            ? JSON.stringify(
-                { experiment: local.plan.experiment.name, cache: local.cache, executor: "local", tasks },
-                null,
-                2,
-              )
-            : formatLocalStatus(local, tasks, resolve(dir)),
-        );
-        return;
-      }
-      requireRun(resolve(dir));
-      const s = slurmStatus(resolve(dir));
-      if (o.json)
-        console.log(
-          JSON.stringify(
-            { experiment: s.run.plan.experiment.name, cache: s.run.cache, tasks: s.tasks, report: s.report },
-            null,
-            2,
-          ),
-        );
-      else console.log(formatStatus(s));
+      const s = folderStatus(dir);
+      console.log(o.json ? JSON.stringify(s.json, null, 2) : s.text);
     });
 
   program

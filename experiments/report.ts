@@ -9,13 +9,13 @@ import type { IriPreview, StitchRow, SummaryRow } from "../report/index.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Device } from "../torch/index.js";
 import { isDone, readFailure } from "./cache.js";
-import { readLocalRun } from "./local.js";
+import { formatLocalStatus, localStatus, readLocalRun } from "./local.js";
 import { withOutLock } from "./outdir.js";
 import type { Plan } from "./plan.js";
 import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable, verdictLines } from "./reading.js";
 import { writeResults } from "./results.js";
 import type { RunSummary } from "./runner.js";
-import { readSlurmRun, slurmRunPath } from "./slurm.js";
+import { formatStatus, readSlurmRun, slurmRunPath, slurmStatus } from "./slurm.js";
 
 /** A summary read from the cache alone (a run made by Slurm jobs, or reported again): done, failed, or not run. */
 export function summaryFromCache(plan: Plan, cache: string): RunSummary {
@@ -131,4 +131,26 @@ export async function reportFolder(dir: string): Promise<RunReport> {
       device: run.options.device,
     });
   });
+}
+
+/**
+ * The status of the run recorded in folder `dir` (`stitchlab status DIR`), local or Slurm, decided
+ * here as reportFolder decides it: as JSON (`json`) and as the text printed on a terminal.
+ */
+export function folderStatus(dir: string): { json: object; text: string } {
+  const out = resolve(dir);
+  const local = readLocalRun(out);
+  if (local && !existsSync(slurmRunPath(out))) {
+    const tasks = localStatus(local);
+    return {
+      json: { experiment: local.plan.experiment.name, cache: local.cache, executor: "local", tasks },
+      text: formatLocalStatus(local, tasks, out),
+    };
+  }
+  requireRun(out);
+  const s = slurmStatus(out);
+  return {
+    json: { experiment: s.run.plan.experiment.name, cache: s.run.cache, tasks: s.tasks, report: s.report },
+    text: formatStatus(s),
+  };
 }
