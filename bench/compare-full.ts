@@ -82,7 +82,8 @@ export async function main(args: string[]): Promise<void> {
   rmSync(cache, { recursive: true, force: true });
   console.log(`compare ${model(1)} ${model(0)} (defaults, empty cache ${cache})...`);
   const r = stitchlab(
-    ["compare", model(1), model(0), "--out", out, "--cache", cache, "--force", "--device", device],
+    // One worker, as the run measured in docs/benchmarks.md and as the estimate assumes.
+    ["compare", model(1), model(0), "--out", out, "--cache", cache, "--force", "--device", device, "--workers", "1"],
     "compare",
   );
   calibrations.push(calibrate());

@@ -42,7 +42,13 @@ import { requireDevice } from "../torch/index.js";
 import { bothModels, budget, compareStudy, givenSizes, planLines, protocolName } from "./compare-study.js";
 import { int, renamedFlag } from "./parse.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
-import { addModelSourceOptions, modelSourceFrom, requireModelSettings } from "./source.js";
+import {
+  ARCH_HELP,
+  addModelSourceOptions,
+  modelSourceFrom,
+  NORMALIZATION_HELP,
+  requireModelSettings,
+} from "./source.js";
 
 export function registerCompareCommand(program: Command): void {
   const d = COMPARE_DEFAULTS;
@@ -78,11 +84,11 @@ export function registerCompareCommand(program: Command): void {
     .option("--dataset <name>", "the dataset both are scored on (default: B's, from its sidecar)")
     .option("--data <name>", "deprecated: use --dataset")
     .option("--root <path>", "where the dataset's files are")
-    .option("--arch <name>", "for weights made elsewhere: the zoo architecture of both (or --front-arch / --back-arch)")
+    .option("--arch <name>", `${ARCH_HELP()}: both (or --front-arch / --back-arch)`)
     .option("--options <yaml>", "createModel options of both that the weights do not show, e.g. '{numHeads: 6}'")
     .option(
       "--normalization <name|yaml>",
-      "the input statistics both were trained with (cifar10, imagenet, none, '{mean, std}')",
+      `${NORMALIZATION_HELP}: both (or --front-normalization / --back-normalization)`,
     )
     .option("--image-size <px>", "the side of the images both were trained on", int)
     .option(
@@ -142,6 +148,9 @@ export function registerCompareCommand(program: Command): void {
     o.dataset = renamedFlag(o, "--data", "--dataset");
     // With --json, stdout holds the one JSON object: every line before it goes to stderr.
     if (o.json) console.log = console.error;
+    // A budget is fitted by an estimate that assumes one worker (experiments/estimate.ts), so a
+    // budgeted run takes one unless --workers says otherwise: two workers cost more on short tasks.
+    if (o.budget !== undefined && o.workers === undefined) o.workers = 1;
     const exec = executorOptions(o);
     const front = modelSourceFrom(o, "front", a);
     const back = modelSourceFrom(o, "back", b);

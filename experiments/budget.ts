@@ -98,14 +98,17 @@ function below(top: number, floor: number, step: number): number[] {
 }
 
 /**
- * IRIs per set and T's images at most n each (those not fixed), T's batch at most its images and
- * its epochs raised so that it still takes BUDGET_MIN_STITCH_STEPS steps (those not fixed).
+ * IRIs per set and T's images at most n each (those not fixed; never below a batch given as a
+ * flag), T's batch at most the fewer of the two (an invariance-aware T trains on the IRIs, a
+ * standard one on the images: each needs one full batch), and its epochs raised so that it still
+ * takes BUDGET_MIN_STITCH_STEPS steps (those not fixed).
  */
 function shrinkImages(s: CompareScale, n: number, b: BudgetBounds): CompareScale {
   const fixed = (k: ScaleKey) => b.fixed.has(k);
-  const iris = fixed("iris") ? s.iris : Math.min(s.iris ?? b.trainCount, n);
-  const images = fixed("images") ? s.images : Math.min(s.images ?? b.trainCount, n);
-  const seen = images ?? b.trainCount;
+  const m = fixed("batch") ? Math.max(n, s.batch) : n;
+  const iris = fixed("iris") ? s.iris : Math.min(s.iris ?? b.trainCount, m);
+  const images = fixed("images") ? s.images : Math.min(s.images ?? b.trainCount, m);
+  const seen = Math.min(images ?? b.trainCount, iris ?? b.trainCount);
   const batch = fixed("batch") ? s.batch : Math.min(s.batch, seen);
   const perEpoch = Math.max(1, Math.floor(seen / batch));
   const epochs = fixed("epochs") ? s.epochs : Math.max(s.epochs, Math.ceil(BUDGET_MIN_STITCH_STEPS / perEpoch));

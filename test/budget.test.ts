@@ -109,6 +109,19 @@ test("a setting given as a flag is never reduced, and candidates are searched, n
   });
 });
 
+test("every stitch keeps one full batch: T's batch follows the fewer of IRIs and images, and a batch given as a flag bounds both from below", () => {
+  // T's images given (48): the IRIs are cut to 32 and T's batch with them, since an invariance-aware
+  // T trains on the IRIs (a batch of 48 over 32 IRIs would be no batch at all).
+  const images = fitBudget(PAPER, 5, cost, bounds(["images"])).scale;
+  assert.equal(images.images, PAPER.images);
+  assert.equal(images.iris, 32);
+  assert.equal(images.batch, 32);
+  // A batch of 64 given: neither the IRIs nor T's images go below it.
+  const batch = fitBudget(PAPER, 5, cost, bounds(["batch"])).scale;
+  assert.equal(batch.batch, PAPER.batch);
+  assert.ok((batch.iris ?? 0) >= PAPER.batch && (batch.images ?? 0) >= PAPER.batch, JSON.stringify(batch));
+});
+
 test("the budget line says what it reduced, from what to what, and the estimate", () => {
   const fit = fitBudget(PAPER, 105, cost, bounds());
   assert.equal(
