@@ -68,7 +68,7 @@ export class TimeLeft {
     todo: { key: string; kind: string }[],
     private readonly opts: {
       workers: number;
-      /** Relative cost of a task by kind (cli/run.ts TASK_WEIGHT); 1 for a kind not named. */
+      /** Relative cost of a task by kind (cli/run-progress.ts TASK_WEIGHT); 1 for a kind not named. */
       weight: Record<string, number>;
       /** Seconds per task by kind, estimated before the run (the demo's): used until tasks end. */
       prior?: Record<string, number>;

@@ -7,7 +7,7 @@
 import { existsSync } from "node:fs";
 import type { Command } from "commander";
 import { parse as parseYaml } from "yaml";
-import { isNormalizationName } from "../data/transforms.js";
+import { isNormalizationName, NORMALIZATION_NAMES } from "../data/transforms.js";
 import {
   checkpointDataset,
   foreignWeightsFacts,
@@ -21,21 +21,22 @@ import { int } from "./parse.js";
 
 type Role = "front" | "back";
 
+/** The architectures a file made elsewhere may fit, as every command's --arch help lists them. */
+export const ARCH_HELP = (): string =>
+  `for weights made elsewhere (a torch.save or safetensors file): the zoo architecture they fit (${modelNames().join(", ")})`;
+
+/** The input statistics a model was trained with, as every command's --normalization help lists them. */
+export const NORMALIZATION_HELP = `the statistics its inputs were normalised with in training: ${NORMALIZATION_NAMES.filter((n) => n !== "imagefolder" && n !== "none").join(", ")}, none ([0, 1] pixels as they are, as the reference's 32 px models), or '{mean: [...], std: [...]}'`;
+
 /** Adds --ROLE-arch, --ROLE-options, --ROLE-normalization and --ROLE-image-size to a command. */
 export function addModelSourceOptions(cmd: Command, role: Role): Command {
   return cmd
-    .option(
-      `--${role}-arch <name>`,
-      `for weights made elsewhere (a torch.save or safetensors file): the zoo architecture they fit (${modelNames().join(", ")})`,
-    )
+    .option(`--${role}-arch <name>`, ARCH_HELP())
     .option(
       `--${role}-options <yaml>`,
       "createModel options the weights' shapes do not show, e.g. '{numHeads: 6}' (classes, width, stem and ViT sizes are read from the weights)",
     )
-    .option(
-      `--${role}-normalization <name|yaml>`,
-      "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, none ([0, 1] pixels as they are, as the reference's 32 px models), or '{mean: [...], std: [...]}'",
-    )
+    .option(`--${role}-normalization <name|yaml>`, NORMALIZATION_HELP)
     .option(`--${role}-image-size <px>`, "the side of the images it was trained on", int);
 }
 

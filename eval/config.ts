@@ -18,7 +18,8 @@ export const PIXEL_UNITS = "pixel units are in [0, 1]; did you mean 8/255?";
  * A number as a user writes it, on the command line or in an experiment file: "0.0314", or a
  * fraction such as "8/255" (pixel units are read that way, and 0.0313725 is not 8/255: a preset
  * that wrote it trained another model, under another key, than `--eps 8/255`). The one parser of
- * such text: cli/parse.ts `fraction` (the flags) and fractional (the files' schema) both call it.
+ * such text: fractional, the schemas' pixel-unit type, calls it, so flags made from the schemas
+ * (cli/schema-flags.ts) and files read it alike.
  */
 export function parseFraction(text: string): number {
   const m = text.match(/^\s*([\d.]+)\s*\/\s*([\d.]+)\s*$/);

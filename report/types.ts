@@ -75,7 +75,7 @@ export interface ModelRow {
 export interface IriPreview {
   front: string;
   point: string;
-  /** Relative residuals of the whole IRI set; below01 = share of images with residual <= 0.1. */
+  /** Relative residuals of the whole IRI set; below01 = share of images with residual <= GOOD_IRI_RESIDUAL (stitch/residuals.ts). */
   residuals: { mean: number; median: number; p90: number; below01: number };
   /** Each previewed image's residual, in the grid's column order (absent for sets made before). */
   previewResiduals?: number[];
