@@ -385,3 +385,15 @@ export function flagsFor(settings: Record<string, unknown>, schema: ObjectSchema
     })
     .join(" ");
 }
+
+/**
+ * The PGD recipe's flags, as train and stitch both name them (the keys under `adversarial`):
+ * --pgd-eps, --pgd-step, --pgd-steps, --adv-fraction, --random-start.
+ */
+export const PGD_FLAG_NAMES: FlagTable["keys"] = {
+  "adversarial.eps": { flag: "--pgd-eps" },
+  "adversarial.step": { flag: "--pgd-step" },
+  "adversarial.steps": { flag: "--pgd-steps" },
+  "adversarial.fraction": { flag: "--adv-fraction" },
+  "adversarial.randomStart": { flag: "--random-start" },
+};

@@ -22,7 +22,7 @@ import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
 import { dataFromFlags, dataTable, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
-import { addSchemaFlags, type FlagTable, settingsFromFlags } from "./schema-flags.js";
+import { addSchemaFlags, type FlagTable, PGD_FLAG_NAMES, settingsFromFlags } from "./schema-flags.js";
 import { addModelSourceOptions, modelSourceFrom } from "./source.js";
 
 /**
@@ -32,11 +32,7 @@ import { addModelSourceOptions, modelSourceFrom } from "./source.js";
  */
 export const STITCH_FLAGS: FlagTable = {
   keys: {
-    "adversarial.eps": { flag: "--pgd-eps" },
-    "adversarial.step": { flag: "--pgd-step" },
-    "adversarial.steps": { flag: "--pgd-steps" },
-    "adversarial.fraction": { flag: "--adv-fraction" },
-    "adversarial.randomStart": { flag: "--random-start" },
+    ...PGD_FLAG_NAMES,
     bnMode: {
       choices: BN_MODES,
       note: "--bn-mode sets --mode's",

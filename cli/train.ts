@@ -13,7 +13,7 @@ import { deviceOption, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
 import { dataFromFlags, dataTable } from "./parse.js";
 import { progressSink } from "./progress.js";
-import { addSchemaFlags, type FlagTable, schemaFlags, settingsFromFlags } from "./schema-flags.js";
+import { addSchemaFlags, type FlagTable, PGD_FLAG_NAMES, schemaFlags, settingsFromFlags } from "./schema-flags.js";
 
 /**
  * Where `train`'s flags differ from the training schema's keys (the rest are the keys in kebab
@@ -24,11 +24,7 @@ import { addSchemaFlags, type FlagTable, schemaFlags, settingsFromFlags } from "
 export const TRAIN_FLAGS: FlagTable = {
   keys: {
     arch: { flag: "--model", required: true },
-    "adversarial.eps": { flag: "--pgd-eps" },
-    "adversarial.step": { flag: "--pgd-step" },
-    "adversarial.steps": { flag: "--pgd-steps" },
-    "adversarial.fraction": { flag: "--adv-fraction" },
-    "adversarial.randomStart": { flag: "--random-start" },
+    ...PGD_FLAG_NAMES,
     "simclr.temperature": { flag: "--temperature" },
   },
   sections: {
