@@ -4,7 +4,7 @@
 import { InvalidArgumentError } from "commander";
 import { parseFraction } from "../eval/config.js";
 import { datasetSchema } from "../experiments/spec.js";
-import { type FlagTable, type KeyRule, settingsFromFlags } from "./schema-flags.js";
+import { attributeOf, type FlagTable, type KeyRule, settingsFromFlags } from "./schema-flags.js";
 
 export const int = (v: string): number => {
   const n = Number(v);
@@ -96,16 +96,13 @@ export function checkedFlags<T>(
   throw new Error(lines.join("; "));
 }
 
-/** camelCase as commander stores a flag: "--data-dir" -> "dataDir". */
-const keyOf = (flag: string) => flag.replace(/^--/, "").replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
-
 /**
  * A flag's value under its name, or under its deprecated old name (said once on stderr: "--data
  * is deprecated: use --dataset"); both given with different values is an error (issue 38: old
  * names stay as aliases that say the new one).
  */
 export function renamedFlag(o: Record<string, unknown>, old: string, now: string): unknown {
-  const [was, is] = [o[keyOf(old)], o[keyOf(now)]];
+  const [was, is] = [o[attributeOf(old)], o[attributeOf(now)]];
   if (was === undefined) return is;
   if (is !== undefined && is !== was) throw new Error(`${old} is ${now}'s old name: give ${now} only`);
   console.error(`${old} is deprecated: use ${now}`);

@@ -90,7 +90,7 @@ export interface SchemaFlag {
 
 const kebab = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 /** commander's attribute name for a long flag: --pgd-step -> pgdStep. */
-const attributeOf = (flag: string) =>
+export const attributeOf = (flag: string) =>
   flag.replace(/^--(no-)?/, "").replace(/-([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 
 interface Def {
