@@ -1,7 +1,8 @@
-// compare's flags as a study: the experiment it runs and its plan (compareStudy), its problems
-// told in flags (asFlags), the sizes a budget may not reduce (givenSizes), the plan as the user
-// reads it before the run (planLines), and the parsers of --protocol and --budget. cli/compare.ts
-// registers the command and runs it.
+// compare's flags as a study: its size flags, made from the experiment's schema (COMPARE_FLAGS),
+// the experiment it runs and its plan (compareStudy), its problems told in flags (asFlags), the
+// sizes a budget may not reduce (givenSizes), the plan as the user reads it before the run
+// (planLines), and the parsers of --protocol and --budget. cli/compare.ts registers the command
+// and runs it.
 import { InvalidArgumentError } from "commander";
 import { type CompareScale, parseDuration, type ScaleKey } from "../experiments/budget.js";
 import { isDone } from "../experiments/cache.js";
@@ -10,11 +11,13 @@ import {
   COMPARE_PROTOCOL_NAMES,
   type CompareProtocolName,
   compareExperiment,
+  protocolSizes,
 } from "../experiments/compare.js";
 import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
-import { type Experiment, ExperimentError } from "../experiments/spec.js";
+import { type Experiment, ExperimentError, experimentSchema } from "../experiments/spec.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
 import { iriStepCap } from "../stitch/iri-options.js";
+import { type FlagTable, flagNames, givenFromFlags } from "./schema-flags.js";
 
 export const words = (v: string) =>
   v
@@ -33,21 +36,89 @@ export function bothModels(o: Record<string, unknown>): Record<string, unknown> 
   return out;
 }
 
-/** An experiment problem's leading key, as compare's flag. */
+/**
+ * compare's size flags: the experiment file's keys they set (experiments/spec.ts experimentSchema),
+ * so their bounds and parsers are the file's, and their defaults the fast protocol's
+ * (COMPARE_DEFAULTS; --protocol paper's are named in each help). --limit and --batch-size are
+ * shorthands, each declared once: --limit a fallback of --iris-limit and --stitch-limit (either
+ * narrows it, as before), --batch-size the batch of T and of the IRI descent, which compare keeps
+ * one. The help is the command's where the key means less than in a file (a replicate of fixed
+ * checkpoints is other seeds only; T's epochs are one batch each at the fast sizes). The other
+ * flags stay hand-written: --points and --objectives take "all" and comma lists the study reads,
+ * --seed shifts the seeds rather than setting one key, and --image-size is both models' setting as
+ * much as the dataset's (cli/source.ts).
+ */
+const paper = protocolSizes("paper");
+export const COMPARE_FLAGS: FlagTable = {
+  only: [
+    "replicates",
+    "dataset.testLimit",
+    "iris.limit",
+    "iris.steps",
+    "iris.batchSize",
+    "stitch.limit",
+    "stitch.epochs",
+    "stitch.batchSize",
+  ],
+  defaults: { ...COMPARE_DEFAULTS, dataset: { testLimit: COMPARE_DEFAULTS.testLimit } },
+  keys: {
+    replicates: {
+      describe:
+        "replicates of A -> B: other IRI and stitching seeds (1: intervals over the test images; 2 or more: over the seeds)",
+      note: `--protocol paper: ${paper.replicates}`,
+    },
+    "dataset.testLimit": { flag: "--test-limit", note: `--protocol paper: ${paper.test}` },
+    "iris.limit": {
+      describe: "IRIs per model and point: the first n training images",
+      note: `--protocol paper: ${paper.iris}`,
+    },
+    "iris.steps": {
+      describe: "IRI descent steps per start",
+      note: `Adam from another image, keep-best, an image stops at residual ${COMPARE_DEFAULTS.iris.target} and restarts up to ${COMPARE_DEFAULTS.iris.maxSteps} steps in all (${COMPARE_DEFAULTS.iris.maxSteps / COMPARE_DEFAULTS.iris.steps} times the steps given); docs/method.md "How tight an IRI must be"`,
+    },
+    "iris.batchSize": { skip: true },
+    "stitch.limit": { describe: "real training images for T", note: `--protocol paper: ${paper.images}` },
+    "stitch.epochs": {
+      flag: "--epochs",
+      describe: "epochs of T",
+      note: `one batch per epoch at the default sizes; --protocol paper: ${paper.epochs}`,
+    },
+    "stitch.batchSize": { skip: true },
+  },
+  shorthands: [
+    {
+      flag: "--limit <n>",
+      sets: ["iris.limit", "stitch.limit"],
+      fallback: true,
+      help: `training images for IRIs and for T (default ${COMPARE_DEFAULTS.iris.limit}; --protocol paper: ${paper.iris}); --iris-limit or --stitch-limit sets one of them over it`,
+    },
+    {
+      flag: "--batch-size <n>",
+      sets: ["iris.batchSize", "stitch.batchSize"],
+      fallback: true,
+      help: `batch of T and of the IRI descent (default ${COMPARE_DEFAULTS.stitch.batchSize}; --protocol paper: ${paper.batch})`,
+    },
+  ],
+};
+
+/** The experiment's keys compare's size flags give (absent: not given). */
+interface GivenSizes {
+  replicates?: number;
+  dataset?: { testLimit?: number };
+  iris?: { limit?: number; steps?: number; batchSize?: number };
+  stitch?: { limit?: number; epochs?: number; batchSize?: number };
+}
+export const sizesFromFlags = (o: Record<string, unknown>): GivenSizes =>
+  givenFromFlags(o, experimentSchema, COMPARE_FLAGS) as GivenSizes;
+
+/** An experiment problem's leading key, as compare's flag: the size flags' own, and the rest's. */
 const FLAG_OF: Record<string, string> = {
+  ...flagNames(experimentSchema, COMPARE_FLAGS),
   points: "--points",
   objectives: "--objectives",
-  replicates: "--replicates",
   seeds: "--seed",
-  "iris.limit": "--iris-limit",
-  "iris.steps": "--iris-steps",
   "iris.maxSteps": "--iris-steps",
-  "iris.batchSize": "--batch-size",
   "iris.seed": "--seed",
-  "stitch.limit": "--stitch-limit",
-  "stitch.epochs": "--epochs",
-  "stitch.batchSize": "--batch-size",
-  "dataset.testLimit": "--test-limit",
   "dataset.name": "--dataset",
   "dataset.root": "--root",
 };
@@ -76,14 +147,15 @@ export function asFlags<T>(build: () => T): T {
 
 /** The settings a budget may reduce that the user gave as flags (never reduced). */
 export function givenSizes(o: Record<string, unknown>): Set<ScaleKey> {
+  const g = sizesFromFlags(o);
   const given: [ScaleKey, unknown][] = [
-    ["replicates", o.replicates],
+    ["replicates", g.replicates],
     ["points", o.points],
-    ["iris", o.irisLimit ?? o.limit],
-    ["images", o.stitchLimit ?? o.limit],
-    ["batch", o.batchSize],
-    ["epochs", o.epochs],
-    ["test", o.testLimit],
+    ["iris", g.iris?.limit],
+    ["images", g.stitch?.limit],
+    ["batch", g.stitch?.batchSize],
+    ["epochs", g.stitch?.epochs],
+    ["test", g.dataset?.testLimit],
   ];
   return new Set(given.filter(([, v]) => v !== undefined).map(([k]) => k));
 }
@@ -144,7 +216,8 @@ export function compareStudy(
   scale?: CompareScale,
 ): { text: string; experiment: Experiment; plan: Plan } {
   const d = COMPARE_DEFAULTS;
-  const limit = (k: string) => (o[k] ?? o.limit) as number | undefined;
+  const g = sizesFromFlags(o);
+  const steps = g.iris?.steps;
   const some = <T>(k: string, v: T | undefined) => (v === undefined ? {} : { [k]: v });
   return asFlags(() => {
     const built = compareExperiment(
@@ -155,7 +228,7 @@ export function compareStudy(
         dataset: {
           name: dataset,
           ...some("root", o.root as string | undefined),
-          ...some("testLimit", scale ? (scale.test ?? undefined) : (o.testLimit as number | undefined)),
+          ...some("testLimit", scale ? (scale.test ?? undefined) : g.dataset?.testLimit),
           ...(dataset === "imagefolder" ? some("imageSize", o.imageSize as number | undefined) : {}),
         },
         ...some(
@@ -170,22 +243,19 @@ export function compareStudy(
         ),
         ...some("seed", o.seed as number | undefined),
         ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
-        ...some("replicates", scale ? scale.replicates : (o.replicates as number | undefined)),
+        ...some("replicates", scale ? scale.replicates : g.replicates),
         bothWays: Boolean(o.bothWays),
         iris: {
-          ...some("limit", scale ? scale.iris : limit("irisLimit")),
-          ...some("steps", o.irisSteps as number | undefined),
+          ...some("limit", scale ? scale.iris : g.iris?.limit),
+          ...some("steps", steps),
           // Other steps per start keep the default's three starts at most.
-          ...some(
-            "maxSteps",
-            o.irisSteps === undefined ? undefined : (o.irisSteps as number) * (d.iris.maxSteps / d.iris.steps),
-          ),
-          ...some("batchSize", o.batchSize as number | undefined),
+          ...some("maxSteps", steps === undefined ? undefined : steps * (d.iris.maxSteps / d.iris.steps)),
+          ...some("batchSize", g.iris?.batchSize),
         },
         stitch: {
-          ...some("limit", scale ? scale.images : limit("stitchLimit")),
-          ...some("epochs", scale ? scale.epochs : (o.epochs as number | undefined)),
-          ...some("batchSize", scale ? scale.batch : (o.batchSize as number | undefined)),
+          ...some("limit", scale ? scale.images : g.stitch?.limit),
+          ...some("epochs", scale ? scale.epochs : g.stitch?.epochs),
+          ...some("batchSize", scale ? scale.batch : g.stitch?.batchSize),
         },
       },
       file,

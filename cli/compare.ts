@@ -37,11 +37,21 @@ import {
 } from "../experiments/estimate.js";
 import { claimOut } from "../experiments/outdir.js";
 import { defaultCache } from "../experiments/run.js";
+import { experimentSchema } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { requireDevice } from "../torch/index.js";
-import { bothModels, budget, compareStudy, givenSizes, planLines, protocolName } from "./compare-study.js";
+import {
+  bothModels,
+  budget,
+  COMPARE_FLAGS,
+  compareStudy,
+  givenSizes,
+  planLines,
+  protocolName,
+} from "./compare-study.js";
 import { int, renamedFlag } from "./parse.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
+import { addSchemaFlags } from "./schema-flags.js";
 import {
   ARCH_HELP,
   addModelSourceOptions,
@@ -97,47 +107,13 @@ export function registerCompareCommand(program: Command): void {
     )
     .option("--objectives <list>", "hlm, slm, dm, fula or weighted sums, comma-separated (default slm)")
     .option(
-      "--replicates <n>",
-      `replicates of A -> B: other IRI and stitching seeds (default ${d.replicates}: intervals over the test images; 2 or more: over the seeds; --protocol paper: ${paper.replicates})`,
-      int,
-    )
-    .option(
       "--seed <s>",
       "shift the IRI and stitching seeds by s: another draw of the same comparison (default 0)",
       int,
     )
-    .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
-    .option(
-      "--limit <n>",
-      `training images for IRIs and for T (default ${d.iris.limit}; --protocol paper: ${paper.iris}; --iris-limit, --stitch-limit)`,
-      int,
-    )
-    .option(
-      "--iris-limit <n>",
-      `IRIs per model and point (default ${d.iris.limit}; --protocol paper: ${paper.iris})`,
-      int,
-    )
-    .option(
-      "--iris-steps <n>",
-      `IRI descent steps per start (default ${d.iris.steps}: Adam from another image, keep-best, an image stops at residual ${d.iris.target} and restarts up to ${d.iris.maxSteps} steps; docs/method.md "How tight an IRI must be")`,
-      int,
-    )
-    .option(
-      "--stitch-limit <n>",
-      `real training images for T (default ${d.stitch.limit}; --protocol paper: ${paper.images})`,
-      int,
-    )
-    .option(
-      "--epochs <n>",
-      `epochs of T (default ${d.stitch.epochs}: one batch of ${d.stitch.batchSize} per epoch; --protocol paper: ${paper.epochs})`,
-      int,
-    )
-    .option(
-      "--batch-size <n>",
-      `batch of T and of the IRI descent (default ${d.stitch.batchSize}; --protocol paper: ${paper.batch})`,
-      int,
-    )
-    .option("--test-limit <n>", `test images (default ${d.testLimit}; --protocol paper: ${paper.test})`, int)
+    .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control");
+  // The size flags: from the experiment's schema (COMPARE_FLAGS in cli/compare-study.ts).
+  addSchemaFlags(cmd, experimentSchema, COMPARE_FLAGS)
     .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--force", "run into an --out that holds another experiment's run (its files are moved aside)")
     .option("--dry-run", "print the plan and the time estimate, and stop");

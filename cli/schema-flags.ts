@@ -24,6 +24,12 @@ export interface KeyRule {
   required?: boolean;
   /** Words after the schema's description, where the flag means more on the command line. */
   note?: string;
+  /**
+   * The help in place of the schema's description, where the key means less in this command than
+   * in a file (compare's --replicates: its models are fixed checkpoints, so a replicate is other
+   * IRI and stitching seeds only, where a file's also trains other fronts). The default is still read.
+   */
+  describe?: string;
   /** The setting's value from the flag's parsed value and all the flags (stitch's --bn-mode m: { [mode]: m }). */
   to?: (value: unknown, o: Record<string, unknown>) => unknown;
   /** The flag's values, where they are not the key's own (with `to`: the key is an object the flag fills one field of). */
@@ -38,16 +44,22 @@ export interface SectionRule {
   what: string;
 }
 
-/** One flag that sets several keys (stitch's --eps: both radii), in the sections that are on. */
+/**
+ * One flag that sets several keys. By default (stitch's --eps: both radii) it sets them in the
+ * sections that are on, and is refused beside a flag of one of its keys; a fallback (compare's
+ * --limit: IRIs and T's images) sets each of its keys whose own flag is not given, section on or not.
+ */
 export interface Shorthand {
   /** "--eps <e>" */
   flag: string;
-  /** The keys it sets, by path; each must have a flag of its own too. */
+  /** The keys it sets, by path (a section's key); its parser is the first one's. */
   sets: string[];
   /** Its help: says it is a shorthand, and for which flags. */
   help: string;
-  /** The message when none of its keys' sections is on. */
-  unused: string;
+  /** The message when none of its keys' sections is on (not for a fallback). */
+  unused?: string;
+  /** A default of its keys' own flags rather than a second way to set them (compare's --limit). */
+  fallback?: boolean;
 }
 
 /** A command's exceptions to the rule "one flag per key, named as the key". */
@@ -55,9 +67,16 @@ export interface FlagTable {
   keys?: Record<string, KeyRule>;
   sections?: Record<string, SectionRule>;
   shorthands?: Shorthand[];
-  /** Only these top-level keys get flags (a command taking part of a schema). */
+  /**
+   * Only these keys get flags (a command taking part of a schema): top-level keys, whole sections,
+   * or a section's keys by path ("iris.limit").
+   */
   only?: string[];
-  /** Defaults where the schema's keys carry none (stitch/iri-options.ts IRI_DEFAULTS beside the partial IRI schema). */
+  /**
+   * Defaults where the schema's keys carry none (stitch/iri-options.ts IRI_DEFAULTS beside the
+   * partial IRI schema), or where the command's differ from a file's (compare's COMPARE_DEFAULTS);
+   * a section's under its name.
+   */
   defaults?: Record<string, unknown>;
 }
 
@@ -174,16 +193,19 @@ function listOfFractions(base: Schema): boolean {
 /** The flags of a schema under a command's table, in the schema's order (sections' keys after their switch). */
 export function schemaFlags(schema: ObjectSchema, table: FlagTable = {}): SchemaFlag[] {
   const out: SchemaFlag[] = [];
+  // A key is wanted when `only` names it, a section above it, or (a section) a key in it.
+  const wanted = (id: string) =>
+    !table.only || table.only.some((p) => p === id || id.startsWith(`${p}.`) || p.startsWith(`${id}.`));
   const visit = (shape: Record<string, Schema>, prefix: string[], defaults: Record<string, unknown> | undefined) => {
     for (const [key, field] of Object.entries(shape)) {
-      if (!prefix.length && table.only && !table.only.includes(key)) continue;
       const path = [...prefix, key];
       const id = path.join(".");
+      if (!wanted(id)) continue;
       const rule = table.keys?.[id] ?? {};
       if (rule.skip) continue;
       const { base, description, fraction } = unwrap(field);
       if (defOf(base).type === "object" && !rule.choices) {
-        visit(defOf(base).shape ?? {}, path, undefined);
+        visit(defOf(base).shape ?? {}, path, defaults?.[key] as Record<string, unknown> | undefined);
         continue;
       }
       const kind = rule.choices ? "enum" : kindOf(base, fraction);
@@ -195,7 +217,7 @@ export function schemaFlags(schema: ObjectSchema, table: FlagTable = {}): Schema
         dflt === undefined || dflt === null || kind === "boolean"
           ? ""
           : formatDefault(dflt, fraction || listOfFractions(base));
-      const help = [description ?? "", rule.note ?? ""].filter(Boolean).join("; ");
+      const help = [rule.describe ?? description ?? "", rule.note ?? ""].filter(Boolean).join("; ");
       out.push({
         path,
         flag,
@@ -246,7 +268,7 @@ function rawValue(kind: FlagKind, base: Schema, text: string): unknown {
 }
 
 /** The flag's parser: the text as its kind writes it, checked by the key's schema (its bounds, its message). */
-function parserOf(f: SchemaFlag): (text: string) => unknown {
+function parserOf(f: Pick<SchemaFlag, "kind" | "schema">): (text: string) => unknown {
   const { base } = unwrap(f.schema);
   return (text) => {
     const raw = rawValue(f.kind, base, text);
@@ -254,6 +276,24 @@ function parserOf(f: SchemaFlag): (text: string) => unknown {
     if (!r.success) throw new InvalidArgumentError(r.error.issues.map((i) => i.message).join("; "));
     return r.data;
   };
+}
+
+/** The schema of a key by its path (a section's key: ["iris", "limit"]), whether or not it has a flag. */
+function keySchema(schema: ObjectSchema, path: string[]): Schema {
+  let cur: Schema = schema;
+  for (const k of path) {
+    const field = defOf(unwrap(cur).base).shape?.[k];
+    if (!field) throw new Error(`no key ${path.join(".")}`);
+    cur = field;
+  }
+  return cur;
+}
+
+/** A shorthand's parser: its first key's (the keys it sets share a type), from the schema itself. */
+function shorthandParser(schema: ObjectSchema, s: Shorthand): (text: string) => unknown {
+  const field = keySchema(schema, (s.sets[0] ?? "").split("."));
+  const { base, fraction } = unwrap(field);
+  return parserOf({ kind: kindOf(base, fraction), schema: field });
 }
 
 /** The argument's name in --help: <n> for counts, <x> for numbers, <name> for choices. */
@@ -290,7 +330,7 @@ export function addSchemaFlags(cmd: Command, schema: ObjectSchema, table: FlagTa
     if (f.required) o.makeOptionMandatory();
     cmd.addOption(o);
   }
-  for (const s of table.shorthands ?? []) cmd.option(s.flag, s.help, parserOf(flagOf(flags, s.sets[0] ?? "")));
+  for (const s of table.shorthands ?? []) cmd.option(s.flag, s.help, shorthandParser(schema, s));
   return cmd;
 }
 
@@ -338,8 +378,17 @@ export function givenFromFlags(
   for (const s of table.shorthands ?? []) {
     const v = o[shorthandAttribute(s)];
     if (v === undefined) continue;
+    if (s.fallback) {
+      for (const p of s.sets) {
+        const [section, key] = p.split(".") as [string, string];
+        const into = { ...(out[section] as Record<string, unknown> | undefined) };
+        into[key] ??= v;
+        out[section] = into;
+      }
+      continue;
+    }
     const targets = s.sets.filter((p) => out[p.split(".")[0] ?? ""] !== undefined);
-    if (!targets.length) throw new Error(s.unused);
+    if (!targets.length) throw new Error(s.unused ?? `${s.flag.split(" ")[0]} sets nothing here`);
     for (const p of targets) {
       const [section, key] = p.split(".") as [string, string];
       const into = out[section] as Record<string, unknown>;
@@ -351,9 +400,11 @@ export function givenFromFlags(
   return out;
 }
 
-/** The flag of each key path, for errors that name the flag (checkedFlags). */
+/** The flag of each key path, for errors that name the flag (checkedFlags); a key only a shorthand sets, the shorthand's. */
 export function flagNames(schema: ObjectSchema, table: FlagTable = {}): Record<string, string> {
-  return Object.fromEntries(schemaFlags(schema, table).map((f) => [f.path.join("."), f.flag]));
+  const own = Object.fromEntries(schemaFlags(schema, table).map((f) => [f.path.join("."), f.flag]));
+  const byShorthand = (table.shorthands ?? []).flatMap((s) => s.sets.map((p) => [p, s.flag.split(" ")[0] ?? ""]));
+  return { ...Object.fromEntries(byShorthand), ...own };
 }
 
 /** The settings the flags give, checked by the schema that owns them (errors name the flag). */

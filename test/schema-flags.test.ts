@@ -9,6 +9,8 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { Command, type Option } from "commander";
 import type { z } from "zod";
+import { registerCompareCommand } from "../cli/compare.js";
+import { COMPARE_FLAGS, sizesFromFlags } from "../cli/compare-study.js";
 import { compareRecipeFlags, IRIS_FLAGS, irisConfigFromFlags, registerIrisCommand } from "../cli/iris.js";
 import { dataTable } from "../cli/parse.js";
 import { type FlagTable, formatDefault, givenFromFlags, type SchemaFlag, schemaFlags } from "../cli/schema-flags.js";
@@ -17,7 +19,7 @@ import { registerTrainCommand, TRAIN_FLAGS, trainConfigFromFlags } from "../cli/
 import { taskKey } from "../experiments/cache.js";
 import { COMPARE_DEFAULTS } from "../experiments/compare.js";
 import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
-import { datasetSchema, parseExperiment } from "../experiments/spec.js";
+import { datasetSchema, experimentSchema, parseExperiment } from "../experiments/spec.js";
 import { irisSettingsSchema, stitchSettingsSchema } from "../stitch/config.js";
 import { trainSettingsSchema } from "../train/config.js";
 
@@ -420,4 +422,39 @@ test("no default is written in the command files: their help reads it from the s
     assert.doesNotMatch(text, /default:? \d/, file);
     assert.doesNotMatch(text, /\d+\/255/, file);
   }
+});
+
+test("compare's size flags are the experiment file's keys: their bounds, and --limit and --batch-size as shorthands", () => {
+  const { options } = command(registerCompareCommand, "compare");
+  const flags = schemaFlags(experimentSchema, COMPARE_FLAGS);
+  assert.deepEqual(flags.map((f) => f.flag).sort(), [
+    "--epochs",
+    "--iris-limit",
+    "--iris-steps",
+    "--replicates",
+    "--stitch-limit",
+    "--test-limit",
+  ]);
+  for (const f of flags) {
+    assert.ok(options.get(f.flag), f.flag);
+    // The fast protocol's default, read from COMPARE_DEFAULTS.
+    assert.ok(f.help.endsWith(`(default ${formatDefault(f.default)})`), f.flag);
+  }
+  const parse = (flag: string, v: string) => options.get(flag)?.parseArg?.(v, undefined);
+  assert.throws(() => parse("--replicates", "1001"), /at most 1000/);
+  assert.throws(() => parse("--epochs", "0"), /./);
+  assert.throws(() => parse("--limit", "0"), /./, "--limit has the limits' bounds");
+  assert.throws(() => parse("--batch-size", "65537"), /at most 65536/);
+  const given = (argv: string[]) => sizesFromFlags(parsed(registerCompareCommand, "compare", argv));
+  assert.deepEqual(given([]), {});
+  assert.deepEqual(given(["--limit", "64", "--batch-size", "32"]), {
+    iris: { limit: 64, batchSize: 32 },
+    stitch: { limit: 64, batchSize: 32 },
+  });
+  // --iris-limit and --stitch-limit narrow --limit, each for its own.
+  assert.deepEqual(given(["--limit", "64", "--iris-limit", "16", "--epochs", "3", "--test-limit", "200"]), {
+    iris: { limit: 16 },
+    stitch: { limit: 64, epochs: 3 },
+    dataset: { testLimit: 200 },
+  });
 });
