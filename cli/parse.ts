@@ -1,29 +1,32 @@
 // Option parsers shared by the commands: each names the bad value in its error. They throw
 // commander's InvalidArgumentError, so that the message names the option too:
-// "option '--epochs <n>' argument 'abc' is invalid. expected a non-negative integer".
+// "option '--epochs <n>' argument 'abc' is invalid. expected an integer".
 import { InvalidArgumentError } from "commander";
-import { parseFraction } from "../eval/config.js";
+import { z } from "zod";
 import { datasetSchema } from "../experiments/spec.js";
 import { attributeOf, type FlagTable, type KeyRule, settingsFromFlags } from "./schema-flags.js";
 
-export const int = (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isSafeInteger(n) || n < 0)
-    throw new InvalidArgumentError("expected a non-negative integer");
-  return n;
-};
-
 /**
- * Accepts "8/255" as well as 0.0314: eval/config.ts parseFraction, the parser experiment files'
- * pixel units go through too, so `--eps 8/255` and `eps: 8/255` are one number and one key.
+ * A flag's text as a number, else commander's error: the one reading of a number flag, so that a
+ * bad value gets one message from every flag, made from a schema (cli/schema-flags.ts) or not (int).
  */
-export const fraction = (v: string): number => {
-  try {
-    return parseFraction(v);
-  } catch (e) {
-    throw new InvalidArgumentError((e as Error).message);
-  }
-};
+export function numberArg(text: string, integer: boolean): number {
+  const n = Number(text);
+  if (text.trim() === "" || !Number.isFinite(n))
+    throw new InvalidArgumentError(integer ? "expected an integer" : "expected a number");
+  return n;
+}
+
+/** A flag's value checked by a schema, else commander's error with the schema's message ("Too small: expected number to be >=1"). */
+export function checkedArg<T>(schema: z.ZodType<T>, value: unknown): T {
+  const r = schema.safeParse(value);
+  if (!r.success) throw new InvalidArgumentError(r.error.issues.map((i) => i.message).join("; "));
+  return r.data;
+}
+
+const count = z.number().int().min(0);
+/** A count of a flag no schema key owns (--workers, --seed, --image-size of a model): read and checked as a key's are. */
+export const int = (v: string): number => checkedArg(count, numberArg(v, true));
 
 /** The value if it is one of `allowed`, else an error listing them. */
 export function oneOf<T extends string>(what: string, allowed: readonly T[], v: string | undefined): T | undefined {

@@ -9,7 +9,7 @@
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { checkedFlags } from "./parse.js";
+import { checkedArg, checkedFlags, numberArg } from "./parse.js";
 
 type Schema = z.ZodType;
 type ObjectSchema = z.ZodObject<z.ZodRawShape>;
@@ -238,16 +238,9 @@ export function schemaFlags(schema: ObjectSchema, table: FlagTable = {}): Schema
   return out;
 }
 
-/** A text as a number, else commander's error (which names the flag). */
-function numberOf(text: string, what: string): number {
-  const n = Number(text);
-  if (text.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError(`expected ${what}`);
-  return n;
-}
-
 /** The text of one value of this kind as the schema wants it (before the schema's own check). */
 function rawValue(kind: FlagKind, base: Schema, text: string): unknown {
-  if (kind === "number" || kind === "integer") return numberOf(text, kind === "integer" ? "an integer" : "a number");
+  if (kind === "number" || kind === "integer") return numberArg(text, kind === "integer");
   if (kind === "yaml")
     try {
       return parseYaml(text);
@@ -270,12 +263,7 @@ function rawValue(kind: FlagKind, base: Schema, text: string): unknown {
 /** The flag's parser: the text as its kind writes it, checked by the key's schema (its bounds, its message). */
 function parserOf(f: Pick<SchemaFlag, "kind" | "schema">): (text: string) => unknown {
   const { base } = unwrap(f.schema);
-  return (text) => {
-    const raw = rawValue(f.kind, base, text);
-    const r = f.schema.safeParse(raw);
-    if (!r.success) throw new InvalidArgumentError(r.error.issues.map((i) => i.message).join("; "));
-    return r.data;
-  };
+  return (text) => checkedArg(f.schema, rawValue(f.kind, base, text));
 }
 
 /** The schema of a key by its path (a section's key: ["iris", "limit"]), whether or not it has a flag. */

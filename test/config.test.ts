@@ -9,7 +9,6 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { Command } from "commander";
 import { irisConfigFromFlags, registerIrisCommand } from "../cli/iris.js";
-import { fraction } from "../cli/parse.js";
 import { registerStitchCommand, stitchConfigFromFlags } from "../cli/stitch.js";
 import { registerTrainCommand, trainConfigFromFlags } from "../cli/train.js";
 import type { Dataset } from "../data/index.js";
@@ -510,9 +509,7 @@ test("an experiment file takes 8/255 as the flags do (one parser): the preset's 
   assert.equal(parseFraction("0.5"), 0.5);
   assert.throws(() => parseFraction("8/0"), /finite fraction/);
   assert.throws(() => parseFraction("eight"), /a number or a fraction such as 8\/255/);
-  // The flags' parser is the same function.
-  assert.equal(fraction("8/255"), parseFraction("8/255"));
-  assert.throws(() => fraction("8/0"), /finite fraction/);
+  // The flags' parser is the key's schema, so the same function (test/schema-flags.test.ts: pixel units).
   // In a file: pixel units of training, stitching, robust evaluation and IRIs.
   const p = plan(
     FILE(

@@ -12,7 +12,7 @@ import type { z } from "zod";
 import { registerCompareCommand } from "../cli/compare.js";
 import { COMPARE_FLAGS, sizesFromFlags } from "../cli/compare-study.js";
 import { compareRecipeFlags, IRIS_FLAGS, irisConfigFromFlags, registerIrisCommand } from "../cli/iris.js";
-import { dataTable } from "../cli/parse.js";
+import { dataTable, int } from "../cli/parse.js";
 import { type FlagTable, formatDefault, givenFromFlags, type SchemaFlag, schemaFlags } from "../cli/schema-flags.js";
 import { registerStitchCommand, STITCH_FLAGS, stitchConfigFromFlags } from "../cli/stitch.js";
 import { registerTrainCommand, TRAIN_FLAGS, trainConfigFromFlags } from "../cli/train.js";
@@ -457,4 +457,25 @@ test("compare's size flags are the experiment file's keys: their bounds, and --l
     stitch: { limit: 64, epochs: 3 },
     dataset: { testLimit: 200 },
   });
+});
+
+test("a count flag gives one message for a bad value, made from a schema or written by hand (int)", () => {
+  // --cka-images is a count from 0, as int's are.
+  const made = command(registerStitchCommand, "stitch").options.get("--cka-images")?.parseArg;
+  assert.ok(made);
+  const message = (f: () => unknown) => {
+    try {
+      f();
+    } catch (e) {
+      return (e as Error).message;
+    }
+    return "no error";
+  };
+  for (const bad of ["abc", "", "1.5", "-1"])
+    assert.equal(
+      message(() => int(bad)),
+      message(() => made(bad, undefined)),
+      bad,
+    );
+  assert.equal(int("12"), 12);
 });
