@@ -1,0 +1,476 @@
+// An ONNX graph as a stitchable model: its cuts (models/onnx/graph.ts) are the stages' ends, the
+// last cut before the output is the head's input (HEAD_POINT), and each stage runs the graph's
+// nodes between two cuts on libtorch ops (models/onnx/ops.ts), with autograd. Weights are the
+// module's parameters (so freezing, moving to CUDA and fingerprints work as for the zoo), and every
+// BatchNormalization is a BatchNorm2d child (so stitching's batch-norm modes reach it).
+//
+// A back runs from a cut alone: the nodes before the cut are not run again. What the back needs
+// from the front's side is only shapes (a ViT expands its class token to Shape(input)[0]); those
+// are computed from the batch size, each entry of a Shape node's output being a*N + b, with a and
+// b measured at load from two probe passes (N = 1 and 2) on the graph's own input size.
+import { basename } from "node:path";
+import { BatchNorm2d } from "../../nn/layers.js";
+import { Module } from "../../nn/module.js";
+import * as torch from "../../torch/index.js";
+import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
+import { analyseGraph, type Cut, type GraphFacts, type GraphNode } from "./graph.js";
+import { isSupported, OPS, type OpCall, type OpFn } from "./ops.js";
+import { type AttrValue, attributeValue, num, readModelProto, type TensorProto, tensorOf } from "./proto.js";
+
+type Tensor = torch.Tensor;
+
+/** The registry-style name ONNX models carry (records, checkpoints' arch field). */
+export const ONNX_ARCH = "onnx";
+
+/** Holds named tensors of the graph (weights as parameters, constants as buffers), read by name at run time. */
+class GraphTensors extends Module {
+  add(name: string, t: Tensor, trainable: boolean): void {
+    if (trainable) this.param(name, t);
+    else this.buffer(name, t);
+  }
+  get(name: string): Tensor | null {
+    return this.tensor(name, true);
+  }
+  addChild<M extends Module>(name: string, m: M): M {
+    return this.child(name, m);
+  }
+  forward(x: Tensor): Tensor {
+    return x;
+  }
+}
+
+/** The head: the graph from the head's input to the logits, with its own weights (what a linear probe trains). */
+class OnnxHead extends GraphTensors {
+  constructor(private readonly run: (v: Tensor) => Tensor) {
+    super();
+  }
+  override forward(v: Tensor): Tensor {
+    return this.run(v);
+  }
+}
+
+/** What the probe records: every tensor made, and every Shape node's values. */
+interface Hooks {
+  onTensor?: (name: string, t: Tensor) => void;
+  onShape?: (index: number, values: number[]) => void;
+}
+
+/** a*N + b per entry: a shape measured at two batch sizes. */
+interface LinearShape {
+  a: number[];
+  b: number[];
+}
+
+export interface OnnxModelOptions {
+  /** The input side when the graph leaves it open (a dynamic spatial axis). */
+  imageSize?: number;
+}
+
+export class OnnxModel extends StitchableModel {
+  readonly arch = ONNX_ARCH;
+  readonly config: Record<string, unknown>;
+  readonly head: OnnxHead;
+  protected readonly stageList: Stage[];
+  protected readonly embedDim: number;
+  readonly facts: GraphFacts;
+  /** The cuts that are stages' ends, the head's input and the output, with their shapes at N = 1 and 2. */
+  readonly cutShapes: Map<string, LinearShape>;
+  private readonly body: GraphTensors;
+  /** Tensor name -> which holder keeps it (weights and constants). */
+  private readonly holder = new Map<string, GraphTensors>();
+  /** BatchNormalization node index -> its module. */
+  private readonly batchNorms = new Map<number, BatchNorm2d>();
+  private readonly attrs: Record<string, AttrValue>[];
+  /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
+  private readonly shapeOf = new Map<number, LinearShape>();
+  private readonly headCut: Cut;
+  /** Tensor name -> the Shape nodes that read it. */
+  private readonly shapeReaders = new Map<string, number[]>();
+
+  constructor(
+    readonly file: string,
+    options: OnnxModelOptions = {},
+  ) {
+    super();
+    const proto = readModelProto(file);
+    const what = file;
+    const graph = proto.graph;
+    if (!graph) throw new Error(`${what}: the model holds no graph`);
+    refuseUnsupported(graph.node ?? [], what);
+    this.facts = analyseGraph(graph, what);
+    for (const n of this.facts.nodes)
+      if (n.opType === "Shape" && n.inputs[0])
+        this.shapeReaders.set(n.inputs[0], [...(this.shapeReaders.get(n.inputs[0]) ?? []), n.index]);
+    this.body = this.child("graph", new GraphTensors());
+    this.attrs = (graph.node ?? []).map((n) => {
+      const out: Record<string, AttrValue> = {};
+      for (const a of n.attribute ?? []) out[a.name ?? ""] = attributeValue(a);
+      return out;
+    });
+    const initializers = new Map((graph.initializer ?? []).map((t) => [t.name ?? "", t]));
+    const cuts = this.facts.cuts;
+    if (cuts.length < 3)
+      throw new Error(
+        `${what}: the graph has no tensor between its input and its output that every path passes through, so there is nothing to stitch at`,
+      );
+    this.headCut = cuts[cuts.length - 2] as Cut;
+    const headNodes = new Set(
+      this.facts.nodes.filter((n) => n.live && n.index > this.headCut.after).flatMap((n) => n.inputs),
+    );
+    this.head = this.child("head", new OnnxHead((v) => this.runBetween(v, this.headCut, cuts[cuts.length - 1] as Cut)));
+    try {
+      this.loadWeights(initializers, headNodes, what);
+      const side = inputSide(graph, options.imageSize, what);
+      this.cutShapes = new Map();
+      this.probe(side);
+      const headShape = this.cutShapes.get(this.headCut.tensor) as LinearShape;
+      if (headShape.b.length !== 2)
+        throw new Error(
+          `${what}: the last cut before the output, '${this.headCut.name}', has shape [N, ${headShape.b.slice(1).join(", ")}]; the head's input must be one vector per image`,
+        );
+      this.embedDim = headShape.b[1] as number;
+      const outShape = this.cutShapes.get(this.facts.output) as LinearShape;
+      this.config = {
+        file: basename(file),
+        imageSize: side,
+        numClasses: outShape.b[1],
+        opset: Math.max(0, ...(proto.opsetImport ?? []).filter((o) => !o.domain).map((o) => num(o.version))),
+        producer: [proto.producerName, proto.producerVersion].filter(Boolean).join(" ") || null,
+      };
+      this.stageList = cuts.slice(1, -2).map((cut, k) => ({
+        name: cut.name,
+        point: this.pointOf(cut),
+        run: (h: Tensor) => this.runBetween(h, cuts[k] as Cut, cut),
+      }));
+    } catch (e) {
+      this.dispose();
+      throw e;
+    }
+  }
+
+  protected embedFrom(h: Tensor): Tensor {
+    const cuts = this.facts.cuts;
+    return this.runBetween(h, cuts[cuts.length - 3] as Cut, this.headCut);
+  }
+
+  /** Every cut with its names and shape (for N images), input and output excluded: what `layers` lists. */
+  cutList(n = 1): { name: string; tensor: string; aliases: string[]; shape: number[]; point: boolean }[] {
+    const cuts = this.facts.cuts;
+    return cuts.slice(1, -1).map((c) => ({
+      name: c === this.headCut ? HEAD_POINT : c.name,
+      tensor: c.tensor,
+      aliases: c === this.headCut ? [c.name, ...c.aliases] : c.aliases,
+      shape: this.shapeAt(c, n),
+      point: c === this.headCut || this.stitchPoints.some((p) => p.name === c.name),
+    }));
+  }
+
+  private shapeAt(c: Cut, n: number): number[] {
+    const s = this.cutShapes.get(c.tensor) as LinearShape;
+    return s.a.map((a, i) => a * n + (s.b[i] as number));
+  }
+
+  /** A cut's stitch point by the rank of its features: maps, tokens or vectors; other ranks are not points. */
+  private pointOf(c: Cut): StitchPoint | null {
+    const s = this.shapeAt(c, 1);
+    if (s[0] !== 1) return null; // a cut whose first axis is not the batch (windows of a Swin) is not a point
+    if (s.length === 4) return { kind: "cnn", name: c.name, channels: s[1], height: s[2], width: s[3] } as StitchPoint;
+    if (s.length === 3) return { kind: "vit", name: c.name, channels: s[2], tokens: s[1] } as StitchPoint;
+    if (s.length === 2) return { kind: "vector", name: c.name, channels: s[1] as number };
+    return null;
+  }
+
+  /** Initializers as parameters (floating point) or buffers, the head's in the head; BatchNormalization's in its module. */
+  private loadWeights(initializers: Map<string, TensorProto>, headInputs: Set<string>, what: string): void {
+    const bnInputs = new Set<string>();
+    for (const n of this.facts.nodes) {
+      if (n.opType !== "BatchNormalization") continue;
+      // An exporter may share equal weights through Identity nodes (a zero running mean read from a zero bias).
+      const stored = (t: string | undefined): TensorProto | undefined => {
+        for (let hops = 0; t !== undefined && hops < 16; hops++) {
+          const found = initializers.get(t);
+          if (found) return found;
+          const p = this.facts.producer.get(t);
+          const node = p === undefined ? undefined : this.facts.nodes[p];
+          t = node?.opType === "Identity" ? node.inputs[0] : undefined;
+        }
+        return undefined;
+      };
+      const [, scale, bias, mean, variance] = n.inputs;
+      const parts = [scale, bias, mean, variance].map(stored);
+      if (parts.some((p) => !p))
+        throw new Error(
+          `${what}: BatchNormalization node '${n.name}' takes a scale, bias, mean or variance that is not a stored weight`,
+        );
+      const [w, b, m, v] = parts.map((p) => tensorOf(p as TensorProto, what)) as Tensor[];
+      const attrs = this.attrs[n.index] as Record<string, AttrValue>;
+      const bn = new BatchNorm2d(w?.shape[0] as number, {
+        eps: typeof attrs.epsilon === "number" ? attrs.epsilon : 1e-5,
+        // ONNX's momentum weighs the old running value; PyTorch's the new batch's.
+        momentum: 1 - (typeof attrs.momentum === "number" ? attrs.momentum : 0.9),
+      });
+      bn.loadStateDict(
+        {
+          weight: w,
+          bias: b,
+          running_mean: m,
+          running_var: v,
+          num_batches_tracked: torch.zeros([], { dtype: "int64" }),
+        },
+        { strict: true },
+      );
+      torch.dispose([w, b, m, v]);
+      this.body.addChild(`bn${n.index}`, bn);
+      this.batchNorms.set(n.index, bn);
+      for (const t of n.inputs.slice(1)) bnInputs.add(t);
+    }
+    const readers = new Map<string, GraphNode[]>();
+    for (const n of this.facts.nodes) for (const t of n.inputs) readers.set(t, [...(readers.get(t) ?? []), n]);
+    for (const [name, t] of initializers) {
+      const used = readers.get(name) ?? [];
+      if (used.length === 0 || used.every((n) => n.opType === "BatchNormalization" && bnInputs.has(name))) continue;
+      const tensor = tensorOf(t, what);
+      const holder = headInputs.has(name) && used.every((n) => n.index > this.headCut.after) ? this.head : this.body;
+      holder.add(name, tensor, torch.isFloating(tensor.dtype) && used.some((n) => n.live));
+      this.holder.set(name, holder);
+    }
+    for (const n of this.facts.nodes) {
+      if (n.opType !== "Constant") continue;
+      const value = constantValue(this.attrs[n.index] as Record<string, AttrValue>, `${what}: node '${n.name}'`);
+      this.body.add(n.outputs[0] as string, value, false);
+      this.holder.set(n.outputs[0] as string, this.body);
+    }
+  }
+
+  /**
+   * Two passes on zeros (N = 1 and 2), recording every cut's shape and every Shape node's output,
+   * each as a*N + b. A graph exported for one batch size fails the second pass: say so.
+   */
+  private probe(side: number): void {
+    const seen: Map<string, number[]>[] = [];
+    const shapes: Map<number, number[]>[] = [];
+    torch.noGrad(() =>
+      inEval(this, () => {
+        for (const n of [1, 2]) {
+          const cutShapes = new Map<string, number[]>();
+          const shapeOuts = new Map<number, number[]>();
+          torch.tidy(() => {
+            const x = torch.zeros([n, 3, side, side]);
+            try {
+              this.runNodes(x, this.facts.cuts[0] as Cut, this.facts.cuts[this.facts.cuts.length - 1] as Cut, {
+                onTensor: (name, t) => {
+                  if (this.facts.cuts.some((c) => c.tensor === name)) cutShapes.set(name, t.shape as number[]);
+                },
+                onShape: (index, values) => shapeOuts.set(index, values),
+              });
+            } catch (e) {
+              if (n === 1)
+                throw new Error(`${this.file}: the graph does not run on a ${side} px image: ${(e as Error).message}`);
+              throw new Error(
+                `${this.file}: the graph runs on one image but not on two (${(e as Error).message}); it was exported for one batch size: export it with a dynamic batch axis (torch.onnx.export(..., dynamic_axes={'<input>': {0: 'batch'}, '<output>': {0: 'batch'}}))`,
+              );
+            }
+          });
+          seen.push(cutShapes);
+          shapes.push(shapeOuts);
+        }
+      }),
+    );
+    const linear = (one: number[], two: number[]): LinearShape => {
+      const a = one.map((v, i) => (two[i] as number) - v);
+      return { a, b: one.map((v, i) => v - (a[i] as number)) };
+    };
+    for (const [name, one] of seen[0] as Map<string, number[]>)
+      this.cutShapes.set(name, linear(one, (seen[1] as Map<string, number[]>).get(name) as number[]));
+    this.cutShapes.set(this.facts.input, { a: [1, 0, 0, 0], b: [0, 3, side, side] });
+    for (const [index, one] of shapes[0] as Map<number, number[]>)
+      this.shapeOf.set(index, linear(one, (shapes[1] as Map<number, number[]>).get(index) as number[]));
+  }
+
+  /** The graph from cut `from` (its value h) to cut `to`. */
+  private runBetween(h: Tensor, from: Cut, to: Cut): Tensor {
+    return this.runNodes(h, from, to, {});
+  }
+
+  /**
+   * Runs the live nodes after `from` up to the one that makes `to`, on h (the value of `from`),
+   * freeing each intermediate after its last reader; tensors that are not live (shapes, constant
+   * arithmetic) are computed when first read.
+   */
+  private runNodes(h: Tensor, from: Cut, to: Cut, hooks: Hooks): Tensor {
+    const fromShape = this.cutShapes.get(from.tensor);
+    const batch = fromShape
+      ? ((h.shape[0] as number) - (fromShape.b[0] as number)) / (fromShape.a[0] as number)
+      : (h.shape[0] as number);
+    const env = new Map<string, Tensor>([[from.tensor, h]]);
+    this.takeShapes(from.tensor, h, env, hooks);
+    // Tensors made here, with how many names hold each (Identity and Dropout pass their input on as is).
+    const made = new Map<Tensor, number>();
+    const nodes = this.facts.nodes.filter((n) => n.live && n.index > from.after && n.index <= to.after);
+    const lastRead = new Map<string, number>();
+    for (const n of nodes) for (const t of n.inputs) lastRead.set(t, n.index);
+    const value = (name: string): Tensor | null => {
+      if (name === "") return null;
+      const known = env.get(name) ?? this.holder.get(name)?.get(name);
+      if (known) return known;
+      const p = this.facts.producer.get(name);
+      const node = p === undefined ? undefined : this.facts.nodes[p];
+      if (!node || node.live)
+        throw new Error(
+          `${this.file}: tensor '${name}' is needed between '${from.name}' and '${to.name}' and is not there`,
+        );
+      // Not live: shapes and arithmetic on them, computed here (Shape of a tensor not at hand from the batch size).
+      const source = node.inputs[0] as string;
+      if (node.opType === "Shape" && this.isLive(source) && !env.has(source)) {
+        const s = this.shapeOf.get(node.index);
+        if (!s) throw new Error(`${this.file}: the shape '${name}' was not measured`);
+        const t = torch.tensor(
+          s.a.map((a, i) => a * batch + (s.b[i] as number)),
+          { dtype: "int64", device: h.device },
+        );
+        env.set(name, t);
+        return t;
+      }
+      this.runNode(node, value, env, made, hooks);
+      return env.get(name) ?? null;
+    };
+    for (const n of nodes) {
+      this.runNode(n, value, env, made, hooks);
+      for (const t of n.inputs) {
+        const v = env.get(t);
+        if (lastRead.get(t) !== n.index || !v || !made.has(v) || t === to.tensor) continue;
+        env.delete(t);
+        const holders = (made.get(v) as number) - 1;
+        made.set(v, holders);
+        if (holders === 0) {
+          made.delete(v);
+          v.dispose();
+        }
+      }
+    }
+    const out = env.get(to.tensor);
+    if (!out) throw new Error(`${this.file}: no node between '${from.name}' and '${to.name}' made '${to.tensor}'`);
+    return out === h ? h.clone() : out;
+  }
+
+  private runNode(
+    n: GraphNode,
+    value: (name: string) => Tensor | null,
+    env: Map<string, Tensor>,
+    made: Map<Tensor, number>,
+    hooks: Hooks,
+  ): void {
+    const where = `node '${n.name}' (${n.opType})`;
+    const inputs = n.inputs.map(value);
+    let outs: (Tensor | null)[];
+    const bn = this.batchNorms.get(n.index);
+    try {
+      if (bn) outs = [bn.forward(inputs[0] as Tensor)];
+      else {
+        const call: OpCall = { inputs, attrs: { ...this.attrs[n.index], __outputs: n.outputs.length }, where };
+        const r = (OPS[n.opType] as (c: OpCall) => Tensor | (Tensor | null)[])(call);
+        outs = Array.isArray(r) ? r : [r];
+      }
+    } catch (e) {
+      const m = (e as Error).message;
+      throw new Error(m.startsWith(where) ? m : `${where}: ${m}`);
+    }
+    for (const [i, name] of n.outputs.entries()) {
+      const t = outs[i];
+      if (!name || !t) continue;
+      env.set(name, t);
+      if (made.has(t) || !inputs.includes(t)) made.set(t, (made.get(t) ?? 0) + 1);
+      hooks.onTensor?.(name, t);
+      this.takeShapes(name, t, env, hooks);
+    }
+  }
+
+  /** Whether a tensor depends on the input's values (a live node's output, or the input). */
+  private isLive(name: string): boolean {
+    const p = this.facts.producer.get(name);
+    return name === this.facts.input || (p !== undefined && (this.facts.nodes[p] as GraphNode).live);
+  }
+
+  /** The Shape nodes that read tensor `name`, run now: it may be freed before a later node reads them. */
+  private takeShapes(name: string, t: Tensor, env: Map<string, Tensor>, hooks: Hooks): void {
+    for (const k of this.shapeReaders.get(name) ?? []) {
+      const node = this.facts.nodes[k] as GraphNode;
+      const where = `node '${node.name}' (Shape)`;
+      const out = (OPS.Shape as OpFn)({
+        inputs: [t],
+        attrs: this.attrs[k] as Record<string, AttrValue>,
+        where,
+      }) as Tensor;
+      env.set(node.outputs[0] as string, out);
+      hooks.onShape?.(k, Array.from(out.toTypedArray() as BigInt64Array, Number));
+    }
+  }
+}
+
+/** Runs fn with the model in eval mode, then gives it back its mode. */
+function inEval<T>(m: Module, fn: () => T): T {
+  const was = m.training;
+  m.eval();
+  try {
+    return fn();
+  } finally {
+    m.train(was);
+  }
+}
+
+/** Every operator the interpreter lacks, named with its nodes, in one error before any weight is read. */
+function refuseUnsupported(
+  nodes: { opType?: string | null; domain?: string | null; name?: string | null }[],
+  what: string,
+): void {
+  const missing = new Map<string, string[]>();
+  for (const [i, n] of nodes.entries()) {
+    const op = n.opType ?? "";
+    const domain = n.domain ?? "";
+    if (isSupported(op, domain)) continue;
+    const key = domain ? `${domain}.${op}` : op;
+    missing.set(key, [...(missing.get(key) ?? []), n.name || `#${i}`]);
+  }
+  if (missing.size === 0) return;
+  const list = [...missing].map(
+    ([op, names]) =>
+      `${op} (${names.length} node${names.length > 1 ? "s" : ""}: ${names.slice(0, 3).join(", ")}${names.length > 3 ? ", ..." : ""})`,
+  );
+  throw new Error(`${what}: stitchlab cannot run these ONNX operators: ${list.join("; ")}`);
+}
+
+/** The side of the graph's square input, from its declared shape or the option. */
+function inputSide(
+  graph: NonNullable<ReturnType<typeof readModelProto>["graph"]>,
+  given: number | undefined,
+  what: string,
+): number {
+  const initializers = new Set((graph.initializer ?? []).map((t) => t.name));
+  const input = (graph.input ?? []).find((i) => !initializers.has(i.name));
+  const dims = input?.type?.tensorType?.shape?.dim ?? [];
+  if (dims.length !== 4)
+    throw new Error(`${what}: the input '${input?.name}' is not [N, C, H, W] (rank ${dims.length})`);
+  const fixed = dims.map((d) => (d.dimValue !== undefined && d.dimValue !== null ? num(d.dimValue) : null));
+  if (fixed[1] !== null && fixed[1] !== 3)
+    throw new Error(`${what}: the input has ${fixed[1]} channels; stitchlab feeds 3-channel images`);
+  const [hgt, wid] = [fixed[2], fixed[3]];
+  if (hgt !== null && wid !== null && hgt !== wid)
+    throw new Error(`${what}: the input is ${hgt} x ${wid}; stitchlab's images are square`);
+  const side = hgt ?? wid ?? given;
+  if (side === undefined || side === null)
+    throw new Error(`${what}: the input's side is not fixed in the graph: give it (imageSize / --image-size)`);
+  if (given !== undefined && side !== given)
+    throw new Error(`${what}: the graph takes ${side} px images, and imageSize ${given} was given`);
+  return side;
+}
+
+/** A Constant node's value, from whichever of its attributes is set. */
+function constantValue(attrs: Record<string, AttrValue>, where: string): Tensor {
+  const v = attrs.value;
+  if (v && typeof v === "object" && !Array.isArray(v)) return tensorOf(v as TensorProto, "", where);
+  if (typeof attrs.value_float === "number") return torch.tensor(attrs.value_float, { dtype: "float32" });
+  if (Array.isArray(attrs.value_floats)) return torch.tensor(attrs.value_floats as number[], { dtype: "float32" });
+  if (typeof attrs.value_int === "number") return torch.tensor(attrs.value_int, { dtype: "int64" });
+  if (Array.isArray(attrs.value_ints)) return torch.tensor(attrs.value_ints as number[], { dtype: "int64" });
+  throw new Error(`${where}: a Constant with no value stitchlab reads`);
+}
