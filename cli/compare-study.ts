@@ -1,11 +1,10 @@
 // compare's flags as a study: its size flags, made from the experiment's schema (COMPARE_FLAGS),
 // the experiment it runs and its plan (compareStudy), its problems told in flags (asFlags), the
-// sizes a budget may not reduce (givenSizes), the plan as the user reads it before the run
-// (planLines), and the parsers of --protocol and --budget. cli/compare.ts registers the command
+// sizes a budget may not reduce (givenSizes), the line on its intervals under the plan
+// (intervalsLine; the plan's lines are cli/plan-lines.ts), and the parsers of --protocol and --budget. cli/compare.ts registers the command
 // and runs it.
 import { InvalidArgumentError } from "commander";
 import { type CompareScale, parseDuration, type ScaleKey } from "../experiments/budget.js";
-import { isDone } from "../experiments/cache.js";
 import {
   COMPARE_DEFAULTS,
   COMPARE_PROTOCOL_NAMES,
@@ -13,10 +12,9 @@ import {
   compareExperiment,
   protocolSizes,
 } from "../experiments/compare.js";
-import { type IrisTask, type Plan, planExperiment, type StitchTask } from "../experiments/plan.js";
+import { type Plan, planExperiment } from "../experiments/plan.js";
 import { type Experiment, ExperimentError, experimentSchema } from "../experiments/spec.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
-import { iriStepCap } from "../stitch/iri-options.js";
 import { type FlagTable, flagNames, givenFromFlags } from "./schema-flags.js";
 
 export const words = (v: string) =>
@@ -160,40 +158,14 @@ export function givenSizes(o: Record<string, unknown>): Set<ScaleKey> {
   return new Set(given.filter(([, v]) => v !== undefined).map(([k]) => k));
 }
 
-/** What the plan will run, from its tasks' resolved settings (the defaults are the schemas'). */
-export function planLines(plan: Plan, cache: string): string {
+/**
+ * compare's line under its plan (cli/plan-lines.ts) on what the intervals are over: its models are
+ * fixed checkpoints, so replicates differ in IRI and stitching seeds only.
+ */
+export function intervalsLine(plan: Plan): string {
   const e = plan.experiment;
-  const count = (kind: string) => {
-    const all = plan.tasks.filter((t) => t.kind === kind);
-    return `${all.length} (${all.filter((t) => isDone(cache, t.key)).length} cached)`;
-  };
-  const pairs = e.pairs.map(
-    (p) =>
-      `${p.front} -> ${p.back}${p.relation === "identical" ? " (the control)" : ""}, ${p.replicates ?? e.replicates} replicate${(p.replicates ?? e.replicates) === 1 ? "" : "s"}`,
-  );
-  const irisTask = plan.tasks.map((t) => t.spec).find((s): s is IrisTask => s.kind === "iris");
-  const stitchTask = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
-  const io = irisTask?.options;
-  const sc = stitchTask?.config;
   const replicates = Math.max(...e.pairs.map((p) => p.replicates ?? e.replicates));
-  return [
-    `compare: ${pairs.join("; ")}`,
-    `  points     ${(e.points as string[]).join(", ")} (${(e.points as string[]).length})`,
-    `  modes      standard, invariance-aware; objectives ${e.objectives.join(", ")}`,
-    `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${e.dataset.testLimit ?? "all"} test images`,
-    ...(io
-      ? [
-          `  IRIs       ${irisTask?.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${iriStepCap(io)} steps` : ""}`,
-        ]
-      : []),
-    ...(sc
-      ? [
-          `  stitching  ${sc.epochs} epochs on ${sc.limit ?? "all"} real images (or the IRIs), batch ${sc.batchSize}, Adam lr ${sc.lr}`,
-        ]
-      : []),
-    `  intervals  ${replicates > 1 ? `Student t over ${replicates} replicates (IRI and stitching seeds)` : "one replicate: 95% intervals over the test images (mean ± 1.96 standard errors), none over seeds; --replicates N for those"}`,
-    `  tasks      ${count("iris")} IRI sets, ${count("stitch")} stitches; cache ${cache}`,
-  ].join("\n");
+  return `  intervals  ${replicates > 1 ? `Student t over ${replicates} replicates (IRI and stitching seeds)` : "one replicate: 95% intervals over the test images (mean ± 1.96 standard errors), none over seeds; --replicates N for those"}`;
 }
 
 /** What compareStudy needs besides the flags: the protocol, both models, the dataset, compare.yaml's path. */

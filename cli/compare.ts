@@ -46,10 +46,11 @@ import {
   COMPARE_FLAGS,
   compareStudy,
   givenSizes,
-  planLines,
+  intervalsLine,
   protocolName,
 } from "./compare-study.js";
 import { int, renamedFlag } from "./parse.js";
+import { planLines } from "./plan-lines.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
 import { addSchemaFlags } from "./schema-flags.js";
 import {
@@ -182,7 +183,7 @@ export function registerCompareCommand(program: Command): void {
     // Refused now, before anything is written, when --out holds another experiment's run.
     claimOut(out, plan, Boolean(o.force), false);
 
-    console.log(planLines(plan, cache));
+    console.log(planLines("compare", plan, cache, [intervalsLine(plan)]).join("\n"));
     if (slurm) console.log("estimate: none (Slurm jobs run on other machines)");
     else {
       est ??= await estimatePlan(plan, cache, device, announce);

@@ -8,7 +8,7 @@ import type { Command } from "commander";
 import { isDone } from "../experiments/cache.js";
 import { formatDuration } from "../experiments/estimate.js";
 import { claimOut } from "../experiments/outdir.js";
-import { type IrisTask, type Plan, planExperiment, type StitchTask, type TrainTask } from "../experiments/plan.js";
+import { type Plan, planExperiment, type TrainTask } from "../experiments/plan.js";
 import { defaultCache } from "../experiments/run.js";
 import { readExperiment, shiftSeeds } from "../experiments/spec.js";
 import { repoRoot } from "../io/files.js";
@@ -17,50 +17,9 @@ import type { TrainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
 import { deviceArg } from "./device.js";
 import { int } from "./parse.js";
+import { planLines } from "./plan-lines.js";
 import { addRootOptions, rootOf, runCommand, WORKERS_HELP, workersOf } from "./run.js";
 import { TASK_WEIGHT } from "./run-progress.js";
-
-/** The plan's lines, as `compare` prints its own: pairs and replicates, models to train, points, modes, data, IRIs, stitching, tasks. */
-export function planLines(title: string, plan: Plan, cache: string): string[] {
-  const e = plan.experiment;
-  const of = (kind: string) => plan.tasks.filter((t) => t.kind === kind);
-  const count = (kind: string, what: string) =>
-    `${of(kind).length} ${what} (${of(kind).filter((t) => isDone(cache, t.key)).length} cached)`;
-  const plural = (n: number, w: string) => `${n} ${w}${n === 1 ? "" : "s"}`;
-  const pairs = e.pairs.map(
-    (p) =>
-      `${p.front} -> ${p.back} (${p.relation === "identical" ? "the control" : p.relation}), ${plural(p.replicates ?? e.replicates, "replicate")}`,
-  );
-  // The models to train, grouped by recipe (seeds and shortcuts aside).
-  const recipes = new Map<string, number>();
-  for (const t of of("train")) {
-    const c = (t.spec as TrainTask).config;
-    const width = c.modelOptions.width !== undefined ? ` width ${c.modelOptions.width}` : "";
-    const r = `${c.model}${width}, ${c.epochs} epochs on ${c.limit ?? "all"} ${c.dataset} images, batch ${c.batchSize}`;
-    recipes.set(r, (recipes.get(r) ?? 0) + 1);
-  }
-  const iri = of("iris")[0]?.spec as IrisTask | undefined;
-  const io = iri?.options;
-  const st = (of("stitch")[0]?.spec as StitchTask | undefined)?.config;
-  const points = [...new Set(plan.stitches.map((s) => s.point))];
-  const modes = [...new Set(plan.stitches.map((s) => (s.mode === "iris" ? "invariance-aware" : s.mode)))];
-  return [
-    `${title}: ${pairs.join("; ")}`,
-    ...(recipes.size ? [`  models     ${[...recipes].map(([r, n]) => `${n} to train: ${r}`).join("; ")}`] : []),
-    `  points     ${points.join(", ")} (${points.length})`,
-    `  modes      ${modes.join(", ")}; objectives ${e.objectives.join(", ")}`,
-    `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${st?.testLimit ?? "all"} test images`,
-    ...(iri && io
-      ? [
-          `  IRIs       ${iri.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ""}${io.keepBest ? ", keep-best" : ""}${io.target != null ? `; an image stops at residual ${io.target}, restarts up to ${io.maxSteps} steps` : ""}`,
-        ]
-      : []),
-    ...(st
-      ? [`  stitching  ${st.epochs} epochs on ${st.limit ?? "all"} real images (or the IRIs), batch ${st.batchSize}`]
-      : []),
-    `  tasks      ${count("train", "models")}, ${count("iris", "IRI sets")}, ${count("stitch", "stitches")}; cache ${cache}`,
-  ];
-}
 
 /** What a few timed training steps of one of the plan's models say a training task costs. */
 export interface TrainingRate {

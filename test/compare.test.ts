@@ -115,7 +115,7 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
   assert.equal(dry.status, 0, dry.stderr);
   assert.match(dry.stdout, /^compare: theirs -> theirs \(the control\), 1 replicate; mine -> theirs, 2 replicates$/m);
   assert.match(dry.stdout, /^ {2}points\s+layer1\.0, layer4\.1 \(2\)$/m);
-  assert.match(dry.stdout, /^ {2}tasks\s+6 \(0 cached\) IRI sets, 12 \(0 cached\) stitches/m);
+  assert.match(dry.stdout, /^ {2}tasks\s+6 IRI sets \(0 cached\), 12 stitches \(0 cached\)/m);
   estimateSeconds(dry.stdout);
   assert.ok(!existsSync(join(out, "compare.yaml")), "a dry run writes nothing");
 

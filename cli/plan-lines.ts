@@ -1,0 +1,66 @@
+// The plan of an experiment as the user reads it before the run, one form for `demo` and
+// `compare` (each printed its own, and they had drifted): the pairs and replicates, the models to
+// train, the points, modes and objectives, the data, the IRI recipe, T's recipe, and the tasks with
+// how many the cache holds. Read from the tasks' resolved settings, so the defaults are the schemas'.
+import { isDone } from "../experiments/cache.js";
+import type { IrisTask, Plan, StitchTask, TrainTask } from "../experiments/plan.js";
+import { iriStepCap } from "../stitch/iri-options.js";
+
+const plural = (n: number, w: string) => `${n} ${w}${n === 1 ? "" : "s"}`;
+
+/**
+ * A pair's relation in words: the control for "identical"; none for a relation that only names
+ * the direction (compare's A->B, B->A: the arrow between the models' names says it).
+ */
+function relationWords(relation: string): string {
+  if (relation === "identical") return " (the control)";
+  return /^\w+->\w+$/.test(relation) ? "" : ` (${relation})`;
+}
+
+/**
+ * The plan's lines under `title` ("demo", "compare"); `notes` (compare's intervals) come before
+ * the tasks line.
+ */
+export function planLines(title: string, plan: Plan, cache: string, notes: string[] = []): string[] {
+  const e = plan.experiment;
+  const of = (kind: string) => plan.tasks.filter((t) => t.kind === kind);
+  const count = (kind: string, what: string) =>
+    of(kind).length
+      ? [`${of(kind).length} ${what} (${of(kind).filter((t) => isDone(cache, t.key)).length} cached)`]
+      : [];
+  const pairs = e.pairs.map(
+    (p) => `${p.front} -> ${p.back}${relationWords(p.relation)}, ${plural(p.replicates ?? e.replicates, "replicate")}`,
+  );
+  // The models to train, grouped by recipe (seeds and shortcuts aside).
+  const recipes = new Map<string, number>();
+  for (const t of of("train")) {
+    const c = (t.spec as TrainTask).config;
+    const width = c.modelOptions.width !== undefined ? ` width ${c.modelOptions.width}` : "";
+    const r = `${c.model}${width}, ${c.epochs} epochs on ${c.limit ?? "all"} ${c.dataset} images, batch ${c.batchSize}`;
+    recipes.set(r, (recipes.get(r) ?? 0) + 1);
+  }
+  const iri = of("iris")[0]?.spec as IrisTask | undefined;
+  const io = iri?.options;
+  const st = (of("stitch")[0]?.spec as StitchTask | undefined)?.config;
+  const points = [...new Set(plan.stitches.map((s) => s.point))];
+  const modes = [...new Set(plan.stitches.map((s) => (s.mode === "iris" ? "invariance-aware" : s.mode)))];
+  return [
+    `${title}: ${pairs.join("; ")}`,
+    ...(recipes.size ? [`  models     ${[...recipes].map(([r, n]) => `${n} to train: ${r}`).join("; ")}`] : []),
+    `  points     ${points.join(", ")} (${points.length})`,
+    `  modes      ${modes.join(", ")}; objectives ${e.objectives.join(", ")}`,
+    `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${st?.testLimit ?? "all"} test images`,
+    ...(iri && io
+      ? [
+          `  IRIs       ${iri.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${iriStepCap(io)} steps` : ""}`,
+        ]
+      : []),
+    ...(st
+      ? [
+          `  stitching  ${st.epochs} epochs on ${st.limit ?? "all"} real images (or the IRIs), batch ${st.batchSize}, Adam lr ${st.lr}`,
+        ]
+      : []),
+    ...notes,
+    `  tasks      ${[...count("train", "models"), ...count("iris", "IRI sets"), ...count("stitch", "stitches")].join(", ")}; cache ${cache}`,
+  ];
+}
