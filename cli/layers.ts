@@ -1,7 +1,9 @@
 // `stitchlab layers MODEL [--json]`: the stitch points of a zoo model, or of a checkpoint's model
-// (`--checkpoint FILE`, with MODEL naming the architecture of weights made elsewhere).
+// (`--checkpoint FILE`, with MODEL naming the architecture of weights made elsewhere), or of an
+// ONNX graph (`stitchlab layers mine.onnx`): every tensor that cuts it, with its shape and names.
 import type { Command } from "commander";
-import { loadCheckpoint } from "../models/checkpoint.js";
+import { isOnnxFile, loadCheckpoint } from "../models/checkpoint.js";
+import { OnnxModel } from "../models/onnx/model.js";
 import { createModel, describeModel, modelNames } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
 import { modelSourceFrom } from "./source.js";
@@ -16,7 +18,10 @@ export function registerLayersCommand(program: Command): void {
   program
     .command("layers")
     .description(`list a model's stitch points (models: ${modelNames().join(", ")})`)
-    .argument("[model]", "model name (with --checkpoint: the architecture of weights made elsewhere)")
+    .argument(
+      "[model]",
+      "model name (with --checkpoint: the architecture of weights made elsewhere), or an ONNX file (.onnx)",
+    )
     .option(
       "--checkpoint <file>",
       "a stitchlab checkpoint, weights made elsewhere (torch.save, safetensors), or a model by hub (hf-hub:ORG/NAME, torchvision:ARCH; docs/models-and-data.md)",
@@ -45,6 +50,10 @@ export function registerLayersCommand(program: Command): void {
           imageSize?: number;
         },
       ) => {
+        if (given && isOnnxFile(given) && !o.checkpoint) {
+          o.checkpoint = given;
+          given = undefined;
+        }
         if (o.stem && o.stem !== "cifar" && o.stem !== "imagenet")
           throw new Error(`--stem must be cifar or imagenet, not '${o.stem}'`);
         let model: StitchableModel;
@@ -64,6 +73,11 @@ export function registerLayersCommand(program: Command): void {
             embedDim: o.embedDim,
             imageSize: o.imageSize,
           });
+        }
+        if (model instanceof OnnxModel) {
+          printCuts(model, Boolean(o.json));
+          model.dispose();
+          return;
         }
         const name = model.arch;
         const points = model.stitchPoints;
@@ -89,4 +103,28 @@ export function registerLayersCommand(program: Command): void {
         console.log(`${head.name.padEnd(12)} ${shape(head)}  (the head's input: the front-only end, used when named)`);
       },
     );
+}
+
+/**
+ * An ONNX graph's cuts in order: the stitch points by name (the module scope each is the output
+ * of, where the graph names its nodes), the other cuts by tensor name, and the head's input.
+ */
+function printCuts(model: OnnxModel, json: boolean): void {
+  const cuts = model.cutList();
+  if (json) {
+    console.log(JSON.stringify(cuts));
+    return;
+  }
+  const c = model.config;
+  console.log(
+    `${c.file}: an ONNX graph (opset ${c.opset}${c.producer ? `, from ${c.producer}` : ""}), ${c.imageSize} px images, ${c.numClasses} classes; ${model.stitchPoints.length} stitch points`,
+  );
+  console.log("point / cut  shape for one image  (also named)");
+  for (const k of cuts) {
+    const also = k.aliases.filter((a) => a !== k.name);
+    const label = k.point ? k.name : `(${k.tensor})`;
+    console.log(
+      `${label.padEnd(12)} ${k.shape.slice(1).join(" x ").padEnd(20)}${also.length ? ` (${also.join(", ")})` : ""}${k.point ? "" : "  not a point: inside a module"}${k.name === HEAD_POINT ? "  the head's input: the front-only end, used when named" : ""}`,
+    );
+  }
 }

@@ -11,6 +11,7 @@ import { torchLoad } from "../io/torchsave.js";
 import * as torch from "../torch/index.js";
 import { describeMismatch, inferOptions, recogniseStateDict, type StateDict, unwrapStateDict } from "./foreign.js";
 import { isHubName, parseHubName, resolveModelSource } from "./hub.js";
+import { ONNX_ARCH, OnnxModel } from "./onnx/model.js";
 import { checkModelOptions, modelOptionsIssue } from "./options.js";
 import { type ModelRecord, modelRecord } from "./record.js";
 import { createModel, type ModelOptions, modelNames } from "./registry.js";
@@ -257,6 +258,7 @@ export function loadCheckpoint(source: ModelSourceLike): LoadedCheckpoint {
 function loadResolved(src: ModelSource): LoadedCheckpoint {
   const path = src.checkpoint;
   if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
+  if (isOnnxFile(path)) return loadOnnx(src);
   // Options that mean nothing to the architecture are refused before any weights are read.
   if (src.options) {
     const arch =
@@ -355,6 +357,43 @@ function loadResolved(src: ModelSource): LoadedCheckpoint {
     torch.dispose(owned);
   }
   return { model, meta, notes, record: modelRecord(model, meta), file: path };
+}
+
+/** Whether a path names an ONNX model (by its extension, as onnxruntime and netron take them). */
+export const isOnnxFile = (path: string): boolean => /\.onnx$/i.test(path);
+
+/**
+ * An ONNX graph as a model (models/onnx/model.ts): the graph says its architecture, input side and
+ * classes; the source adds only the input statistics (and the side, where the graph leaves it open).
+ */
+function loadOnnx(src: ModelSource): LoadedCheckpoint {
+  const path = src.checkpoint;
+  if (src.arch !== undefined && src.arch !== ONNX_ARCH)
+    throw new Error(`${path} is an ONNX model, which carries its own architecture: leave arch (${src.arch}) out`);
+  if (src.options && Object.keys(src.options).length > 0)
+    throw new Error(
+      `${path} is an ONNX model: options (${Object.keys(src.options).join(", ")}) mean nothing to it; its graph fixes its shapes`,
+    );
+  if (src.inputChannels !== undefined && src.inputChannels !== 3)
+    throw new Error(`${path}: inputChannels ${src.inputChannels}: stitchlab feeds 3-channel images`);
+  const model = new OnnxModel(path, src.imageSize !== undefined ? { imageSize: src.imageSize } : {});
+  try {
+    const bad = firstNonFinite(model);
+    if (bad)
+      throw new Error(
+        `${path}: ${bad} holds NaN or infinite values: a model with non-finite weights gives meaningless scores`,
+      );
+  } catch (e) {
+    model.dispose();
+    throw e;
+  }
+  const normalization = resolveNormalization(src.normalization);
+  const meta: CheckpointMeta = {
+    arch: ONNX_ARCH,
+    options: { imageSize: model.config.imageSize as number, numClasses: model.config.numClasses as number },
+    ...(normalization ? { normalization } : {}),
+  };
+  return { model, meta, notes: { unwrapped: [], inferred: {} }, record: modelRecord(model, meta), file: path };
 }
 
 /** The first floating-point parameter or buffer of a model with a NaN or an infinity, or undefined. */

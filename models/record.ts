@@ -4,6 +4,7 @@
 // ArchRecord; the jobs read it instead of guessing (issue 24).
 import { type Normalization, normalizationFor } from "../data/transforms.js";
 import type { CheckpointMeta } from "./checkpoint.js";
+import { ONNX_ARCH } from "./onnx/model.js";
 import { archRecord } from "./registry.js";
 import type { StitchableModel } from "./stitchable.js";
 
@@ -41,7 +42,8 @@ export function modelRecord(model: StitchableModel, meta: CheckpointMeta): Model
     numClasses: config.numClasses,
     stem: config.stem ?? null,
     dataset: meta.dataset ?? null,
-    defaultLr: archRecord(meta.arch).defaultLr,
+    // An ONNX graph is never trained by stitchlab (only T is): no recipe of its own.
+    defaultLr: meta.arch === ONNX_ARCH ? Number.NaN : archRecord(meta.arch).defaultLr,
   };
 }
 

@@ -172,6 +172,9 @@ export class OnnxModel extends StitchableModel {
 
   /** A cut's stitch point by the rank of its features: maps, tokens or vectors; other ranks are not points. */
   private pointOf(c: Cut): StitchPoint | null {
+    // Where the graph names its modules, a cut inside one (a block's sum before its last ReLU) is
+    // listed by `layers` but is not a point: the points are the modules' outputs, as the zoo's.
+    if (this.facts.cuts.some((k) => k.aliases.length > 0) && c.aliases.length === 0) return null;
     const s = this.shapeAt(c, 1);
     if (s[0] !== 1) return null; // a cut whose first axis is not the batch (windows of a Swin) is not a point
     if (s.length === 4) return { kind: "cnn", name: c.name, channels: s[1], height: s[2], width: s[3] } as StitchPoint;
@@ -361,9 +364,10 @@ export class OnnxModel extends StitchableModel {
     hooks: Hooks,
   ): void {
     const where = `node '${n.name}' (${n.opType})`;
-    const inputs = n.inputs.map(value);
-    let outs: (Tensor | null)[];
     const bn = this.batchNorms.get(n.index);
+    // A batch norm's weights and statistics are its module's; only its first input is read here.
+    const inputs = (bn ? n.inputs.slice(0, 1) : n.inputs).map(value);
+    let outs: (Tensor | null)[];
     try {
       if (bn) outs = [bn.forward(inputs[0] as Tensor)];
       else {

@@ -1,0 +1,338 @@
+// ONNX graphs as models (models/onnx/): every classification model issue 39 names, exported by
+// PyTorch (test/helpers/onnx_models.py, random weights, small inputs), run by our interpreter and
+// checked against two oracles: onnxruntime at the logits and at every cut, and PyTorch autograd
+// for the gradients IRIs and stitching need (input, the features at a stitch point through the
+// back's tail, the classifier's weight). Then what a user meets: the zoo's point names, a back
+// run from a cut alone at a batch size the load never saw, batch norm as modules, the refusals.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import * as ort from "onnxruntime-node";
+import { loadCheckpoint } from "../models/checkpoint.js";
+import { OnnxModel } from "../models/onnx/model.js";
+import { onnx } from "../models/onnx/proto.js";
+import { BatchNorm2d } from "../nn/layers.js";
+import * as torch from "../torch/index.js";
+import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
+
+type Tensor = torch.Tensor;
+
+const SCRIPT = join(dirname(fileURLToPath(import.meta.url)), "helpers", "onnx_models.py");
+const MODELS = [
+  "resnet18",
+  "resnet50",
+  "vgg16_bn",
+  "mobilenet_v3_small",
+  "efficientnet_b0",
+  "convnext_tiny",
+  "regnet_y_400mf",
+  "densenet121",
+  "vit_b_16",
+  "swin_t",
+  "timm_vit",
+];
+/** At opset 13 LayerNormalization does not exist yet: the exporter writes it as ReduceMean, Sub, Pow, Sqrt and Div. */
+const OPSET_13 = ["resnet18", "convnext_tiny", "vit_b_16", "swin_t", "timm_vit"];
+const skip = skipUnlessTorchvision();
+
+interface Reference {
+  side: number;
+  point: string;
+  weight: string;
+  x: number[];
+  r: number[];
+  logits: number[];
+  logits_shape: number[];
+  dx: number[];
+  dh: number[];
+  h_shape: number[];
+  dw: number[];
+  w_shape: number[];
+}
+
+/** max |a - b| / max |b|: the error relative to the reference's scale. */
+function relError(ours: ArrayLike<number>, ref: ArrayLike<number>): number {
+  assert.equal(ours.length, ref.length, "sizes differ");
+  let diff = 0;
+  let scale = 1e-12;
+  for (let i = 0; i < ref.length; i++) {
+    diff = Math.max(diff, Math.abs((ours[i] as number) - (ref[i] as number)));
+    scale = Math.max(scale, Math.abs(ref[i] as number));
+  }
+  return diff / scale;
+}
+const values = (t: Tensor) => t.detach().float().toTypedArray() as Float32Array;
+
+/** onnxruntime's values of the named tensors (added as graph outputs) for input x. */
+async function ortValues(file: string, x: Tensor, names: string[]): Promise<Record<string, Float32Array>> {
+  const proto = onnx.ModelProto.decode(readFileSync(file));
+  const graph = proto.graph as NonNullable<typeof proto.graph>;
+  for (const n of names)
+    if (!(graph.output ?? []).some((o) => o.name === n)) graph.output?.push(onnx.ValueInfoProto.create({ name: n }));
+  const session = await ort.InferenceSession.create(onnx.ModelProto.encode(proto).finish());
+  const input = session.inputNames[0] as string;
+  const out = await session.run({ [input]: new ort.Tensor("float32", values(x), x.shape as number[]) });
+  return Object.fromEntries(names.map((n) => [n, out[n]?.data as Float32Array]));
+}
+
+let root = "";
+const dirs: Record<number, string> = {};
+before(() => {
+  if (skip) return;
+  root = mkdtempSync(join(tmpdir(), "stitchlab-onnx-"));
+  for (const [opset, names] of [
+    [17, MODELS],
+    [13, OPSET_13],
+  ] as const) {
+    dirs[opset] = join(root, String(opset));
+    mkdirSync(dirs[opset] as string);
+    const r = spawnSync(PYTHON, [SCRIPT, dirs[opset] as string, String(opset), ...names], {
+      encoding: "utf8",
+      timeout: 300_000,
+    });
+    if (r.status !== 0)
+      throw new Error(`${SCRIPT} failed (status ${r.status}): ${r.error?.message ?? ""}\n${r.stderr}`);
+  }
+});
+after(() => {
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+const dir = () => dirs[17] as string;
+
+describe("torchvision's classification models (and a timm-style ViT) exported by PyTorch", { skip }, () => {
+  for (const [opset, name] of [...MODELS.map((m) => [17, m] as const), ...OPSET_13.map((m) => [13, m] as const)]) {
+    test(`${name} at opset ${opset}: logits and every cut match onnxruntime; gradients match PyTorch autograd`, async () => {
+      const file = join(dirs[opset] as string, `${name}.onnx`);
+      const ref = JSON.parse(readFileSync(join(dirs[opset] as string, `${name}.json`), "utf8")) as Reference;
+      const model = new OnnxModel(file);
+      try {
+        model.eval();
+        assert.equal(model.config.imageSize, ref.side);
+        assert.equal(model.config.numClasses, 10);
+        // Three images: the load probed one and two, so a shape read from the batch is tested here.
+        const x = torch.tidy(() => torch.rand([3, 3, ref.side, ref.side]));
+        const cuts = model.cutList();
+        const oracle = await ortValues(file, x, [...cuts.map((c) => c.tensor), model.facts.output]);
+        const points = cuts.filter((c) => c.point).map((c) => c.name);
+        const ours = torch.noGrad(() => model.forwardIntermediates(x, points));
+        for (const c of cuts.filter((c) => c.point)) {
+          const err = relError(values(ours.features[c.name] as Tensor), oracle[c.tensor] as Float32Array);
+          assert.ok(err < 1e-4, `${c.name} (${c.tensor}): relative error ${err}`);
+        }
+        assert.ok(relError(values(ours.logits), oracle[model.facts.output] as Float32Array) < 1e-4, "logits");
+        torch.dispose([ours.features, ours.logits]);
+
+        // The back from a cut alone (no front nodes run again) gives the whole graph's logits.
+        const middle = model.stitchPoints[Math.floor(model.stitchPoints.length / 2)]?.name as string;
+        const back = torch.noGrad(() => torch.tidy(() => model.forwardFrom(model.forwardTo(x, middle), middle)));
+        assert.ok(relError(values(back), oracle[model.facts.output] as Float32Array) < 1e-4, `back from ${middle}`);
+
+        // PyTorch autograd on the same weights and input.
+        const xr = torch.tensor(ref.x, { shape: [2, 3, ref.side, ref.side] });
+        const r = torch.tensor(ref.r, { shape: ref.logits_shape });
+        const point = cuts.find((c) => c.name === ref.point || c.aliases.includes(ref.point));
+        assert.ok(point?.point, `${ref.point} is a stitch point (cuts: ${cuts.map((c) => c.name).join(", ")})`);
+        const weight = model.namedParameters().find(([k]) => k.endsWith(`.${ref.weight}`))?.[1];
+        assert.ok(weight, `the classifier's weight ${ref.weight} is a parameter`);
+        const xg = xr.detach().requiresGrad_(true);
+        const logits = model.forward(xg);
+        assert.ok(relError(values(logits), ref.logits) < 1e-4, "logits against PyTorch");
+        const [dx, dw] = torch.grad(logits.mul(r).sum(), [xg, weight]) as Tensor[];
+        assert.ok(relError(values(dx as Tensor), ref.dx) < 1e-4, `d/dx: ${relError(values(dx as Tensor), ref.dx)}`);
+        assert.ok(relError(values(dw as Tensor), ref.dw) < 1e-4, `d/d${ref.weight}`);
+        const h = torch.noGrad(() => model.forwardTo(xr, point.name)).requiresGrad_(true);
+        assert.deepEqual(h.shape, ref.h_shape);
+        const [dh] = torch.grad(model.forwardFrom(h, point.name).mul(r).sum(), [h]) as Tensor[];
+        const err = relError(values(dh as Tensor), ref.dh);
+        assert.ok(err < 1e-4, `d/dh at ${point.name}, through the back's tail: ${err}`);
+        torch.dispose([x, back, xr, r, xg, logits, dx, dw, h, dh]);
+      } finally {
+        model.dispose();
+      }
+    });
+  }
+
+  test("an exported torchvision ResNet-18 has the zoo's stitch points", () => {
+    const model = new OnnxModel(join(dir(), "resnet18.onnx"));
+    try {
+      const names = model.stitchPoints.map((p) => p.name);
+      for (const p of ["layer1.0", "layer1.1", "layer2.0", "layer2.1", "layer3.0", "layer3.1", "layer4.0", "layer4.1"])
+        assert.ok(names.includes(p), `${p} in ${names.join(", ")}`);
+      assert.deepEqual(model.stitchPoint("layer2.1"), {
+        kind: "cnn",
+        name: "layer2.1",
+        channels: 128,
+        height: 4,
+        width: 4,
+      });
+      assert.equal(model.stitchPoint("head").channels, 512);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("batch norm nodes are BatchNorm2d modules: train mode uses the batch's statistics", () => {
+    const model = new OnnxModel(join(dir(), "densenet121.onnx"));
+    try {
+      const bns = model.namedModules().filter(([, m]) => m instanceof BatchNorm2d);
+      assert.ok(bns.length > 50, `${bns.length} batch norms`);
+      const x = torch.rand([4, 3, 32, 32]);
+      const evalOut = torch.noGrad(() => model.eval().forward(x));
+      const bn = bns[0]?.[1] as BatchNorm2d;
+      const mean = () => values(bn.stateDict().running_mean as Tensor);
+      const before = mean();
+      const trainOut = torch.noGrad(() => model.train().forward(x));
+      const afterStats = mean();
+      assert.ok(relError(values(trainOut), values(evalOut)) > 1e-3, "train mode changes the output");
+      assert.ok(relError(afterStats, before) > 0, "and updates the running statistics");
+      torch.dispose([x, evalOut, trainOut]);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("loadCheckpoint reads an .onnx file as a model source; zoo options are refused by name", () => {
+    const file = join(dir(), "resnet18.onnx");
+    const loaded = loadCheckpoint({ checkpoint: file, normalization: "cifar10" });
+    try {
+      assert.equal(loaded.record.arch, "onnx");
+      assert.equal(loaded.record.imageSize, 32);
+      assert.equal(loaded.record.numClasses, 10);
+      assert.deepEqual(loaded.record.normalization?.mean, [0.4914, 0.4822, 0.4465]);
+    } finally {
+      loaded.model.dispose();
+    }
+    assert.throws(
+      () => loadCheckpoint({ checkpoint: file, arch: "resnet18" }),
+      /ONNX model.*leave arch \(resnet18\) out/,
+    );
+    assert.throws(
+      () => loadCheckpoint({ checkpoint: file, options: { width: 0.5 } }),
+      /options \(width\) mean nothing/,
+    );
+    assert.throws(() => loadCheckpoint({ checkpoint: file, imageSize: 64 }), /takes 32 px images, and imageSize 64/);
+  });
+});
+
+/** A small graph built here: image [N, 3, 4, 4] -> Conv (weight w) -> each op in `ops` -> Flatten -> Gemm. */
+function tinyModel(ops: string[], weightData?: { external: string }): Uint8Array {
+  const T = onnx.TensorProto.DataType;
+  const w = new Float32Array(2 * 3 * 1 * 1).map((_, i) => (i + 1) / 10);
+  const weight = onnx.TensorProto.create({ name: "conv.weight", dataType: T.FLOAT, dims: [2, 3, 1, 1] });
+  if (weightData) {
+    weight.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
+    weight.externalData = [onnx.StringStringEntryProto.create({ key: "location", value: weightData.external })];
+  } else weight.rawData = new Uint8Array(w.buffer);
+  const fc = onnx.TensorProto.create({
+    name: "fc.weight",
+    dataType: T.FLOAT,
+    dims: [5, 32],
+    rawData: new Uint8Array(new Float32Array(160).fill(0.01).buffer),
+  });
+  const nodes = [
+    onnx.NodeProto.create({ name: "/conv/Conv", opType: "Conv", input: ["image", "conv.weight"], output: ["c"] }),
+  ];
+  let last = "c";
+  for (const [i, op] of ops.entries()) {
+    nodes.push(onnx.NodeProto.create({ name: `/block.${i}/${op}`, opType: op, input: [last], output: [`t${i}`] }));
+    last = `t${i}`;
+  }
+  nodes.push(onnx.NodeProto.create({ name: "/Flatten", opType: "Flatten", input: [last], output: ["flat"] }));
+  nodes.push(
+    onnx.NodeProto.create({
+      name: "/fc/Gemm",
+      opType: "Gemm",
+      input: ["flat", "fc.weight"],
+      output: ["logits"],
+      attribute: [onnx.AttributeProto.create({ name: "transB", type: onnx.AttributeProto.AttributeType.INT, i: 1 })],
+    }),
+  );
+  const dims = (d: (number | string)[]) =>
+    onnx.TensorShapeProto.create({
+      dim: d.map((v) => (typeof v === "number" ? { dimValue: v } : { dimParam: v })),
+    });
+  const value = (name: string, shape: (number | string)[]) =>
+    onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType: T.FLOAT, shape: dims(shape) } } });
+  const model = onnx.ModelProto.create({
+    irVersion: 8,
+    opsetImport: [{ domain: "", version: 17 }],
+    producerName: "stitchlab-test",
+    graph: {
+      name: "tiny",
+      node: nodes,
+      initializer: [weight, fc],
+      input: [value("image", ["N", 3, 4, 4])],
+      output: [value("logits", ["N", 5])],
+    },
+  });
+  return onnx.ModelProto.encode(model).finish();
+}
+
+describe("what a user meets with a graph stitchlab cannot take", () => {
+  const scratch = mkdtempSync(join(tmpdir(), "stitchlab-onnx-tiny-"));
+  after(() => rmSync(scratch, { recursive: true, force: true }));
+
+  test("a tiny graph runs and names its cuts by scope", () => {
+    const file = join(scratch, "ok.onnx");
+    writeFileSync(file, tinyModel(["Relu", "Sigmoid"]));
+    const model = new OnnxModel(file);
+    try {
+      assert.deepEqual(
+        model.stitchPoints.map((p) => p.name),
+        ["conv", "block.0", "block.1"],
+      );
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("every operator stitchlab lacks is named with its nodes, in one error, before any weight is read", () => {
+    const file = join(scratch, "unsupported.onnx");
+    writeFileSync(file, tinyModel(["Relu", "Det", "Hardmax", "Det"]));
+    assert.throws(
+      () => new OnnxModel(file),
+      (e: Error) =>
+        /cannot run these ONNX operators: Det \(2 nodes: \/block\.1\/Det, \/block\.3\/Det\); Hardmax \(1 node: \/block\.2\/Hardmax\)/.test(
+          e.message,
+        ),
+    );
+  });
+
+  test("external data is read from the model's folder, and refused outside it", () => {
+    const folder = join(scratch, "ext");
+    mkdirSync(folder);
+    const w = new Float32Array(6).map((_, i) => (i + 1) / 10);
+    writeFileSync(join(folder, "weights.bin"), new Uint8Array(w.buffer));
+    writeFileSync(join(folder, "inside.onnx"), tinyModel(["Relu"], { external: "weights.bin" }));
+    const inside = new OnnxModel(join(folder, "inside.onnx"));
+    const plain = (() => {
+      writeFileSync(join(folder, "plain.onnx"), tinyModel(["Relu"]));
+      return new OnnxModel(join(folder, "plain.onnx"));
+    })();
+    try {
+      const x = torch.rand([2, 3, 4, 4]);
+      assert.deepEqual(values(torch.noGrad(() => inside.forward(x))), values(torch.noGrad(() => plain.forward(x))));
+    } finally {
+      inside.dispose();
+      plain.dispose();
+    }
+    writeFileSync(join(scratch, "secret.bin"), new Uint8Array(24));
+    writeFileSync(join(folder, "up.onnx"), tinyModel(["Relu"], { external: "../secret.bin" }));
+    assert.throws(() => new OnnxModel(join(folder, "up.onnx")), /lies outside the model's folder.*refused/);
+    writeFileSync(join(folder, "abs.onnx"), tinyModel(["Relu"], { external: join(scratch, "secret.bin") }));
+    assert.throws(() => new OnnxModel(join(folder, "abs.onnx")), /lies outside the model's folder.*refused/);
+    symlinkSync(join(scratch, "secret.bin"), join(folder, "link.bin"));
+    writeFileSync(join(folder, "link.onnx"), tinyModel(["Relu"], { external: "link.bin" }));
+    assert.throws(() => new OnnxModel(join(folder, "link.onnx")), /links outside the model's folder.*refused/);
+  });
+
+  test("a file that is not ONNX says so", () => {
+    const file = join(scratch, "junk.onnx");
+    writeFileSync(file, "not a protobuf at all \u0000\u0001");
+    assert.throws(() => new OnnxModel(file), /is not an ONNX model/);
+  });
+});
