@@ -42,8 +42,8 @@ export interface ApgdOptions {
    * random initialisation) rather than from x. Default true. The clean image is checked either way.
    */
   randomStart?: boolean;
-  /** Initial step size in pixel units. Default 2 eps (the paper). */
-  stepSize?: number;
+  /** Initial step size in pixel units (the paper's 2 eps: eval/config.ts apgdFirstStep, which resolveRobustEval applies). */
+  stepSize: number;
   /** Momentum alpha. Default 0.75 (the paper). */
   momentum?: number;
   /** Share of loss-raising steps below which the step is halved (condition 1). Default 0.75. */
@@ -168,7 +168,7 @@ export function apgdAttack(model: Module, x: Tensor, y: Tensor, opts: ApgdOption
         best: start,
         bestGrad: s0.grad!,
         bestLoss: s0.loss,
-        eta: torch.full([n], opts.stepSize ?? 2 * opts.eps, { device: x.device }),
+        eta: torch.full([n], opts.stepSize, { device: x.device }),
         raised: torch.zeros([n], { device: x.device }),
         bestLossAtCheck: s0.loss,
         halvedAtCheck: torch.zerosLike(cleanWrong),

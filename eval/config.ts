@@ -199,6 +199,25 @@ export function resolveRobustEval(
       : { attack: ROBUST_EVAL_DEFAULTS.attack, eps: context.eps, steps: ROBUST_EVAL_DEFAULTS.steps, stepSize: null };
   const attack = given.attack ?? named.attack;
   const eps = given.eps ?? named.eps;
-  const stepSize = given.stepSize ?? named.stepSize ?? (attack === "apgd" ? 2 * eps : context.pgdStep(eps));
+  const stepSize = given.stepSize ?? named.stepSize ?? (attack === "apgd" ? apgdFirstStep(eps) : context.pgdStep(eps));
   return { attack, eps, steps: given.steps ?? named.steps, stepSize };
+}
+
+/** APGD's first step at a radius when no settings name one: 2 eps (Croce and Hein 2020, as AutoAttack runs it). */
+export const apgdFirstStep = (eps: number): number => 2 * eps;
+
+/**
+ * Whether a robust evaluation's attack starts at a random point in the ball rather than at x: a
+ * rule of the attack, not a setting, so RobustEvalConfig (hashed into task keys) holds none.
+ * APGD starts at a random point, as AutoAttack's APGD does (Croce and Hein 2020) and as the
+ * reference's ART set-up does (nb_random_init 1: external/attacks/attack.py). PGD starts at x, as
+ * the reference's PGD does (external/attacks/pgd.py random_start=False; eval/pgd.ts), unless the
+ * model was trained with random starts (`trainedWith`: its PGD recipe), whose PGD evaluation
+ * starts as its training did (train/trainer.ts).
+ */
+export function robustEvalRandomStart(
+  attack: RobustEvalAttack,
+  trainedWith: { randomStart: boolean } | null = null,
+): boolean {
+  return attack === "apgd" || Boolean(trainedWith?.randomStart);
 }

@@ -36,8 +36,8 @@ import type { RobustEvalAttack, RobustEvalConfig } from "./config.js";
 
 /** A robust evaluation's resolved numbers (eval/config.ts resolveRobustEval) and where it runs. */
 export interface RobustEvalOptions extends EvalOptions, RobustEvalConfig {
-  /** Start from a random point in the ball: APGD's default is true (AutoAttack), PGD's false. */
-  randomStart?: boolean;
+  /** Start from a random point in the ball: eval/config.ts robustEvalRandomStart says when. */
+  randomStart: boolean;
 }
 
 /** What produced a model's robust accuracies: recorded beside them in the checkpoint. */
@@ -64,8 +64,8 @@ export function robustEvaluation(
 ): { accuracies: Record<string, number>; record: RobustEvalRecord } {
   // Settings are checked once, where they are resolved (eval/config.ts robustEvalSchema).
   const common = { normalization: opts.normalization, batchSize: opts.batchSize, device: opts.device };
+  const { randomStart } = opts;
   if (opts.attack === "apgd") {
-    const randomStart = opts.randomStart ?? true;
     const r = apgdRobustAccuracy(model, ds, {
       ...common,
       eps: opts.eps,
@@ -85,7 +85,6 @@ export function robustEvaluation(
       },
     };
   }
-  const randomStart = opts.randomStart ?? false;
   const acc = robustAccuracy(model, ds, {
     ...common,
     eps: opts.eps,

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { type Dataset, disposeDataset, fromBytes, NO_NORMALIZATION } from "../data/index.js";
-import type { RobustEvalConfig } from "../eval/config.js";
+import { type RobustEvalConfig, robustEvalRandomStart } from "../eval/config.js";
 import { robustEvaluation } from "../eval/evaluate.js";
 import { Flatten, Linear, Sequential } from "../nn/layers.js";
 import { stitchConfig } from "../stitch/config.js";
@@ -64,7 +64,11 @@ test("a base model's robust evaluation with the reference's settings: 20 iterati
   torch.manualSeed(2);
   const model = new Sequential(new Flatten(), new Linear(3 * 32 * 32, 10));
   const { calls } = recordCalls(model);
-  const r = robustEvaluation(model, ds, { ...(cfg.robustEval as RobustEvalConfig), normalization: NO_NORMALIZATION });
+  const r = robustEvaluation(model, ds, {
+    ...(cfg.robustEval as RobustEvalConfig),
+    randomStart: robustEvalRandomStart("apgd"),
+    normalization: NO_NORMALIZATION,
+  });
   // One gradient per iteration: at the start and at every iterate but the last (whose gradient
   // is never used), for APGD-CE and then APGD-DLR.
   assert.equal(calls.filter((c) => c.grad).length, 2 * 20);

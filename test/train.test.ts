@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { loadDataset, type Normalization, normalizationFor } from "../data/index.js";
 import { apgdAttack, apgdCheckpoints, dlrLoss } from "../eval/apgd.js";
+import { apgdFirstStep } from "../eval/config.js";
 import { evaluate } from "../eval/evaluate.js";
 import { pgdAttack, robustAccuracy } from "../eval/pgd.js";
 import { cliCommand } from "../experiments/tasks.js";
@@ -238,7 +239,13 @@ test("PGD and APGD leave batch-norm running statistics alone and give the model 
       model.train(training);
       const adv = pgdAttack(model, x, y, { eps: 8 / 255, step: 2 / 255, steps: 2, normalization: NORM });
       assert.ok(adv.sub(x).abs().max().item() > 0, "the attack moved the images");
-      apgdAttack(model, x, y, { eps: 8 / 255, steps: 3, loss: "ce", normalization: NORM });
+      apgdAttack(model, x, y, {
+        eps: 8 / 255,
+        steps: 3,
+        stepSize: apgdFirstStep(8 / 255),
+        loss: "ce",
+        normalization: NORM,
+      });
       assert.deepEqual(
         stats(),
         start,
@@ -318,7 +325,14 @@ test("APGD halves its step at every checkpoint when the loss cannot rise, and st
     const x = normalise(torch.rand([8, 3, 4, 4]));
     const y = torch.zeros([8], { dtype: "int64" }); // argmax of equal logits is class 0
     for (const loss of ["ce", "dlr"] as const) {
-      const r = apgdAttack(model, x, y, { eps: 8 / 255, steps: 100, loss, randomStart: false, normalization: NORM });
+      const r = apgdAttack(model, x, y, {
+        eps: 8 / 255,
+        steps: 100,
+        stepSize: apgdFirstStep(8 / 255),
+        loss,
+        randomStart: false,
+        normalization: NORM,
+      });
       // 8 checkpoints after the start: 2 eps / 2^8.
       assert.ok(
         r.stepSize
@@ -370,7 +384,13 @@ test("APGD on linear classifiers: inside the ball and the pixel range, never abo
     const robust: Record<string, Tensor> = {};
     for (const loss of ["ce", "dlr"] as const) {
       torch.manualSeed(7);
-      const r = apgdAttack(model, x, y, { eps: 0.03, steps: 100, loss, normalization: NORM });
+      const r = apgdAttack(model, x, y, {
+        eps: 0.03,
+        steps: 100,
+        stepSize: apgdFirstStep(0.03),
+        loss,
+        normalization: NORM,
+      });
       robust[loss] = r.robust;
       assert.ok(toPixels(r.adv).sub(toPixels(x)).abs().max().item() <= 0.03 + 1e-6, `${loss}: within eps`);
       assert.equal(r.robust.logicalAnd(pred.ne(y)).sum().item(), 0, `${loss}: a misclassified image is never robust`);
@@ -401,7 +421,13 @@ test("APGD stays inside the pixel range where the ball crosses it", () => {
     const x = normalise(pixels);
     const y = torch.randint(0, 5, [64]);
     for (const loss of ["ce", "dlr"] as const) {
-      const r = apgdAttack(model, x, y, { eps: 0.1, steps: 20, loss, normalization: NORM });
+      const r = apgdAttack(model, x, y, {
+        eps: 0.1,
+        steps: 20,
+        stepSize: apgdFirstStep(0.1),
+        loss,
+        normalization: NORM,
+      });
       const p = toPixels(r.adv);
       assert.ok(p.min().item() >= -1e-6 && p.max().item() <= 1 + 1e-6, `${loss}: pixel range`);
       assert.ok(p.sub(pixels).abs().max().item() <= 0.1 + 1e-6, `${loss}: ball`);
@@ -438,7 +464,7 @@ test("on a trained ResNet, APGD-CE breaks at least as many images as PGD with th
     for (const eps of [4 / 255, 8 / 255]) {
       const steps = 10;
       torch.manualSeed(10);
-      const a = apgdAttack(model, x, y, { eps, steps, loss: "ce", normalization: norm });
+      const a = apgdAttack(model, x, y, { eps, steps, stepSize: apgdFirstStep(eps), loss: "ce", normalization: norm });
       const apgd = a.robust.sum().item() / 256;
       // PGD's usual step for a short budget: 2.5 eps / steps.
       const adv = pgdAttack(model, x, y, { eps, step: (2.5 * eps) / steps, steps, normalization: norm });

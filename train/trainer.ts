@@ -18,6 +18,7 @@ import {
   numBatches,
   standardAugment,
 } from "../data/index.js";
+import { robustEvalRandomStart } from "../eval/config.js";
 import { evaluate, type RobustEvalRecord, robustEvaluation } from "../eval/evaluate.js";
 import { scoreMarkedAndRolled } from "../eval/markers.js";
 import { adversarialMix, pgdAttack } from "../eval/pgd.js";
@@ -243,11 +244,10 @@ function finalAccuracies(
   }
   if (!cfg.robustEval) return { accuracies };
   // As resolved (train/config.ts resolveTrainRobustEval): the adversarial models' own radius and
-  // AutoAttack's budget unless other settings are named. APGD starts at a random point
-  // (AutoAttack); PGD as in training.
+  // AutoAttack's budget unless other settings are named; the start by the attack's rule.
   const r = robustEvaluation(model, test, {
     ...cfg.robustEval,
-    ...(cfg.robustEval.attack === "pgd" ? { randomStart: cfg.adversarial?.randomStart ?? false } : {}),
+    randomStart: robustEvalRandomStart(cfg.robustEval.attack, cfg.adversarial),
     normalization: norm,
     device: cfg.device,
   });
