@@ -11,6 +11,7 @@ import { isNormalizationName, NORMALIZATION_NAMES } from "../data/transforms.js"
 import {
   checkpointDataset,
   foreignWeightsFacts,
+  isOnnxFile,
   isStitchlabCheckpoint,
   type ModelSourceLike,
   modelSourceSchema,
@@ -161,11 +162,26 @@ export function missingModelSettings(
 
   type Ask = { model: CommandModel; setting: "Arch" | "Normalization" | "ImageSize"; value: string; why: string };
   const asks: Ask[] = [];
+  const normalizationAsk = (m: CommandModel): Ask => {
+    const stats = known && isNormalizationName(known) ? known : undefined;
+    return {
+      model: m,
+      setting: "Normalization",
+      value: stats ?? "<stats>",
+      why: `the statistics the inputs were normalised with in training: ${stats ? `${stats} (the dataset's own)` : "a dataset's (cifar10, imagenet, fashion-mnist, mnist)"}, none (pixels in [0, 1] as ToTensor() gives them), or '{mean: [...], std: [...]}'${norm === "dataset" ? `; left out: ${stats ? `${stats}'s` : "the dataset's"}` : ""}`,
+    };
+  };
   let required = false;
   for (const m of models) {
     if (!foreign(m.file)) continue;
     const given = (k: string) => value(m.role, k) !== undefined;
     const needNorm = norm === "required" && !given("Normalization");
+    // An ONNX graph fixes its architecture and input side: only its statistics can be missing.
+    if (isOnnxFile(m.file)) {
+      if (needNorm) asks.push(normalizationAsk(m));
+      required ||= needNorm;
+      continue;
+    }
     if (given("Arch") && !needNorm) continue;
     const facts = foreignWeightsFacts(m.file, value(m.role, "Arch") as string | undefined);
     const arch = !given("Arch") && !facts?.recorded;
@@ -178,15 +194,7 @@ export function missingModelSettings(
         value: facts?.arch ?? "<name>",
         why: `the architecture the weights fit${facts?.looks ? `: their keys look like ${facts.looks}` : ""}${facts?.arch ? "" : `; the zoo has ${modelNames().join(", ")}`}`,
       });
-    if (!given("Normalization")) {
-      const stats = known && isNormalizationName(known) ? known : undefined;
-      asks.push({
-        model: m,
-        setting: "Normalization",
-        value: stats ?? "<stats>",
-        why: `the statistics the inputs were normalised with in training: ${stats ? `${stats} (the dataset's own)` : "a dataset's (cifar10, imagenet, fashion-mnist, mnist)"}, none (pixels in [0, 1] as ToTensor() gives them), or '{mean: [...], std: [...]}'${norm === "dataset" ? `; left out: ${stats ? `${stats}'s` : "the dataset's"}` : ""}`,
-      });
-    }
+    if (!given("Normalization")) asks.push(normalizationAsk(m));
     if (!given("ImageSize") && facts?.imageSize == null) {
       const side = known ? DATASET_SIDES[known] : undefined;
       asks.push({

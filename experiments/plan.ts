@@ -9,7 +9,7 @@ import { dirname, isAbsolute, resolve } from "node:path";
 import { datasetClassCount } from "../data/registry.js";
 import { sha256File } from "../io/files.js";
 import type { ModelSource } from "../models/checkpoint.js";
-import { isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
+import { isOnnxFile, isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { isHubName, resolveModelSource } from "../models/hub.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
@@ -160,7 +160,7 @@ export function planModels(exp: Experiment, baseDir: string, ctx: PlanContext): 
         const given = isHubName(spec.checkpoint) ? resolveModelSource(spec) : spec;
         const path = isAbsolute(given.checkpoint) ? given.checkpoint : resolve(baseDir, given.checkpoint);
         if (!existsSync(path)) throw new Error(`checkpoint not found: ${path}`);
-        if (!isStitchlabCheckpoint(path) && !given.arch)
+        if (!isStitchlabCheckpoint(path) && !isOnnxFile(path) && !given.arch)
           throw new Error(
             `${path} is not a stitchlab checkpoint (no ${sidecarPath(path)} beside it): give arch (and normalization) for weights made elsewhere, or convert it once with stitchlab import`,
           );
