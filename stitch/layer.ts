@@ -4,6 +4,21 @@
 // to every token; between vector points (the ViT head input, [N, D]) a linear map over D (the
 // reference's StitchVec2Vec, models/stitch.py). Its weight is [out, in] in every case (a 1x1
 // conv weight viewed as a matrix).
+//
+// Across architectures (issue 39) T stays one linear map per position; what changes is how A's
+// positions are laid onto B's (align), by these rules:
+// - CNN to CNN of another spatial size: A's map resized bilinearly to B's (the reference's
+//   resize; Bansal et al. 2021 stitch equal sizes only, SN-Net resizes in the same way).
+// - tokens to tokens: a per-token map needs equal token counts (SN-Net's linear stitching
+//   between ViTs); other counts are refused.
+// - CNN to tokens: a token point is a square grid of g x g patch tokens in row-major order (a
+//   ViT's patch embedding flattened, Dosovitskiy et al. 2021) after T - g^2 leading tokens, the
+//   class (and distillation) token; A's map is resized to g x g and flattened, and each leading
+//   token is given A's spatial mean (what a global-pool head reads, and T of the mean is the
+//   mean of T's tokens).
+// - tokens to CNN: the leading tokens are dropped, the grid is laid out as a g x g map and
+//   resized to B's.
+// - vectors (a head's input) stitch to vectors only.
 
 import type { PointKind, StitchPoint } from "../models/stitchable.js";
 import { Module } from "../nn/module.js";
@@ -11,11 +26,27 @@ import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
 
+/** A token point's square grid: its side and the leading (class, distillation) tokens before it; null when not a grid. */
+export function tokenGrid(p: StitchPoint & { kind: "vit" }): { side: number; leading: number } | null {
+  const side = Math.floor(Math.sqrt(p.tokens));
+  const leading = p.tokens - side * side;
+  return side > 0 && leading <= 2 ? { side, leading } : null;
+}
+
+/** A point's shape for one image, in words. */
+export const describePoint = (p: StitchPoint): string =>
+  `${p.name}: ${p.kind === "cnn" ? `${p.channels} x ${p.height} x ${p.width} map` : p.kind === "vit" ? `${p.tokens} tokens x ${p.channels}` : `vector of ${p.channels}`}`;
+
 /** Why two points cannot be stitched, or null when they can. */
 export function stitchMismatch(a: StitchPoint, b: StitchPoint): string | null {
-  if (a.kind !== b.kind) return `a ${a.kind} point (${a.name}) cannot be stitched to a ${b.kind} point (${b.name})`;
+  const both = `A's ${describePoint(a)}; B's ${describePoint(b)}`;
+  if ((a.kind === "vector") !== (b.kind === "vector"))
+    return `a vector (a head's input) stitches to a vector only (${both})`;
   if (a.kind === "vit" && b.kind === "vit" && a.tokens !== b.tokens)
-    return `ViT points with different token counts (${a.name}: ${a.tokens}, ${b.name}: ${b.tokens}) cannot be stitched token by token`;
+    return `token points with different token counts cannot be stitched token by token (${both})`;
+  for (const p of [a, b])
+    if (p.kind === "vit" && a.kind !== b.kind && !tokenGrid(p))
+      return `${p.name}'s ${p.tokens} tokens are not a square grid after at most two leading tokens, so they cannot be laid onto a map (${both})`;
   return null;
 }
 
@@ -52,11 +83,31 @@ export class StitchingLayer extends Module {
     return this.tensor("bias");
   }
 
-  /** A's features at `source` as B expects them at `target`, before the linear map (resized if needed). */
+  /**
+   * A's features laid onto B's positions, still with A's channels (the file's comment gives the
+   * rules): [N, C_A, H_B, W_B] for a map, [N, T_B, C_A] for tokens, [N, C_A] for a vector.
+   */
   align(h: Tensor): Tensor {
     const [s, t] = [this.source, this.target];
-    if (s.kind === "cnn" && t.kind === "cnn" && (s.height !== t.height || s.width !== t.width))
-      return torch.interpolateBilinear(h, [t.height, t.width]);
+    if (s.kind === "cnn" && t.kind === "cnn")
+      return s.height !== t.height || s.width !== t.width ? torch.interpolateBilinear(h, [t.height, t.width]) : h;
+    if (s.kind === "cnn" && t.kind === "vit") {
+      const { side, leading } = tokenGrid(t) as { side: number; leading: number };
+      const grid = s.height !== side || s.width !== side ? torch.interpolateBilinear(h, [side, side]) : h;
+      const tokens = grid.flatten(2).transpose(1, 2); // [N, g*g, C], row-major as a patch embedding
+      if (leading === 0) return tokens;
+      const mean = h.mean([2, 3], true).flatten(2).transpose(1, 2); // [N, 1, C]
+      return torch.cat([...new Array(leading).fill(mean), tokens], 1);
+    }
+    if (s.kind === "vit" && t.kind === "cnn") {
+      const { side, leading } = tokenGrid(s) as { side: number; leading: number };
+      const n = h.shape[0] as number;
+      const map = h
+        .narrow(1, leading, side * side)
+        .transpose(1, 2)
+        .reshape(n, s.channels, side, side);
+      return side !== t.height || side !== t.width ? torch.interpolateBilinear(map, [t.height, t.width]) : map;
+    }
     return h;
   }
 
@@ -64,7 +115,7 @@ export class StitchingLayer extends Module {
     return torch.tidy(() => {
       const x = this.align(h);
       // Token sequences and vectors: a linear map over the last dimension.
-      if (this.source.kind !== "cnn") return torch.linear(x, this.weight, this.bias);
+      if (this.target.kind !== "cnn") return torch.linear(x, this.weight, this.bias);
       const w = this.weight.reshape(this.target.channels, this.source.channels, 1, 1);
       return torch.conv2d(torch.toConvLayout(x, this.target.channels), w, this.bias);
     });
@@ -105,7 +156,7 @@ export function leastSquaresInit(layer: StitchingLayer, xs: Tensor, ys: Tensor):
   return torch.noGrad(() =>
     torch.tidy(() => {
       // On the CPU whatever the model's device: gelsd is a LAPACK driver (CUDA has only gels).
-      const X = asSamples(layer.align(xs), layer.source.kind).double().to("cpu");
+      const X = asSamples(layer.align(xs), layer.target.kind).double().to("cpu");
       const Y = asSamples(ys, layer.target.kind).double().to("cpu");
       if (X.shape[0] !== Y.shape[0])
         throw new Error(`least squares: ${X.shape[0]} samples of A but ${Y.shape[0]} of B (same images needed)`);

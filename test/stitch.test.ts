@@ -167,12 +167,64 @@ test("bad pairs and points are clear errors", () => {
     /front model resnet18 has no stitch point 'layer9'; its points: stem/,
   );
   assert.throws(
-    () => new StitchedModel(cnn, vit, "stem", "blocks.0"),
-    /a cnn point \(stem\) cannot be stitched to a vit point/,
+    () => new StitchedModel(cnn, vit, "stem", HEAD_POINT),
+    /a vector \(a head's input\) stitches to a vector only \(A's stem: 8 x 32 x 32 map; B's head: vector of 24\)/,
   );
   assert.throws(() => new StitchedModel(vit, vit64, "blocks.0"), /different token counts/);
   assert.throws(() => new StitchedModel(cnn, cnn, "stem", "layer2.0").init("identity"), /equal widths/);
   for (const m of [cnn, vit, vit64]) m.dispose();
+});
+
+test("across architectures, A's positions are laid onto B's: a map onto tokens and tokens onto a map, by hand", () => {
+  torch.tidy(() => {
+    const map = (c: number, h: number) => ({ kind: "cnn" as const, name: `m${h}`, channels: c, height: h, width: h });
+    const tokens = (c: number, t: number) => ({ kind: "vit" as const, name: `t${t}`, channels: c, tokens: t });
+    // A 2-channel 2x2 map onto 5 tokens (a class token, then a 2x2 grid): the class token is the map's mean.
+    const x = torch.tensor([1, 2, 3, 4, 10, 20, 30, 40]).reshape(1, 2, 2, 2);
+    const toTokens = new StitchingLayer(map(2, 2), tokens(3, 5));
+    assert.deepEqual(toTokens.align(x).tolist(), [
+      [
+        [2.5, 25],
+        [1, 10],
+        [2, 20],
+        [3, 30],
+        [4, 40],
+      ],
+    ]);
+    assert.deepEqual(toTokens.forward(x).shape, [1, 5, 3]);
+    // Back again: the leading token is dropped and the grid is a map, row-major.
+    const toMap = new StitchingLayer(tokens(2, 5), map(3, 2));
+    assert.deepEqual(toMap.align(toTokens.align(x)).tolist(), x.tolist());
+    assert.deepEqual(toMap.forward(toTokens.align(x)).shape, [1, 3, 2, 2]);
+    // A 4x4 map onto a 2x2 grid is resized bilinearly first (each 2x2 block's mean, at this size).
+    const big = torch.arange(16, undefined, 1, { dtype: "float32" }).reshape(1, 1, 4, 4);
+    assert.deepEqual(new StitchingLayer(map(1, 4), tokens(1, 4)).align(big).flatten().tolist(), [2.5, 4.5, 10.5, 12.5]);
+    assert.throws(() => new StitchingLayer(map(2, 2), tokens(3, 7)), /7 tokens are not a square grid/);
+    for (const l of [toTokens, toMap]) l.dispose();
+  });
+});
+
+test("a ResNet front stitches into a ViT back and back again; least squares fits T on the laid-out positions", () => {
+  torch.manualSeed(3);
+  const cnn = createModel("resnet18", { width: 0.125 }).eval().requiresGrad_(false);
+  const vit = createModel("vit_tiny_patch4_32", { embedDim: 24, depth: 2 }).eval().requiresGrad_(false);
+  try {
+    torch.tidy(() => {
+      const x = torch.rand([4, 3, 32, 32]);
+      const into = new StitchedModel(cnn, vit, "layer2.1", "blocks.0"); // 16 x 16 x 16 map -> 65 tokens x 24
+      const { residual } = into.init("lstsq", x);
+      assert.ok(Number.isFinite(residual) && (residual as number) < 1, `residual ${residual}`);
+      assert.deepEqual(torch.noGrad(() => into.forward(x)).shape, [4, 10]);
+      const out = new StitchedModel(vit, cnn, "blocks.1", "layer3.0"); // 65 tokens x 24 -> 32 x 8 x 8 map
+      out.init("lstsq", x);
+      assert.deepEqual(torch.noGrad(() => out.forward(x)).shape, [4, 10]);
+      into.layer.dispose();
+      out.layer.dispose();
+    });
+  } finally {
+    cnn.dispose();
+    vit.dispose();
+  }
 });
 
 test("stitching at the head's input (the front-only end): T is a linear map into B's classifier", () => {

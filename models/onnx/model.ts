@@ -84,6 +84,8 @@ export class OnnxModel extends StitchableModel {
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
   private readonly headCut: Cut;
+  /** Cuts whose maps the graph holds channels last, [N, H, W, C] (a Swin's stages). */
+  private readonly channelsLast = new Set<string>();
   /** Tensor name -> the Shape nodes that read it. */
   private readonly shapeReaders = new Map<string, number[]>();
 
@@ -137,6 +139,7 @@ export class OnnxModel extends StitchableModel {
         opset: Math.max(0, ...(proto.opsetImport ?? []).filter((o) => !o.domain).map((o) => num(o.version))),
         producer: [proto.producerName, proto.producerVersion].filter(Boolean).join(" ") || null,
       };
+      for (const c of cuts) if (isChannelsLast(this.shapeAt(c, 1))) this.channelsLast.add(c.tensor);
       this.stageList = cuts.slice(1, -2).map((cut, k) => ({
         name: cut.name,
         point: this.pointOf(cut),
@@ -154,17 +157,29 @@ export class OnnxModel extends StitchableModel {
   }
 
   /** Every cut with its names and shape (for N images), input and output excluded: what `layers` lists. */
-  cutList(n = 1): { name: string; tensor: string; aliases: string[]; shape: number[]; point: boolean }[] {
+  cutList(n = 1): {
+    name: string;
+    tensor: string;
+    aliases: string[];
+    /** As a point sees it: a channels-last map as [N, C, H, W]. */
+    shape: number[];
+    channelsLast: boolean;
+    point: boolean;
+  }[] {
     const cuts = this.facts.cuts;
     return cuts.slice(1, -1).map((c) => ({
       name: c === this.headCut ? HEAD_POINT : c.name,
       tensor: c.tensor,
       aliases: c === this.headCut ? [c.name, ...c.aliases] : c.aliases,
-      shape: this.shapeAt(c, n),
+      shape: this.channelsLast.has(c.tensor)
+        ? ((s) => [s[0], s[3], s[1], s[2]] as number[])(this.shapeAt(c, n))
+        : this.shapeAt(c, n),
+      channelsLast: this.channelsLast.has(c.tensor),
       point: c === this.headCut || this.stitchPoints.some((p) => p.name === c.name),
     }));
   }
 
+  /** A cut's shape in the graph for n images (a channels-last cut as the graph holds it). */
   private shapeAt(c: Cut, n: number): number[] {
     const s = this.cutShapes.get(c.tensor) as LinearShape;
     return s.a.map((a, i) => a * n + (s.b[i] as number));
@@ -177,6 +192,8 @@ export class OnnxModel extends StitchableModel {
     if (this.facts.cuts.some((k) => k.aliases.length > 0) && c.aliases.length === 0) return null;
     const s = this.shapeAt(c, 1);
     if (s[0] !== 1) return null; // a cut whose first axis is not the batch (windows of a Swin) is not a point
+    if (s.length === 4 && this.channelsLast.has(c.tensor))
+      return { kind: "cnn", name: c.name, channels: s[3], height: s[1], width: s[2] } as StitchPoint;
     if (s.length === 4) return { kind: "cnn", name: c.name, channels: s[1], height: s[2], width: s[3] } as StitchPoint;
     if (s.length === 3) return { kind: "vit", name: c.name, channels: s[2], tokens: s[1] } as StitchPoint;
     if (s.length === 2) return { kind: "vector", name: c.name, channels: s[1] as number };
@@ -290,9 +307,14 @@ export class OnnxModel extends StitchableModel {
       this.shapeOf.set(index, linear(one, (shapes[1] as Map<number, number[]>).get(index) as number[]));
   }
 
-  /** The graph from cut `from` (its value h) to cut `to`. */
+  /**
+   * The graph from cut `from` (its value h) to cut `to`. A channels-last cut is seen from outside
+   * as [N, C, H, W], as every map point is: permuted on the way out and back on the way in.
+   */
   private runBetween(h: Tensor, from: Cut, to: Cut): Tensor {
-    return this.runNodes(h, from, to, {});
+    const input = this.channelsLast.has(from.tensor) ? h.permute(0, 2, 3, 1) : h;
+    const out = this.runNodes(input, from, to, {});
+    return this.channelsLast.has(to.tensor) ? out.permute(0, 3, 1, 2) : out;
   }
 
   /**
@@ -410,6 +432,13 @@ export class OnnxModel extends StitchableModel {
     }
   }
 }
+
+/**
+ * Whether a map [N, A, B, C] is held channels last: the spatial axes are square, so a map whose
+ * last two axes differ and whose middle two agree is [N, H, W, C] (a Swin's stages); a cube is
+ * taken as [N, C, H, W].
+ */
+const isChannelsLast = (s: number[]): boolean => s.length === 4 && s[2] !== s[3] && s[1] === s[2];
 
 /** Runs fn with the model in eval mode, then gives it back its mode. */
 function inEval<T>(m: Module, fn: () => T): T {
