@@ -16,6 +16,7 @@ import { cpus, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { taskDir } from "../experiments/cache.js";
+import { DEFAULT_DEVICE } from "../torch/index.js";
 import { calibrate } from "./demo.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -53,7 +54,7 @@ export async function main(args: string[]): Promise<void> {
     opt[(args[i] as string).slice(2)] = args[i + 1] as string;
   }
   const work = resolve(opt.work ?? join(tmpdir(), "stitchlab-compare-full"));
-  const device = opt.device ?? "cpu";
+  const device = opt.device ?? DEFAULT_DEVICE;
   mkdirSync(work, { recursive: true });
 
   // The two models, trained once (not part of compare's time).

@@ -39,7 +39,7 @@ import { claimOut } from "../experiments/outdir.js";
 import { defaultCache } from "../experiments/run.js";
 import { experimentSchema } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
-import { requireDevice } from "../torch/index.js";
+import { DEFAULT_DEVICE, requireDevice } from "../torch/index.js";
 import {
   bothModels,
   budget,
@@ -151,7 +151,7 @@ export function registerCompareCommand(program: Command): void {
     // The study from the protocol and the flags; with a scale, at the sizes a budget picked.
     const planned = (scale?: CompareScale) => compareStudy(o, { protocol, front, back, dataset, file }, scale);
     const cache = resolve((o.cache as string | undefined) ?? defaultCache());
-    const device = exec.device ?? "cpu";
+    const device = exec.device ?? DEFAULT_DEVICE;
     const slurm = exec.executor === "slurm";
     if (o.budget && slurm)
       throw new Error("--budget needs an estimate on this machine, and Slurm jobs run on other machines");

@@ -12,7 +12,7 @@ import { type Plan, planExperiment, type TrainTask } from "../experiments/plan.j
 import { defaultCache } from "../experiments/run.js";
 import { readExperiment, shiftSeeds } from "../experiments/spec.js";
 import { repoRoot } from "../io/files.js";
-import { type Device, getNumThreads, requireDevice, setNumThreads } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device, getNumThreads, requireDevice, setNumThreads } from "../torch/index.js";
 import type { TrainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
 import { deviceArg } from "./device.js";
@@ -149,7 +149,7 @@ export function registerDemoCommand(program: Command): void {
   addRootOptions(demo, "where Fashion-MNIST's IDX files are (default: Debian's /usr/share/datasets/fashion-mnist)")
     .option("--cache <dir>", "task cache (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--workers <n>", WORKERS_HELP, int)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, DEFAULT_DEVICE)
     .option("--dry-run", "print the plan and the time estimate, and stop")
     .option("--force", "run into an --out that holds another run (e.g. another --seed's); its files are moved aside")
     .option(

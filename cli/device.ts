@@ -18,6 +18,6 @@ export function deviceArg(v: string): torch.Device {
 export { requireDevice } from "../torch/index.js";
 
 /** --device, for the commands that compute (their --autocast is a key of their settings' schema). */
-export function deviceOption(cmd: Command, defaultDevice: torch.Device): Command {
-  return cmd.option("--device <d>", "cpu, cuda or cuda:N", deviceArg, defaultDevice);
+export function deviceOption(cmd: Command): Command {
+  return cmd.option("--device <d>", "cpu, cuda or cuda:N", deviceArg, torch.DEFAULT_DEVICE);
 }

@@ -67,7 +67,7 @@ export function doctor(): DoctorReport {
       cudaGraphs: torch.graphsUnavailable("cuda") === null,
     },
     build: { mkldnn: v.mkldnn, mkl: v.mkl, openmp: v.openmp, lapack: v.lapack, blas: loadedBlas() },
-    device: { default: "cpu", cudaAvailable, cudaDevices: cudaAvailable ? torch.cuda.deviceCount() : 0 },
+    device: { default: torch.DEFAULT_DEVICE, cudaAvailable, cudaDevices: cudaAvailable ? torch.cuda.deviceCount() : 0 },
     threads: {
       used: torch.getNumThreads(),
       source: process.env.STITCHLAB_THREADS

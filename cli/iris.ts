@@ -10,7 +10,7 @@ import { type IrisConfig, irisSettingsSchema, resolveIrisConfig } from "../stitc
 import { IRI_DEFAULTS } from "../stitch/iri-options.js";
 import { runIris } from "../stitch/jobs.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
-import type { Device } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
 import { deviceOption, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
 import { dataFromFlags, dataTable, oneOf } from "./parse.js";
@@ -55,7 +55,7 @@ export function irisConfigFromFlags(o: Record<string, unknown>): IrisConfig {
       markerScale,
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
     },
-    (o.device as Device | undefined) ?? "cpu",
+    (o.device as Device | undefined) ?? DEFAULT_DEVICE,
   );
 }
 
@@ -80,7 +80,7 @@ export function registerIrisCommand(program: Command): void {
   addSchemaFlags(cmd, datasetSchema, IRIS_DATA);
   addSchemaFlags(cmd, irisSettingsSchema, IRIS_FLAGS);
   addModelSourceOptions(cmd, "front");
-  deviceOption(cmd, "cpu").action(async (o) => {
+  deviceOption(cmd).action(async (o) => {
     requireDevice(o.device);
     const cfg = irisConfigFromFlags(o);
     const sink = progressSink(

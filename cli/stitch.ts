@@ -17,7 +17,7 @@ import {
   stitchSettingsSchema,
 } from "../stitch/config.js";
 import { runStitch } from "../stitch/jobs.js";
-import type { Device } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
 import { deviceArg, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
 import { dataFromFlags, dataTable, oneOf } from "./parse.js";
@@ -92,7 +92,7 @@ export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig 
       shortcut: oneOf("--shortcut", SHORTCUT_KINDS, o.shortcut as string | undefined) ?? null,
       excess: oneOf("--excess", SHORTCUT_KINDS, o.excess as string | undefined) ?? null,
     },
-    (o.device as Device | undefined) ?? "cpu",
+    (o.device as Device | undefined) ?? DEFAULT_DEVICE,
   );
 }
 
@@ -138,7 +138,7 @@ export function registerStitchCommand(program: Command): void {
       "--excess <kind>",
       `also score on marked and rolled test sets (excess agreement): ${SHORTCUT_KINDS.join(", ")}`,
     )
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, "cpu")
+    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, DEFAULT_DEVICE)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
   // The data flags and T's settings: from their schemas (cli/schema-flags.ts).
   addSchemaFlags(cmd, datasetSchema, STITCH_DATA);

@@ -5,7 +5,7 @@ import type { Command } from "commander";
 import { datasetSchema } from "../experiments/spec.js";
 import { ensureWritableDir, refuseNonEmptyDir } from "../io/files.js";
 import { modelOptionsIssue } from "../models/options.js";
-import type { Device } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
 import { resolveTrainConfig, type TrainConfig, trainSettingsSchema } from "../train/config.js";
 import { checkTrainingMemory } from "../train/memory.js";
 import { trainModel } from "../train/trainer.js";
@@ -63,7 +63,7 @@ export function trainConfigFromFlags(o: Record<string, unknown>): TrainConfig {
   return resolveTrainConfig(
     settings,
     { dataset: o.dataset as string, ...dataFromFlags(o, TRAIN_DATA) },
-    (o.device as Device | undefined) ?? "cpu",
+    (o.device as Device | undefined) ?? DEFAULT_DEVICE,
   );
 }
 
@@ -79,7 +79,7 @@ export function registerTrainCommand(program: Command): void {
   // The data flags and the training settings: from their schemas (cli/schema-flags.ts).
   addSchemaFlags(cmd, datasetSchema, TRAIN_DATA);
   addSchemaFlags(cmd, trainSettingsSchema, TRAIN_FLAGS);
-  deviceOption(cmd, "cpu").action(async (o) => {
+  deviceOption(cmd).action(async (o) => {
     requireDevice(o.device);
     const cfg = trainConfigFromFlags(o);
     // A model too large for this machine is refused before it is built (issue 25).

@@ -80,7 +80,7 @@ export function denormalize(x: torch.Tensor, norm: Normalization): torch.Tensor 
  */
 export function validRange(
   norm: Normalization,
-  device: torch.Device = "cpu",
+  device: torch.Device = torch.DEFAULT_DEVICE,
 ): { min: torch.Tensor; max: torch.Tensor } {
   const c = norm.mean.length;
   const lo = norm.mean.map((m, i) => -m / norm.std[i]);

@@ -5,7 +5,7 @@
 import { resolve } from "node:path";
 import { disposeDataset, loadDataset } from "../data/index.js";
 import { stitchlabCacheDir } from "../io/files.js";
-import { type Device, requireDevice } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device, requireDevice } from "../torch/index.js";
 import { trainingMemoryProblem } from "../train/memory.js";
 import { isDone, partials } from "./cache.js";
 import { recordLocalRun } from "./local.js";
@@ -165,7 +165,7 @@ export async function runExperiment(file: string, o: ExperimentOptions): Promise
   const plan = planExperiment(exp, file);
   // The scale applied (the file's small one when none is named), as env.json and status record it.
   const scale = exp.appliedScale ?? "default";
-  const device = o.device ?? "cpu";
+  const device = o.device ?? DEFAULT_DEVICE;
   const out = resolve(o.out);
   // Run here, every model must fit this machine's memory to train; Slurm's jobs run elsewhere.
   if (o.executor !== "slurm") checkTrainingFits(plan, device, file);

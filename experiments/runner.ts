@@ -6,7 +6,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { rmSync } from "node:fs";
 import { availableParallelism, hostname } from "node:os";
-import type { Device } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
 import { entryProblem, isDone, lockPath, recordFailure, saveTasks, setAside } from "./cache.js";
 import { readHolder } from "./lock.js";
 import type { Plan, Task } from "./plan.js";
@@ -232,7 +232,7 @@ function verifyReads(plan: Plan, cache: string, states: Record<string, TaskState
 export async function runPlan(plan: Plan, opts: RunOptions): Promise<RunSummary> {
   const { cache } = opts;
   const workers = Math.max(1, opts.workers ?? 1);
-  const device = opts.device ?? "cpu";
+  const device = opts.device ?? DEFAULT_DEVICE;
   const emit = opts.onEvent ?? (() => {});
   const { signal } = opts;
   signal?.throwIfAborted();

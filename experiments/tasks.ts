@@ -106,8 +106,8 @@ export async function runTaskOfCache(
 export async function runTask(
   cache: string,
   task: Task,
-  onProgress: (fields: Record<string, number | string>) => void = () => {},
-  device: Device = "cpu",
+  onProgress: (fields: Record<string, number | string>) => void,
+  device: Device,
 ): Promise<"cached" | "ran"> {
   const final = taskDir(cache, task.kind, task.key);
   if (isDone(cache, task.key)) return "cached";

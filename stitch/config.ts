@@ -24,7 +24,7 @@ import {
 } from "../eval/config.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
 import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
-import type { Device } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
 import {
   defaultIriStepSize,
   IRI_DEFAULTS,
@@ -271,7 +271,7 @@ export function resolveStitchConfig(
   what: StitchWhat,
   s: StitchSettings,
   data: StitchData,
-  device: Device = "cpu",
+  device: Device = DEFAULT_DEVICE,
 ): StitchConfig {
   const iris = what.iris ?? null;
   if (s.adversarial && what.mode !== "standard")
@@ -356,7 +356,7 @@ export function resolveIrisConfig(
     shortcut: ShortcutKind | null;
     markerScale: number;
   },
-  device: Device = "cpu",
+  device: Device = DEFAULT_DEVICE,
 ): IrisConfig {
   const { limit, ...given } = s;
   const options: IriOptions = {
@@ -380,7 +380,7 @@ export function stitchConfig(
   what: StitchWhat,
   settings: z.input<typeof stitchSettingsSchema>,
   data: Partial<StitchData> & { dataset: string },
-  device: Device = "cpu",
+  device: Device = DEFAULT_DEVICE,
 ): StitchConfig {
   return resolveStitchConfig(
     what,

@@ -171,7 +171,7 @@ export class FrozenOutputs {
             made.store =
               made.where === "memory"
                 ? new MemoryRows()
-                : new FileRows(opts.scratchDir ?? tmpdir(), opts.device ?? "cpu");
+                : new FileRows(opts.scratchDir ?? tmpdir(), opts.device ?? torch.DEFAULT_DEVICE);
           }
           made.store.append(named);
         });

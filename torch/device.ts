@@ -6,6 +6,13 @@ import { buildInfo, cuda } from "./runtime.js";
 /** A device name as libtorch takes it: cpu, cuda (the current GPU) or cuda:N. */
 export type Device = "cpu" | "cuda" | `cuda:${number}`;
 
+/**
+ * Where work runs when no one says: the CPU, which every libtorch build has (a GPU needs a CUDA
+ * build, and is asked for with --device). The one default of the commands' --device and of the
+ * resolvers' device, which no cache key holds (a model trained on a GPU serves a CPU run).
+ */
+export const DEFAULT_DEVICE: Device = "cpu";
+
 const DEVICE = /^(cpu|cuda(:\d+)?)$/;
 
 /** Whether a string names a device (cpu, cuda, cuda:N). */

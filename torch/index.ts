@@ -14,7 +14,15 @@ export {
 } from "./amp.js";
 export { enableGrad, grad, isGradEnabled, noGrad } from "./autograd.js";
 export * from "./creation.js";
-export { cudaIndex, type Device, isCuda, isDevice, parseDevice, requireDevice } from "./device.js";
+export {
+  cudaIndex,
+  DEFAULT_DEVICE,
+  type Device,
+  isCuda,
+  isDevice,
+  parseDevice,
+  requireDevice,
+} from "./device.js";
 export { type DType, isFloating } from "./dtype.js";
 export * from "./functional.js";
 export { GraphedStep, graphsRequested, graphsUnavailable } from "./graphs.js";

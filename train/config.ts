@@ -21,7 +21,7 @@ import {
 } from "../eval/config.js";
 import { archRecord, type ModelOptions, modelNames } from "../models/registry.js";
 import { STEP_SCHEDULE_FRACTIONS } from "../nn/schedule.js";
-import { AUTOCAST_MODES, type AutocastMode, type Device } from "../torch/index.js";
+import { AUTOCAST_MODES, type AutocastMode, DEFAULT_DEVICE, type Device } from "../torch/index.js";
 
 export const TRAIN_METHODS = ["supervised", "simclr"] as const;
 
@@ -172,7 +172,7 @@ const SGD_RECIPE = {
  * Given settings (parsed by trainSettingsSchema) and data to the resolved config. Throws on
  * settings that mean nothing together, wherever they come from (flags or a file).
  */
-export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: Device = "cpu"): TrainConfig {
+export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: Device = DEFAULT_DEVICE): TrainConfig {
   if (s.simclr && s.method !== "simclr") throw new Error("simclr settings are for method simclr");
   if (s.method === "simclr" && (s.adversarial || s.shortcut))
     throw new Error(
@@ -233,7 +233,7 @@ const simclrTemperature = (): number => simclrSchema.parse({}).temperature;
 export function trainConfig(
   settings: z.input<typeof trainSettingsSchema>,
   data: Partial<TrainData> & { dataset: string },
-  device: Device = "cpu",
+  device: Device = DEFAULT_DEVICE,
 ): TrainConfig {
   return resolveTrainConfig(
     trainSettingsSchema.parse(settings),
