@@ -15,20 +15,53 @@ export interface CommandModule {
   load: () => Promise<Register>;
 }
 
-/** Every command module, in the order `--help` lists their commands. */
+/**
+ * The commands in the order `--help` lists them, a reader's: the jobs that answer the question
+ * (demo, compare, run an experiment file), then its single steps (train, iris, stitch, import),
+ * then looking at models, data and runs (layers, data, status, report), then a worker's one task,
+ * the experiment files' schema and the install (task, schema, doctor). A module registers its
+ * commands together (run.ts: run, task, schema), so the list is ordered here, not by loading.
+ */
+export const COMMAND_ORDER = [
+  "demo",
+  "compare",
+  "run",
+  "train",
+  "iris",
+  "stitch",
+  "import",
+  "layers",
+  "data",
+  "status",
+  "report",
+  "task",
+  "schema",
+  "doctor",
+];
+
+/** Every command module, each registering its `names`. */
 export const COMMAND_MODULES: CommandModule[] = [
-  { names: ["doctor"], load: async () => registerDoctorCommand },
-  { names: ["layers"], load: async () => (await import("./layers.js")).registerLayersCommand },
-  { names: ["train"], load: async () => (await import("./train.js")).registerTrainCommand },
-  { names: ["import"], load: async () => (await import("./import.js")).registerImportCommand },
-  { names: ["data"], load: async () => (await import("./data.js")).registerDataCommands },
-  { names: ["iris"], load: async () => (await import("./iris.js")).registerIrisCommand },
-  { names: ["stitch"], load: async () => (await import("./stitch.js")).registerStitchCommand },
+  { names: ["demo"], load: async () => (await import("./demo.js")).registerDemoCommand },
   { names: ["compare"], load: async () => (await import("./compare.js")).registerCompareCommand },
   { names: ["run", "task", "schema"], load: async () => (await import("./run.js")).registerRunCommands },
+  { names: ["train"], load: async () => (await import("./train.js")).registerTrainCommand },
+  { names: ["iris"], load: async () => (await import("./iris.js")).registerIrisCommand },
+  { names: ["stitch"], load: async () => (await import("./stitch.js")).registerStitchCommand },
+  { names: ["import"], load: async () => (await import("./import.js")).registerImportCommand },
+  { names: ["layers"], load: async () => (await import("./layers.js")).registerLayersCommand },
+  { names: ["data"], load: async () => (await import("./data.js")).registerDataCommands },
   { names: ["status", "report"], load: async () => (await import("./status.js")).registerStatusCommands },
-  { names: ["demo"], load: async () => (await import("./demo.js")).registerDemoCommand },
+  { names: ["doctor"], load: async () => registerDoctorCommand },
 ];
+
+/** The program's commands in COMMAND_ORDER (one not in it, commander's own help, keeps its place after them). */
+function inCommandOrder(commands: Command[]): Command[] {
+  const rank = (c: Command) => {
+    const i = COMMAND_ORDER.indexOf(c.name());
+    return i < 0 ? COMMAND_ORDER.length : i;
+  };
+  return [...commands].sort((x, y) => rank(x) - rank(y));
+}
 
 function registerDoctorCommand(program: Command): void {
   program
@@ -70,6 +103,11 @@ export async function buildProgram(argv: string[]): Promise<Command> {
       optionDescription(this: Help, option: Option): string {
         const text = Help.prototype.optionDescription.call(this, option);
         return option.mandatory ? `${text} (required)` : text;
+      },
+      // The top-level list in a reader's order (a command's own subcommands, data's, as registered).
+      visibleCommands(this: Help, cmd: Command): Command[] {
+        const list = Help.prototype.visibleCommands.call(this, cmd);
+        return cmd.parent ? list : inCommandOrder(list);
       },
     });
   for (const m of modulesFor(argv.slice(2))) (await m.load())(program);

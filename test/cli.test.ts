@@ -5,6 +5,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync,
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { COMMAND_MODULES, COMMAND_ORDER } from "../cli/commands.js";
 import { findCudaInclude, findLibtorch, linkLibraries } from "../native/find-libtorch.mjs";
 import * as torch from "../torch/index.js";
 import { runCli } from "./helpers/cli.js";
@@ -185,6 +186,15 @@ test("--help shows pixel-unit defaults as fractions of 255", () => {
     assert.match(help, /--eps <x> shorthand for --pgd-eps/, command);
     assert.doesNotMatch(help, /0\.0313/, command);
   }
+});
+
+test("--help lists the commands in a reader's order: the jobs, their single steps, then inspection", () => {
+  const r = stitchlab(["--help"]);
+  assert.equal(r.status, 0, r.stderr);
+  const listed = [...r.stdout.matchAll(/^ {2}([a-z]+) /gm)].map((m) => m[1]);
+  assert.deepEqual(listed, [...COMMAND_ORDER, "help"]);
+  // Every command a module registers has its place.
+  assert.deepEqual(COMMAND_MODULES.flatMap((m) => m.names).sort(), [...COMMAND_ORDER].sort());
 });
 
 test("--help marks required options and expands the objectives and IRI", () => {
