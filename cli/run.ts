@@ -128,7 +128,13 @@ export const workersOf = (o: Record<string, unknown>, executor: "local" | "slurm
 export const rootOf = (o: Record<string, unknown>): string | undefined =>
   renamedFlag(o, "--data-dir", "--root") as string | undefined;
 
-/** --root and its deprecated alias --data-dir, of run and demo: the name the other commands use. */
+/**
+ * --root and its deprecated alias --data-dir, of run and demo: the name the other commands use.
+ * They take no --dataset, by decision: the experiment file (the demo's: presets/demo.yaml) names
+ * its dataset, and its models, pairs and sizes are chosen for it, so a flag that swapped the
+ * dataset would run another experiment under the file's name. Where the files are is the
+ * machine's business, so --root may move them; another dataset is another file.
+ */
 export function addRootOptions(cmd: Command, help: string): Command {
   return cmd.option("--root <path>", help).option("--data-dir <dir>", "deprecated: use --root");
 }

@@ -29,6 +29,10 @@ import { addModelSourceOptions, modelSourceFrom } from "./source.js";
  * Where `stitch`'s flags differ from the stitching schema's keys (the rest are the keys in kebab
  * case): the adversarial recipe's flags keep their PGD names, --bn-mode sets the batch norm of the
  * command's one --mode, and --eps is a shorthand for both radii.
+ *
+ * --bn-mode is one flag, not one per mode as the file's bnMode ({ standard, iris }), by decision:
+ * a stitch command runs one mode, so a setting for the other would never be read; an experiment
+ * file holds both because an experiment runs both modes. The flag fills the entry of --mode.
  */
 export const STITCH_FLAGS: FlagTable = {
   keys: {
