@@ -48,6 +48,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
     `${title}: ${pairs.join("; ")}`,
     ...(recipes.size ? [`  models     ${[...recipes].map(([r, n]) => `${n} to train: ${r}`).join("; ")}`] : []),
     `  points     ${points.join(", ")} (${points.length})`,
+    ...pairedByDepth(plan),
     `  modes      ${modes.join(", ")}; objectives ${e.objectives.join(", ")}`,
     `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${st?.testLimit ?? "all"} test images`,
     ...(iri && io
@@ -63,4 +64,18 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
     ...notes,
     `  tasks      ${[...count("train", "models"), ...count("iris", "IRI sets"), ...count("stitch", "stitches")].join(", ")}; cache ${cache}`,
   ];
+}
+
+/**
+ * Where a pair's front is another architecture (its frontPoints): which of the front's points
+ * stitches into which of the back's, and by what rule (experiments/compare.ts pairByDepth).
+ */
+function pairedByDepth(plan: Plan): string[] {
+  const lines: string[] = [];
+  for (const p of plan.experiment.pairs) {
+    if (!p.frontPoints) continue;
+    const pairs = Object.entries(p.frontPoints).map(([back, front]) => `${p.front}'s ${front} -> ${p.back}'s ${back}`);
+    lines.push(`             paired by relative depth: ${pairs.join(", ")}`);
+  }
+  return lines;
 }

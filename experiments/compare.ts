@@ -8,6 +8,7 @@ import { basename, dirname, resolve } from "node:path";
 import { stringify } from "yaml";
 import { compareIntervals, type Interval } from "../metrics/interval.js";
 import { asModelSource, loadCheckpoint, type ModelSourceLike } from "../models/checkpoint.js";
+import { HEAD_POINT, type PointKind } from "../models/stitchable.js";
 import { formatInterval, type IriPreview, type SummaryRow } from "../report/index.js";
 import { defaultStitchEpochs, stitchSettingsSchema } from "../stitch/config.js";
 import { IRI_VERDICT_MAX_RESIDUAL } from "./reading.js";
@@ -167,7 +168,7 @@ export interface CompareInput {
 /** A model's name in the study: its file's stem, or its folder's for a stitchlab checkpoint named model.safetensors. */
 function modelName(source: ModelSourceLike): string {
   const path = asModelSource(source).checkpoint;
-  const stem = basename(path).replace(/\.(safetensors|pt|pth|bin|ckpt)$/, "");
+  const stem = basename(path).replace(/\.(safetensors|pt|pth|bin|ckpt|onnx)$/, "");
   const name = stem === "model" && dirname(path) !== "." ? basename(dirname(resolve(path))) : stem;
   return name.replace(/[^\w.-]+/g, "-") || "model";
 }
@@ -180,20 +181,99 @@ function absolute(source: ModelSourceLike): ModelSourceLike {
   return typeof source === "string" ? resolve(source) : { ...s, checkpoint: resolve(s.checkpoint) };
 }
 
+/** Points already read, by source: a budget builds the study once per candidate. */
+const pointsRead = new Map<string, { name: string; kind: PointKind }[]>();
+
+/** A model's stitch points in order, with their kinds (the model is loaded to ask it, once per source). */
+function pointsOf(s: ModelSourceLike): { name: string; kind: PointKind }[] {
+  const key = JSON.stringify(asModelSource(s));
+  const known = pointsRead.get(key);
+  if (known) return known;
+  const { model } = loadCheckpoint(s);
+  try {
+    const points = model.stitchPoints.map((p) => ({ name: p.name, kind: p.kind }));
+    pointsRead.set(key, points);
+    return points;
+  } finally {
+    model.dispose();
+  }
+}
+const pointNames = (s: ModelSourceLike): string[] => pointsOf(s).map((p) => p.name);
+
 /** The stitch points two models share, in B's order (the models are loaded to ask them). */
 export function sharedPoints(a: ModelSourceLike, b: ModelSourceLike): string[] {
-  const names = (s: ModelSourceLike) => {
-    const { model } = loadCheckpoint(s);
-    try {
-      return model.stitchPoints.map((p) => p.name);
-    } finally {
-      model.dispose();
-    }
-  };
-  const ofA = new Set(names(a));
-  const shared = names(b).filter((p) => ofA.has(p));
+  const ofA = new Set(pointNames(a));
+  const shared = pointNames(b).filter((p) => ofA.has(p));
   if (!shared.length) throw new Error("the two models share no stitch point by name: give --points");
   return shared;
+}
+
+/**
+ * For models that share no point by name (two architectures), the front's point for each of the
+ * back's, at the same relative depth: the back's i-th of n points (depth i / (n - 1)) takes the
+ * front's point nearest that depth in its own list (ties to the shallower). The head's input maps
+ * to the head's input. Stitching across architectures pairs layers by relative depth as Bansal et
+ * al. (2021) and SN-Net do; what a depth means in two architectures is a choice, stated in the plan.
+ */
+export function pairByDepth(front: readonly string[], back: readonly string[]): (p: string) => string {
+  return (p) => {
+    if (p === HEAD_POINT) return HEAD_POINT;
+    const i = back.indexOf(p);
+    if (i < 0) throw new Error(`'${p}' is not a stitch point of the back model; it has ${back.join(", ")}`);
+    const depth = back.length > 1 ? i / (back.length - 1) : 1;
+    return front[Math.round(depth * (front.length - 1) - 1e-9)] as string;
+  };
+}
+
+/**
+ * pairByDepth over the points a map or tokens can reach: maps and token sequences pair by depth
+ * among the front's maps and token sequences, and a vector (a head's input, as a ViT's final norm
+ * of the class token) pairs with the front's last vector, else its head's input (T cannot lay a
+ * vector onto a map: stitch/layer.ts).
+ */
+export function pairPoints(
+  front: readonly { name: string; kind: PointKind }[],
+  back: readonly { name: string; kind: PointKind }[],
+): (p: string) => string {
+  const spatial = (xs: readonly { name: string; kind: PointKind }[]) =>
+    xs.filter((x) => x.kind !== "vector").map((x) => x.name);
+  const byDepth = pairByDepth(spatial(front), spatial(back));
+  const vector = front.filter((x) => x.kind === "vector").at(-1)?.name ?? HEAD_POINT;
+  return (p) => (p === HEAD_POINT || back.find((x) => x.name === p)?.kind === "vector" ? vector : byDepth(p));
+}
+
+/**
+ * The points of the study: B's (at the protocol's depths, every one, or as given) and, when A and
+ * B share no point by name, each one's partner in A (pairPoints, by relative depth).
+ */
+export function studyPoints(
+  a: ModelSourceLike,
+  b: ModelSourceLike,
+  given: string[] | "all" | undefined,
+  depths: readonly number[] | "all",
+): {
+  points: string[];
+  ofA: { name: string; kind: PointKind }[];
+  ofB: { name: string; kind: PointKind }[];
+  byDepth: boolean;
+} {
+  // Points given for a model not there (a plan checked before its files exist): taken as named in both.
+  const missing = (x: ModelSourceLike) =>
+    !existsSync(asModelSource(x).checkpoint) && !/^[a-z][\w-]*:/.test(asModelSource(x).checkpoint);
+  if (Array.isArray(given) && (missing(a) || missing(b)))
+    return { points: [...given], ofA: [], ofB: [], byDepth: false };
+  const ofA = pointsOf(a);
+  const ofB = pointsOf(b);
+  const named = new Set(ofA.map((p) => p.name));
+  const shared = ofB.map((p) => p.name).filter((p) => named.has(p));
+  const byDepth = shared.length === 0;
+  const pool = byDepth ? ofB.map((p) => p.name) : shared;
+  const points = Array.isArray(given)
+    ? [...given]
+    : given === "all" || depths === "all"
+      ? pool
+      : pointsAtDepths(pool, depths);
+  return { points, ofA, ofB, byDepth };
 }
 
 /** The names the study gives A and B (distinct). */
@@ -214,18 +294,22 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   const a = absolute(input.a);
   const b = absolute(input.b);
   const protocol: CompareProtocol = COMPARE_PROTOCOLS[input.protocol ?? "fast"];
-  const given = input.points ?? (protocol.depths === "all" ? "all" : undefined);
-  const points = Array.isArray(given)
-    ? given
-    : given === "all"
-      ? sharedPoints(a, b)
-      : pointsAtDepths(sharedPoints(a, b), protocol.depths as readonly number[]);
+  const { points, ofA, ofB, byDepth } = studyPoints(a, b, input.points, protocol.depths);
+  // Two architectures: A's partner of each of B's points, and for B -> A the reverse.
+  const inA = byDepth ? pairPoints(ofA, ofB) : (p: string) => p;
+  const pointsOfA = byDepth ? [...new Set(points.map(inA))] : points;
+  // B -> A stitches B's point into its partner in A: the same pairs, the other way.
+  const partnerInB = new Map<string, string>();
+  for (const p of points) if (!partnerInB.has(inA(p))) partnerInB.set(inA(p), p);
+  const inB = (p: string) => partnerInB.get(p) ?? p;
+  const mapping = (list: string[], to: (p: string) => string) =>
+    byDepth ? { frontPoints: Object.fromEntries(list.map((p) => [p, to(p)])) } : {};
   const seed = input.seed ?? 0;
   const d = input.dataset;
   const entry = (s: ModelSourceLike) => (typeof s === "string" ? { checkpoint: s } : s);
   const raw = {
     name: `compare-${names.a}-${names.b}`,
-    description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at every point, with ${names.b} into itself as the control.`,
+    description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at every point, with ${names.b} into itself as the control.${byDepth ? ` The two share no stitch point by name, so each of ${names.b}'s points is paired with ${names.a}'s at the same relative depth (frontPoints).` : ""}`,
     dataset: {
       name: d.name,
       ...(d.root !== undefined ? { root: resolve(d.root) } : {}),
@@ -236,12 +320,24 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
     models: { [names.a]: entry(a), [names.b]: entry(b) },
     pairs: [
       { front: names.b, back: names.b, relation: "identical", replicates: 1 },
-      { front: names.a, back: names.b, relation: "A->B" },
-      // B -> A is judged against A into itself, as A -> B is against B into itself.
+      { front: names.a, back: names.b, relation: "A->B", ...mapping(points, inA) },
+      // B -> A is judged against A into itself, as A -> B is against B into itself; across
+      // architectures both stitch at A's partners of the points.
       ...(input.bothWays
         ? [
-            { front: names.b, back: names.a, relation: "B->A" },
-            { front: names.a, back: names.a, relation: "identical", replicates: 1 },
+            {
+              front: names.b,
+              back: names.a,
+              relation: "B->A",
+              ...(byDepth ? { points: pointsOfA, ...mapping(pointsOfA, inB) } : {}),
+            },
+            {
+              front: names.a,
+              back: names.a,
+              relation: "identical",
+              replicates: 1,
+              ...(byDepth ? { points: pointsOfA } : {}),
+            },
           ]
         : []),
     ],

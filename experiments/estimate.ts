@@ -119,7 +119,11 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
     specs.find((s): s is StitchTask => s.kind === "stitch" && s.front !== s.back) ??
     specs.find((s): s is StitchTask => s.kind === "stitch");
   if (!stitch) throw new Error("nothing to estimate: the plan has no stitch task");
-  const irisTasks = specs.filter((s): s is IrisTask => s.kind === "iris");
+  // The IRI sets of that stitch's front: its points are in its own list (across architectures the
+  // control's front, B, has other names).
+  const allIris = specs.filter((s): s is IrisTask => s.kind === "iris");
+  const sameFront = allIris.filter((i) => JSON.stringify(i.front) === JSON.stringify(stitch.front));
+  const irisTasks = sameFront.length ? sameFront : allIris;
   const c = stitch.config;
   const owned: Dataset[] = [];
   const loaded: ReturnType<typeof loadCheckpoint>[] = [];
@@ -279,6 +283,9 @@ const leastSquaresImages = (c: Pick<StitchConfig, "initImages" | "limit">, train
 function atPoint(probed: Record<string, number>, point: string, order: string[]): number {
   const known = Object.keys(probed).sort((x, y) => order.indexOf(x) - order.indexOf(y));
   if (known.includes(point) || known.length < 2) return probed[point] ?? probed[known[0]] ?? 0;
+  // A point of another architecture's list (the control's, across architectures): the probed mean.
+  if (!order.includes(point) || known.some((k) => !order.includes(k)))
+    return known.reduce((sum, k) => sum + (probed[k] as number), 0) / known.length;
   const [lo, hi] = [known[0], known[known.length - 1]];
   const f = (order.indexOf(point) - order.indexOf(lo)) / Math.max(1, order.indexOf(hi) - order.indexOf(lo));
   return probed[lo] + Math.min(1, Math.max(0, f)) * (probed[hi] - probed[lo]);

@@ -65,7 +65,10 @@ export interface StitchRole {
   front: string;
   back: string;
   relation: string;
+  /** The back's stitch point (where the verdict and the report place the row). */
   point: string;
+  /** The front's, where it is another (a front of another architecture: the pair's frontPoints). */
+  frontPoint?: string;
   pointIndex: number;
   objective: string;
   mode: "standard" | "iris";
@@ -299,16 +302,25 @@ export function checkPair(
   const list = wanted === "all" ? back.points : wanted;
   // HEAD_POINT, the head's input, is every model's last point when asked for by name.
   const has = (x: { points: string[] }, p: string) => p === HEAD_POINT || x.points.includes(p);
-  const bad = list.filter((p) => !has(back, p) || !has(front, p));
-  if (bad.length) {
-    const owner = bad.every((p) => has(back, p)) ? front : back;
+  const listed = pair.points ? `${where}.points` : "points";
+  const missing = (x: { arch: string; points: string[] }, names: string[], at: string) =>
+    `${at}: no stitch point ${names.map((p) => `"${p}"`).join(", ")} in ${x.arch}; it has ${x.points.join(", ")}`;
+  const notInBack = list.filter((p) => !has(back, p));
+  if (notInBack.length) ctx.problems.push(missing(back, notInBack, listed));
+  const unknown = Object.keys(pair.frontPoints ?? {}).filter((p) => !list.includes(p));
+  if (unknown.length)
     ctx.problems.push(
-      `${pair.points ? `${where}.points` : "points"}: no stitch point ${bad.map((p) => `"${p}"`).join(", ")} in ${owner.arch}; it has ${owner.points.join(", ")}`,
+      `${where}.frontPoints: ${unknown.map((p) => `"${p}"`).join(", ")} ${unknown.length > 1 ? "are" : "is"} not among the pair's points (${list.join(", ")}); its keys are the back's points`,
     );
-    return null;
-  }
+  const notInFront = list.map((p) => frontPointOf(pair, p)).filter((p) => !has(front, p));
+  if (notInFront.length)
+    ctx.problems.push(missing(front, notInFront, pair.frontPoints ? `${where}.frontPoints` : listed));
+  if (notInBack.length || notInFront.length || unknown.length) return null;
   return list;
 }
+
+/** The front's stitch point for the back's point p: the pair's frontPoints, else the same name. */
+export const frontPointOf = (pair: Pair, p: string): string => pair.frontPoints?.[p] ?? p;
 
 /** The data settings every IRI and stitch task of the experiment resolves with. */
 const dataOf = (exp: Experiment) => ({
@@ -346,6 +358,9 @@ export function planReplicate(
   ];
   const roles: StitchRole[] = [];
   for (const point of points) {
+    // point is the back's; the front's may be another (a front of another architecture).
+    const frontPoint = frontPointOf(pair, point);
+    const at = frontPoint === point ? point : `${frontPoint} -> ${point}`;
     let irisKey: string | null = null;
     if (exp.modes.includes("iris")) {
       // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is
@@ -354,14 +369,14 @@ export function planReplicate(
         front: _f,
         device: _d,
         ...cfg
-      } = resolveIrisConfig({ front: "", point }, exp.iris, {
+      } = resolveIrisConfig({ front: "", point: frontPoint }, exp.iris, {
         ...dataOf(exp),
         shortcut,
       });
       const options = r > 0 ? { ...cfg.options, seed: cfg.options.seed + REPLICATE_SEED_STRIDE * r } : cfg.options;
       const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg, options };
       const deps = "task" in frontRef ? [frontRef.task] : [];
-      irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${pair.front} @ ${point}${rep(r)}`, spec });
+      irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${pair.front} @ ${frontPoint}${rep(r)}`, spec });
     }
     for (const objective of objectives)
       for (const mode of exp.modes)
@@ -376,7 +391,15 @@ export function planReplicate(
             device: _d,
             ...config
           } = resolveStitchConfig(
-            { front: "", back: "", frontPoint: point, objective, mode, iris: mode === "iris" ? irisKey : null },
+            {
+              front: "",
+              back: "",
+              frontPoint,
+              ...(frontPoint !== point ? { backPoint: point } : {}),
+              objective,
+              mode,
+              iris: mode === "iris" ? irisKey : null,
+            },
             {
               ...st,
               ...(adversarial && mode === "standard" ? { adversarial } : {}),
@@ -389,7 +412,7 @@ export function planReplicate(
           const key = addTask(ctx, {
             kind: "stitch",
             deps: iris ? [...modelDeps, iris] : modelDeps,
-            label: `stitch ${pair.front} -> ${pair.back} @ ${point} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}${rep(r)}`,
+            label: `stitch ${pair.front} -> ${pair.back} @ ${at} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}${rep(r)}`,
             spec,
           });
           roles.push({
@@ -398,6 +421,7 @@ export function planReplicate(
             back: pair.back,
             relation: pair.relation,
             point,
+            ...(frontPoint !== point ? { frontPoint } : {}),
             pointIndex: [...backPoints, HEAD_POINT].indexOf(point),
             objective,
             mode,

@@ -70,6 +70,12 @@ const pairSchema = z
     back: z.string(),
     relation: z.string().describe("what the pair is: identical, cross-seed, cross-bias, robust-vs-clean, ..."),
     points: pointsSchema.optional().describe("overrides the experiment's points for this pair"),
+    frontPoints: z
+      .record(z.string(), z.string())
+      .optional()
+      .describe(
+        "a front of another architecture: the front's stitch point for each of the pair's points, which are the back's (compare pairs them by relative depth); a point not listed is the front's of the same name",
+      ),
     replicates: int(1)
       .max(1000, "at most 1000")
       .optional()
