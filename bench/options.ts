@@ -2,7 +2,7 @@
 // --batch N, plus a benchmark's own value options; each value option is accepted both as
 // `--name value` and as `--name=value`. Any other argument is an error naming the benchmark and
 // its options.
-import { type Device, isCuda, parseDevice, requireDevice } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device, isCuda, parseDevice, requireDevice } from "../torch/index.js";
 
 export interface DeviceOptions {
   /** --quick, or STITCHLAB_BENCH_QUICK=1. */
@@ -27,7 +27,11 @@ export function positiveInt(name: string, flag: string, v: string): number {
 }
 
 export function parseDeviceOptions(name: string, args: string[], own: Record<string, ValueOption> = {}): DeviceOptions {
-  const o: DeviceOptions = { quick: process.env.STITCHLAB_BENCH_QUICK === "1", device: "cpu", batch: undefined };
+  const o: DeviceOptions = {
+    quick: process.env.STITCHLAB_BENCH_QUICK === "1",
+    device: DEFAULT_DEVICE,
+    batch: undefined,
+  };
   const values: Record<string, ValueOption> = {
     device: {
       arg: "cpu|cuda|cuda:N",

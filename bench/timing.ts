@@ -92,7 +92,12 @@ export const round = (v: number, digits: number): number => Number(v.toFixed(dig
  * figures); a run on a GPU writes NAME-cuda.json (NAME-cuda-quick.json), so that it never
  * overwrites the CPU figures either.
  */
-export function writeResult(name: string, quick: boolean, result: object, device: torch.Device = "cpu"): void {
+export function writeResult(
+  name: string,
+  quick: boolean,
+  result: object,
+  device: torch.Device = torch.DEFAULT_DEVICE,
+): void {
   const file = `${name}${torch.isCuda(device) ? "-cuda" : ""}${quick ? "-quick" : ""}.json`;
   const path = join(dirname(fileURLToPath(import.meta.url)), "results", file);
   mkdirSync(dirname(path), { recursive: true });

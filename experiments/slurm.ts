@@ -16,7 +16,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { readJsonFile, writeFileAtomic } from "../io/files.js";
-import type { Device } from "../torch/index.js";
+import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
 import { isDone, readFailure, saveTasks } from "./cache.js";
 import type { Plan, Task } from "./plan.js";
 import { type JobState, jobStates, LIVE } from "./squeue.js";
@@ -41,7 +41,7 @@ export interface SlurmOptions {
   setup?: string;
 }
 
-export const SLURM_DEFAULTS: SlurmOptions = { cpusPerTask: 1, sbatchArgs: [], retries: 1, device: "cpu" };
+export const SLURM_DEFAULTS: SlurmOptions = { cpusPerTask: 1, sbatchArgs: [], retries: 1, device: DEFAULT_DEVICE };
 
 export interface SlurmRun {
   file: string;

@@ -11,7 +11,7 @@
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { Worker } from "node:worker_threads";
-import { parseDevice } from "../torch/index.js";
+import { DEFAULT_DEVICE, parseDevice } from "../torch/index.js";
 import { runTaskOfCache } from "./tasks.js";
 
 /**
@@ -47,7 +47,7 @@ try {
       cache: { type: "string" },
       // A string on the command line: parsed to a Device below (parseDevice), as the CLI's
       // --device is; whether this process can use it is checked by runTaskOfCache.
-      device: { type: "string", default: "cpu" },
+      device: { type: "string", default: DEFAULT_DEVICE },
       "exit-with-parent": { type: "boolean", default: false },
       report: { type: "string" },
     },

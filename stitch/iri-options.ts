@@ -91,7 +91,13 @@ export function iriOptionsProblem(o: Pick<IriOptions, "steps" | "keepBest" | "ta
 export const iriStepCap = (o: Pick<IriOptions, "steps" | "target" | "maxSteps">): number =>
   o.target === undefined ? o.steps : (o.maxSteps ?? o.steps);
 
-/** PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate. */
+/**
+ * PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate.
+ * An object beside the schema, not zod defaults on its keys, because the schema also reads partial
+ * settings (an experiment file's iris: gives any subset, over compare's or the demo's recipe), and
+ * a default inside it would fill keys the file left to the recipe. This is their one home: the
+ * resolvers (stitch/config.ts), the flags' help (cli/schema-flags.ts) and the planner read it.
+ */
 export const IRI_DEFAULTS: IriOptions = {
   steps: 200,
   stepSize: 1 / 255,

@@ -14,6 +14,7 @@ import type { Dataset, Normalization } from "../data/index.js";
 import { apgdAttack } from "../eval/apgd.js";
 import { type EvalOptions, forEachEvalBatch } from "../eval/batches.js";
 import type { RobustEvalConfig } from "../eval/config.js";
+import { robustEvalRandomStart } from "../eval/config.js";
 import { adversarialMix, pgdAttack } from "../eval/pgd.js";
 import { AgreementMeter, type AgreementResult } from "../metrics/index.js";
 import { inEvalMode, Module } from "../nn/module.js";
@@ -73,6 +74,7 @@ export function robustStitchScores(s: StitchedModel, test: Dataset, opts: Stitch
       stepSize: opts.stepSize,
       loss,
       normalization: opts.normalization,
+      randomStart: robustEvalRandomStart("apgd"),
     }).adv;
   const attacks: Record<string, (x: Tensor, y: Tensor) => Tensor> =
     opts.attack === "apgd"
@@ -84,6 +86,7 @@ export function robustStitchScores(s: StitchedModel, test: Dataset, opts: Stitch
               step: opts.stepSize,
               steps: opts.steps,
               normalization: opts.normalization,
+              randomStart: robustEvalRandomStart("pgd"),
             }),
         };
   const names = Object.keys(attacks);
