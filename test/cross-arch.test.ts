@@ -2,17 +2,18 @@
 // the front's point for each of the back's, the planner makes the front's IRIs there and stitches
 // frontPoint -> point, compare pairs two architectures' points by relative depth and says so.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
-import { compareExperiment, pairByDepth } from "../experiments/compare.js";
+import { compareExperiment, pairByDepth, pairPoints } from "../experiments/compare.js";
 import { type IrisTask, planExperiment, type StitchTask } from "../experiments/plan.js";
-import { parseExperiment } from "../experiments/spec.js";
-
-import { saveCheckpoint } from "../models/checkpoint.js";
+import { parseExperiment, readExperiment } from "../experiments/spec.js";
+import { loadCheckpoint, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import { runCli } from "./helpers/cli.js";
+import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-cross-arch-"));
@@ -172,4 +173,59 @@ test("compare runs a ResNet front into a ViT back end to end and says how the po
   assert.match(r.stdout, /^Verdict, cnn -> vit, SLM, 1 replicate: /m);
 });
 
-writeFileSync(join(dir, ".keep"), "");
+test("the cross-architecture preset: its models train and export in plain PyTorch, and its frontPoints are pairPoints' by depth", {
+  skip: skipUnlessTorchvision() || skipUnlessFashionMnist(),
+}, () => {
+  const preset = join(import.meta.dirname, "..", "presets", "cross-architecture");
+  const study = join(dir, "preset");
+  // The preset's own script at a tiny size (one epoch on 256 images): the architectures, not the accuracies.
+  const r = spawnSync(
+    PYTHON,
+    [
+      join(preset, "train_models.py"),
+      "--out",
+      join(study, "models"),
+      "--epochs",
+      "1",
+      "--limit",
+      "256",
+      "--test-limit",
+      "100",
+      "--threads",
+      "1",
+    ],
+    { encoding: "utf8", timeout: 300_000 },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  const accuracies = JSON.parse(readFileSync(join(study, "models", "accuracies.json"), "utf8"));
+  assert.deepEqual(Object.keys(accuracies.models), ["resnet18-s0", "resnet18-s1", "convnext", "vit"]);
+  copyFileSync(join(preset, "study.yaml"), join(study, "study.yaml"));
+  const experiment = readExperiment(join(study, "study.yaml"));
+  const points = (file: string) => {
+    const { model } = loadCheckpoint({ checkpoint: join(study, "models", file), normalization: "fashion-mnist" });
+    try {
+      return model.stitchPoints.map((p) => ({ name: p.name, kind: p.kind }));
+    } finally {
+      model.dispose();
+    }
+  };
+  const back = points("resnet18-s0.onnx");
+  for (const [name, file] of [
+    ["convnext", "convnext.onnx"],
+    ["vit", "vit.onnx"],
+  ] as const) {
+    const pair = experiment.pairs.find((p) => p.front === name);
+    const byDepth = pairPoints(points(file), back);
+    assert.deepEqual(
+      pair?.frontPoints,
+      Object.fromEntries(experiment.points === "all" ? [] : experiment.points.map((p) => [p, byDepth(p)])),
+      name,
+    );
+  }
+  const plan = planExperiment(experiment, join(study, "study.yaml"));
+  assert.equal(
+    plan.stitches.filter((s) => s.frontPoint).length,
+    2 * 2 * 2 * 3,
+    "two fronts of other architectures, two points, two modes, three replicates",
+  );
+});

@@ -170,7 +170,7 @@ export class OnnxModel extends StitchableModel {
     return cuts.slice(1, -1).map((c) => ({
       name: c === this.headCut ? HEAD_POINT : c.name,
       tensor: c.tensor,
-      aliases: c === this.headCut ? [c.name, ...c.aliases] : c.aliases,
+      aliases: c === this.headCut ? [...new Set([c.name, ...c.aliases])] : c.aliases,
       shape: this.channelsLast.has(c.tensor)
         ? ((s) => [s[0], s[3], s[1], s[2]] as number[])(this.shapeAt(c, n))
         : this.shapeAt(c, n),
