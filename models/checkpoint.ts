@@ -2,7 +2,7 @@
 // that says how to rebuild the model and where it came from. Both written atomically; the
 // sidecar last, so a checkpoint with a sidecar is complete.
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
+import { copyFileSync, existsSync } from "node:fs";
 import { z } from "zod";
 import { isNormalizationName, NORMALIZATION_NAMES, type Normalization, normalizationFor } from "../data/transforms.js";
 import { readJsonFile, stitchlabVersion, writeFileAtomic } from "../io/files.js";
@@ -35,7 +35,8 @@ const UNIT_RANGE = "normalisation statistics are in [0, 1] pixel units (divide 0
 /** What a normalization may be, in words: the end of every message about one. */
 export const NORMALIZATION_EXPECTED = `expected a dataset's statistics (${NORMALIZATION_NAMES.filter((x) => x !== "none").join(", ")}), none, or {mean: [...], std: [...]} in [0, 1] pixel units`;
 
-export const sidecarPath = (path: string): string => `${path.replace(/\.safetensors$/, "")}.json`;
+/** A checkpoint's sidecar: model.json beside model.safetensors (or beside an imported model.onnx). */
+export const sidecarPath = (path: string): string => `${path.replace(/\.(safetensors|onnx)$/i, "")}.json`;
 
 /**
  * The dataset a source's model was trained on, from a stitchlab checkpoint's sidecar alone (no
@@ -47,22 +48,36 @@ export function checkpointDataset(source: ModelSourceLike): string | null {
   return readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar").dataset ?? null;
 }
 
-/** Writes model weights to `path` (.safetensors) and `meta` beside it (.json). */
+/**
+ * Writes model weights to `path` (.safetensors) and `meta` beside it (.json). An ONNX model is its
+ * graph: `path` ends in .onnx, the graph file is copied there as it is, and the sidecar beside it.
+ */
 export function saveCheckpoint(
   path: string,
   model: StitchableModel,
   meta: Omit<CheckpointMeta, "arch" | "options">,
 ): void {
-  if (!path.endsWith(".safetensors")) throw new Error(`checkpoint path must end in .safetensors: ${path}`);
+  const onnx = model instanceof OnnxModel;
+  if (onnx !== isOnnxFile(path) || (!onnx && !path.endsWith(".safetensors")))
+    throw new Error(
+      `checkpoint path must end in ${onnx ? ".onnx (an ONNX model is its graph)" : ".safetensors"}: ${path}`,
+    );
   const full: CheckpointMeta = {
     arch: model.arch,
-    options: model.config as ModelOptions,
+    options: (onnx ? onnxOptions(model) : model.config) as ModelOptions,
     stitchlabVersion,
     ...meta,
   };
-  saveSafetensors(path, model.stateDict(), { arch: full.arch, options: JSON.stringify(full.options) });
+  if (onnx) copyFileSync(model.file, path);
+  else saveSafetensors(path, model.stateDict(), { arch: full.arch, options: JSON.stringify(full.options) });
   writeFileAtomic(sidecarPath(path), [`${JSON.stringify(full, null, 2)}\n`]);
 }
+
+/** What a checkpoint records of an ONNX model's options: what the graph fixes. */
+const onnxOptions = (model: OnnxModel) => ({
+  imageSize: model.config.imageSize as number,
+  numClasses: model.config.numClasses as number,
+});
 
 /**
  * Where a model comes from: a stitchlab checkpoint (its sidecar says everything), or weights
@@ -165,7 +180,7 @@ export function resolveNormalization(n: ModelSource["normalization"]): Normaliza
 
 /** Whether a file is a stitchlab checkpoint (a .safetensors file with its .json sidecar). */
 export const isStitchlabCheckpoint = (path: string): boolean =>
-  path.endsWith(".safetensors") && existsSync(sidecarPath(path));
+  (path.endsWith(".safetensors") || isOnnxFile(path)) && existsSync(sidecarPath(path));
 
 /** What weights made elsewhere show of themselves (foreignWeightsFacts). */
 export interface ForeignWeightsFacts {
@@ -387,10 +402,16 @@ function loadOnnx(src: ModelSource): LoadedCheckpoint {
     model.dispose();
     throw e;
   }
-  const normalization = resolveNormalization(src.normalization);
+  // An imported graph (stitchlab import) has a sidecar: its statistics and dataset, unless the source gives others.
+  const recorded = isStitchlabCheckpoint(path)
+    ? readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar")
+    : ({} as Partial<CheckpointMeta>);
+  const normalization =
+    resolveNormalization(src.normalization) ?? (recorded.normalization as Normalization | undefined);
   const meta: CheckpointMeta = {
+    ...recorded,
     arch: ONNX_ARCH,
-    options: { imageSize: model.config.imageSize as number, numClasses: model.config.numClasses as number },
+    options: onnxOptions(model),
     ...(normalization ? { normalization } : {}),
   };
   return { model, meta, notes: { unwrapped: [], inferred: {} }, record: modelRecord(model, meta), file: path };

@@ -11,6 +11,7 @@ import { sha256File } from "../io/files.js";
 import { inEvalMode } from "../nn/module.js";
 import * as torch from "../torch/index.js";
 import { type CheckpointMeta, type LoadNotes, loadCheckpoint, type ModelSource, saveCheckpoint } from "./checkpoint.js";
+import { OnnxModel } from "./onnx/model.js";
 import { checkInputSize, type StitchableModel } from "./stitchable.js";
 
 /**
@@ -146,6 +147,12 @@ export async function importModel(source: ModelSource, outDir: string, opts: Imp
   let before: torch.Tensor | undefined;
   const file = source.checkpoint;
   try {
+    // An ONNX model is imported as its graph (model.onnx) with the sidecar beside it; one whose
+    // weights lie in external files would need them copied too: it is used where it is instead.
+    if (model instanceof OnnxModel && model.externalData)
+      throw new Error(
+        `${file} keeps its weights in external data files: import copies one file, so give the model where it is (stitch --front ${file} --front-normalization ..., or checkpoint: with normalization: in an experiment file)`,
+      );
     ds = await loadDataset(opts.dataset, {
       split: "test",
       limit,
@@ -180,7 +187,7 @@ export async function importModel(source: ModelSource, outDir: string, opts: Imp
     x = torch.keep(torch.tidy(() => normalize(images.narrow(0, 0, k), norm)));
     before = torch.keep(probe(model, x));
     mkdirSync(outDir, { recursive: true });
-    const path = join(outDir, "model.safetensors");
+    const path = join(outDir, model instanceof OnnxModel ? "model.onnx" : "model.safetensors");
     const extra: Omit<CheckpointMeta, "arch" | "options"> = {
       dataset: opts.dataset,
       ...(record.normalization ? { normalization: record.normalization } : {}),

@@ -13,11 +13,13 @@ import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import * as ort from "onnxruntime-node";
 import { loadCheckpoint } from "../models/checkpoint.js";
+import { importModel } from "../models/import.js";
 import { OnnxModel } from "../models/onnx/model.js";
 import { onnx } from "../models/onnx/proto.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import * as torch from "../torch/index.js";
 import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
 type Tensor = torch.Tensor;
 
@@ -277,6 +279,32 @@ function tinyModel(ops: string[], weightData?: { external: string }): Uint8Array
   return onnx.ModelProto.encode(model).finish();
 }
 
+describe("stitchlab import: an ONNX model becomes a checkpoint, its graph beside its sidecar", {
+  skip: skip || skipUnlessFashionMnist(),
+}, () => {
+  test("imported once, it needs no flags after: its statistics and dataset are recorded", async () => {
+    const out = join(root, "imported");
+    const r = await importModel({ checkpoint: join(dir(), "resnet18.onnx"), normalization: "fashion-mnist" }, out, {
+      dataset: "fashion-mnist",
+      checkImages: 32,
+    });
+    assert.equal(r.checkpoint, join(out, "model.onnx"));
+    assert.equal(r.check.readBackMaxDiff, 0);
+    assert.deepEqual(
+      readFileSync(join(out, "model.onnx")),
+      readFileSync(join(dir(), "resnet18.onnx")),
+      "the graph as it was",
+    );
+    const loaded = loadCheckpoint(join(out, "model.onnx"));
+    try {
+      assert.equal(loaded.record.dataset, "fashion-mnist");
+      assert.deepEqual(loaded.record.normalization?.mean, [0.286, 0.286, 0.286]);
+    } finally {
+      loaded.model.dispose();
+    }
+  });
+});
+
 describe("what a user meets with a graph stitchlab cannot take", () => {
   const scratch = mkdtempSync(join(tmpdir(), "stitchlab-onnx-tiny-"));
   after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -307,7 +335,7 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
     );
   });
 
-  test("external data is read from the model's folder, and refused outside it", () => {
+  test("external data is read from the model's folder, and refused outside it", async () => {
     const folder = join(scratch, "ext");
     mkdirSync(folder);
     const w = new Float32Array(6).map((_, i) => (i + 1) / 10);
@@ -330,6 +358,12 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
     assert.throws(() => new OnnxModel(join(folder, "up.onnx")), /lies outside the model's folder.*refused/);
     writeFileSync(join(folder, "abs.onnx"), tinyModel(["Relu"], { external: join(scratch, "secret.bin") }));
     assert.throws(() => new OnnxModel(join(folder, "abs.onnx")), /lies outside the model's folder.*refused/);
+    await assert.rejects(
+      importModel({ checkpoint: join(folder, "inside.onnx"), normalization: "none" }, join(scratch, "imported"), {
+        dataset: "fashion-mnist",
+      }),
+      /keeps its weights in external data files: import copies one file, so give the model where it is/,
+    );
     symlinkSync(join(scratch, "secret.bin"), join(folder, "link.bin"));
     writeFileSync(join(folder, "link.onnx"), tinyModel(["Relu"], { external: "link.bin" }));
     assert.throws(() => new OnnxModel(join(folder, "link.onnx")), /links outside the model's folder.*refused/);

@@ -15,7 +15,7 @@ import * as torch from "../../torch/index.js";
 import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
 import { analyseGraph, type Cut, type GraphFacts, type GraphNode } from "./graph.js";
 import { isSupported, OPS, type OpCall, type OpFn } from "./ops.js";
-import { type AttrValue, attributeValue, num, readModelProto, type TensorProto, tensorOf } from "./proto.js";
+import { type AttrValue, attributeValue, num, onnx, readModelProto, type TensorProto, tensorOf } from "./proto.js";
 
 type Tensor = torch.Tensor;
 
@@ -84,6 +84,8 @@ export class OnnxModel extends StitchableModel {
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
   private readonly headCut: Cut;
+  /** Whether some weights are read from external data files beside the graph. */
+  readonly externalData: boolean;
   /** Cuts whose maps the graph holds channels last, [N, H, W, C] (a Swin's stages). */
   private readonly channelsLast = new Set<string>();
   /** Tensor name -> the Shape nodes that read it. */
@@ -110,6 +112,9 @@ export class OnnxModel extends StitchableModel {
       return out;
     });
     const initializers = new Map((graph.initializer ?? []).map((t) => [t.name ?? "", t]));
+    this.externalData = (graph.initializer ?? []).some(
+      (t) => t.dataLocation === onnx.TensorProto.DataLocation.EXTERNAL,
+    );
     const cuts = this.facts.cuts;
     if (cuts.length < 3)
       throw new Error(
