@@ -12,6 +12,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   overhead: () => import("./overhead.js"),
   "iri-tightness": () => import("./iri-tightness.js"),
   "compare-full": () => import("./compare-full.js"),
+  onnx: () => import("./onnx.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);

@@ -88,6 +88,12 @@ export class OnnxModel extends StitchableModel {
   readonly externalData: boolean;
   /** Cuts whose maps the graph holds channels last, [N, H, W, C] (a Swin's stages). */
   private readonly channelsLast = new Set<string>();
+  /**
+   * Nodes that do not read the input's values and whose values depend on the batch size only
+   * (shapes, and arithmetic on shapes and constants, not on weights): cached per batch size.
+   */
+  private readonly batchOnly = new Set<number>();
+  private readonly byBatch = new Map<string, Map<string, Tensor>>();
   /** Tensor name -> the Shape nodes that read it. */
   private readonly shapeReaders = new Map<string, number[]>();
 
@@ -102,6 +108,7 @@ export class OnnxModel extends StitchableModel {
     if (!graph) throw new Error(`${what}: the model holds no graph`);
     refuseUnsupported(graph.node ?? [], what);
     this.facts = analyseGraph(graph, what);
+    this.findBatchOnly(graph);
     for (const n of this.facts.nodes)
       if (n.opType === "Shape" && n.inputs[0])
         this.shapeReaders.set(n.inputs[0], [...(this.shapeReaders.get(n.inputs[0]) ?? []), n.index]);
@@ -333,7 +340,10 @@ export class OnnxModel extends StitchableModel {
       ? ((h.shape[0] as number) - (fromShape.b[0] as number)) / (fromShape.a[0] as number)
       : (h.shape[0] as number);
     const env = new Map<string, Tensor>([[from.tensor, h]]);
-    this.takeShapes(from.tensor, h, env, hooks);
+    // What depends on the batch size only is computed once per size (not while the probe records shapes).
+    const useCache = !hooks.onShape && !hooks.onTensor;
+    const shapes = useCache ? this.batchCache(`${h.device}:${batch}`) : undefined;
+    this.takeShapes(from.tensor, h, env, hooks, shapes);
     // Tensors made here, with how many names hold each (Identity and Dropout pass their input on as is).
     const made = new Map<Tensor, number>();
     const nodes = this.facts.nodes.filter((n) => n.live && n.index > from.after && n.index <= to.after);
@@ -343,6 +353,8 @@ export class OnnxModel extends StitchableModel {
       if (name === "") return null;
       const known = env.get(name) ?? this.holder.get(name)?.get(name);
       if (known) return known;
+      const cached = useCache ? shapes?.get(name) : undefined;
+      if (cached) return cached;
       const p = this.facts.producer.get(name);
       const node = p === undefined ? undefined : this.facts.nodes[p];
       if (!node || node.live)
@@ -359,13 +371,14 @@ export class OnnxModel extends StitchableModel {
           { dtype: "int64", device: h.device },
         );
         env.set(name, t);
-        return t;
+        return this.remember(shapes, node, name, t, env, made);
       }
-      this.runNode(node, value, env, made, hooks);
-      return env.get(name) ?? null;
+      this.runNode(node, value, env, made, hooks, shapes);
+      const t = env.get(name) ?? null;
+      return t && this.remember(shapes, node, name, t, env, made);
     };
     for (const n of nodes) {
-      this.runNode(n, value, env, made, hooks);
+      this.runNode(n, value, env, made, hooks, shapes);
       for (const t of n.inputs) {
         const v = env.get(t);
         if (lastRead.get(t) !== n.index || !v || !made.has(v) || t === to.tensor) continue;
@@ -389,6 +402,7 @@ export class OnnxModel extends StitchableModel {
     env: Map<string, Tensor>,
     made: Map<Tensor, number>,
     hooks: Hooks,
+    cache: Map<string, Tensor> | undefined,
   ): void {
     const where = `node '${n.name}' (${n.opType})`;
     const bn = this.batchNorms.get(n.index);
@@ -412,8 +426,42 @@ export class OnnxModel extends StitchableModel {
       env.set(name, t);
       if (made.has(t) || !inputs.includes(t)) made.set(t, (made.get(t) ?? 0) + 1);
       hooks.onTensor?.(name, t);
-      this.takeShapes(name, t, env, hooks);
+      this.takeShapes(name, t, env, hooks, cache);
     }
+  }
+
+  /** The values that depend on the batch size only, for one device and size (a few sizes are kept). */
+  private batchCache(key: string): Map<string, Tensor> {
+    let c = this.byBatch.get(key);
+    if (!c) {
+      if (this.byBatch.size >= 8) {
+        const [oldest, values] = this.byBatch.entries().next().value as [string, Map<string, Tensor>];
+        torch.dispose([...values.values()]);
+        this.byBatch.delete(oldest);
+      }
+      c = new Map();
+      this.byBatch.set(key, c);
+    }
+    return c;
+  }
+
+  /**
+   * Keeps a node's output in the batch-size cache when it depends on the batch size only (and
+   * hands it over from the run's tensors to the cache); returns it.
+   */
+  private remember(
+    cache: Map<string, Tensor> | undefined,
+    node: GraphNode,
+    name: string,
+    t: Tensor,
+    env: Map<string, Tensor>,
+    made: Map<Tensor, number>,
+  ): Tensor {
+    if (!cache || !this.batchOnly.has(node.index) || made.get(t) !== 1) return t;
+    made.delete(t);
+    env.delete(name);
+    cache.set(name, torch.keep(t));
+    return t;
   }
 
   /** Whether a tensor depends on the input's values (a live node's output, or the input). */
@@ -422,18 +470,52 @@ export class OnnxModel extends StitchableModel {
     return name === this.facts.input || (p !== undefined && (this.facts.nodes[p] as GraphNode).live);
   }
 
+  /** Marks the nodes whose values depend on the batch size only (batchOnly). */
+  private findBatchOnly(graph: NonNullable<ReturnType<typeof readModelProto>["graph"]>): void {
+    // Weights (floating initializers) can be trained or replaced; integer initializers are shapes and indices.
+    const constants = new Set(
+      (graph.initializer ?? []).filter((t) => !FLOAT_TYPES.has(t.dataType ?? 0)).map((t) => t.name ?? ""),
+    );
+    const batchOnly = new Set<string>();
+    for (const n of this.facts.nodes) {
+      if (n.live) continue;
+      const ok =
+        n.opType === "Shape" ||
+        n.opType === "Constant" ||
+        n.inputs.every((i) => i === "" || constants.has(i) || batchOnly.has(i));
+      if (!ok) continue;
+      this.batchOnly.add(n.index);
+      for (const o of n.outputs) batchOnly.add(o);
+    }
+  }
+
+  override dispose(): void {
+    for (const c of this.byBatch.values()) torch.dispose([...c.values()]);
+    this.byBatch.clear();
+    super.dispose();
+  }
+
   /** The Shape nodes that read tensor `name`, run now: it may be freed before a later node reads them. */
-  private takeShapes(name: string, t: Tensor, env: Map<string, Tensor>, hooks: Hooks): void {
+  private takeShapes(
+    name: string,
+    t: Tensor,
+    env: Map<string, Tensor>,
+    hooks: Hooks,
+    cache: Map<string, Tensor> | undefined,
+  ): void {
     for (const k of this.shapeReaders.get(name) ?? []) {
       const node = this.facts.nodes[k] as GraphNode;
+      const out = node.outputs[0] as string;
+      if (cache?.has(out)) continue;
       const where = `node '${node.name}' (Shape)`;
-      const out = (OPS.Shape as OpFn)({
+      const shape = (OPS.Shape as OpFn)({
         inputs: [t],
         attrs: this.attrs[k] as Record<string, AttrValue>,
         where,
       }) as Tensor;
-      env.set(node.outputs[0] as string, out);
-      hooks.onShape?.(k, Array.from(out.toTypedArray() as BigInt64Array, Number));
+      if (cache) cache.set(out, torch.keep(shape));
+      else env.set(out, shape);
+      hooks.onShape?.(k, Array.from(shape.toTypedArray() as BigInt64Array, Number));
     }
   }
 }
@@ -444,6 +526,9 @@ export class OnnxModel extends StitchableModel {
  * taken as [N, C, H, W].
  */
 const isChannelsLast = (s: number[]): boolean => s.length === 4 && s[2] !== s[3] && s[1] === s[2];
+
+/** ONNX's floating element types (float, float16, double, bfloat16). */
+const FLOAT_TYPES = new Set([1, 10, 11, 16]);
 
 /** Runs fn with the model in eval mode, then gives it back its mode. */
 function inEval<T>(m: Module, fn: () => T): T {
