@@ -1,8 +1,7 @@
-// compare's flags as a study: its size flags, made from the experiment's schema (COMPARE_FLAGS),
-// the experiment it runs and its plan (compareStudy), its problems told in flags (asFlags), the
-// sizes a budget may not reduce (givenSizes), the line on its intervals under the plan
-// (intervalsLine; the plan's lines are cli/plan-lines.ts), and the parsers of --protocol and --budget. cli/compare.ts registers the command
-// and runs it.
+// compare's flags as a study: its size flags from the experiment's schema (COMPARE_FLAGS), the
+// experiment and its plan (compareStudy), problems told in flags (asFlags), the sizes a budget may
+// not reduce (givenSizes), the intervals line under the plan (intervalsLine; the plan's lines are
+// cli/plan-lines.ts), the parsers of --protocol and --budget. cli/compare.ts registers and runs it.
 import { InvalidArgumentError } from "commander";
 import { type CompareScale, parseDuration, type ScaleKey } from "../experiments/budget.js";
 import {
@@ -17,11 +16,8 @@ import { type Experiment, ExperimentError, experimentSchema } from "../experimen
 import type { ModelSourceLike } from "../models/checkpoint.js";
 import { type FlagTable, flagNames, givenFromFlags } from "./schema-flags.js";
 
-export const words = (v: string) =>
-  v
-    .split(",")
-    .map((x) => x.trim())
-    .filter(Boolean);
+/** A comma-separated flag's values. */
+export const words = (v: string): string[] => v.split(",").flatMap((x) => (x.trim() ? [x.trim()] : []));
 
 /** The model flags for both models (--arch, ...) under each role's own name, where that one is not given. */
 export function bothModels(o: Record<string, unknown>): Record<string, unknown> {
