@@ -182,6 +182,31 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
     }
   });
 
+  test("on the GPU where this libtorch sees one (bench/gpu.sh), else the CPU: a moved graph gives the CPU's logits and input gradient", () => {
+    const device: torch.Device = torch.cuda.isAvailable() ? "cuda" : "cpu";
+    for (const name of ["vit_b_16", "swin_t", "densenet121"]) {
+      const model = new OnnxModel(join(dir(), `${name}.onnx`)).eval();
+      try {
+        const side = model.config.imageSize as number;
+        const x = torch.rand([2, 3, side, side]);
+        const run = () => {
+          const xg = x.to(device).detach().requiresGrad_(true);
+          const logits = model.forward(xg);
+          const [g] = torch.grad(logits.sum(), [xg]) as Tensor[];
+          return { logits: values(logits.cpu()), g: values((g as Tensor).cpu()) };
+        };
+        const cpu = run();
+        model.to(device);
+        const moved = run();
+        assert.ok(relError(moved.logits, cpu.logits) < 1e-4, `${name} logits on ${device}`);
+        assert.ok(relError(moved.g, cpu.g) < 1e-4, `${name} input gradient on ${device}`);
+        x.dispose();
+      } finally {
+        model.dispose();
+      }
+    }
+  });
+
   test("batch norm nodes are BatchNorm2d modules: train mode uses the batch's statistics", () => {
     const model = new OnnxModel(join(dir(), "densenet121.onnx"));
     try {
