@@ -177,6 +177,8 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
         width: 4,
       });
       assert.equal(model.stitchPoint("head").channels, 512);
+      // timm's feature name of the stage, listed by `layers` as another name of its last block.
+      assert.throws(() => model.stitchPoint("layer2"), /'layer2' ends at the stitch point 'layer2\.1': give that name/);
     } finally {
       model.dispose();
     }

@@ -163,6 +163,17 @@ export class OnnxModel extends StitchableModel {
     }
   }
 
+  /** A point by name; a module scope that ends at a point (layers lists it "also named") says which. */
+  protected override pointIndex(point: string): number {
+    const cut = this.facts.cuts.find((c) => c.name !== point && c.aliases.includes(point));
+    const owner = cut === this.headCut ? HEAD_POINT : cut?.name;
+    if (owner && !this.stitchPoints.some((p) => p.name === point) && point !== HEAD_POINT)
+      throw new Error(
+        `${this.file}: '${point}' ends at the stitch point '${owner}': give that name (stitchlab layers lists both)`,
+      );
+    return super.pointIndex(point);
+  }
+
   protected embedFrom(h: Tensor): Tensor {
     const cuts = this.facts.cuts;
     return this.runBetween(h, cuts[cuts.length - 3] as Cut, this.headCut);
