@@ -13,6 +13,7 @@ import { BatchNorm2d } from "../../nn/layers.js";
 import { Module } from "../../nn/module.js";
 import * as torch from "../../torch/index.js";
 import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
+import { fuseGelu, graphScalars } from "./fuse.js";
 import { analyseGraph, type Cut, type GraphFacts, type GraphNode } from "./graph.js";
 import { isSupported, OPS, type OpCall, type OpFn } from "./ops.js";
 import { type AttrValue, attributeValue, num, onnx, readModelProto, type TensorProto, tensorOf } from "./proto.js";
@@ -107,6 +108,15 @@ export class OnnxModel extends StitchableModel {
     const graph = proto.graph;
     if (!graph) throw new Error(`${what}: the model holds no graph`);
     refuseUnsupported(graph.node ?? [], what);
+    const scalar = (t: TensorProto) => {
+      const v = tensorOf(t, what);
+      try {
+        return Number((v.toTypedArray() as ArrayLike<number | bigint>)[0]);
+      } finally {
+        v.dispose();
+      }
+    };
+    graph.node = fuseGelu(graph.node ?? [], graphScalars(graph.node ?? [], graph.initializer ?? [], scalar));
     this.facts = analyseGraph(graph, what);
     this.findBatchOnly(graph);
     for (const n of this.facts.nodes)

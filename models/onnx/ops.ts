@@ -118,7 +118,10 @@ function conv(c: OpCall): Tensor {
   const strides = attrInts(c, "strides") ?? new Array(rank).fill(1);
   const dilations = attrInts(c, "dilations") ?? new Array(rank).fill(1);
   const { x: padded, padding } = spatialPadding(c, x, kernel, strides, dilations, 0);
-  return call(`conv${rank}d`, padded, w, c.inputs[2] ?? null, strides, padding, dilations, attrInt(c, "group", 1));
+  // In the layout the zoo's convolutions run in (torch/layout.ts), which also keeps the ones oneDNN
+  // gets wrong under AVX2 contiguous, whatever strides the graph's transposes left.
+  const input = rank === 2 ? torch.toConvLayout(padded, w.shape[0] as number) : padded;
+  return call(`conv${rank}d`, input, w, c.inputs[2] ?? null, strides, padding, dilations, attrInt(c, "group", 1));
 }
 
 function pool(kind: "max" | "avg"): OpFn {

@@ -8,7 +8,7 @@
 #   python3 presets/cross-architecture/train_models.py [--out DIR] [--epochs 4] [--limit 10000]
 #
 # Writes DIR/<model>.onnx (opset 17, dynamic batch axis) and DIR/accuracies.json. The default
-# (4 epochs on 10,000 images) takes about 6 minutes on 2 CPU cores.
+# (4 epochs on 10,000 images) took 7.5 minutes on 2 CPU cores (test accuracies 0.89, 0.89, 0.85, 0.76).
 import argparse
 import gzip
 import json
