@@ -147,6 +147,15 @@ export function asSamples(h: Tensor, kind: PointKind): Tensor {
 }
 
 /**
+ * The distinct samples a least-squares start of `layer` has from n images: per image, the fewer
+ * of A's positions and B's (a map resized up repeats A's; one resized down averages them).
+ */
+export function leastSquaresSamples(layer: StitchingLayer, n: number): number {
+  const positions = (p: StitchPoint) => (p.kind === "cnn" ? p.height * p.width : p.kind === "vit" ? p.tokens : 1);
+  return n * Math.min(positions(layer.source), positions(layer.target));
+}
+
+/**
  * Least-squares initialisation with bias (PROTOCOL: from K real training images, every position
  * or token a sample, one per image at a vector point, target B's own features): solves [X 1] W = Y with torch.linalg.lstsq in
  * float64 (a QR-based solver, stabler than the normal equations), and sets weight = W[:in]^T,

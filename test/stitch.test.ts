@@ -227,6 +227,26 @@ test("a ResNet front stitches into a ViT back and back again; least squares fits
   }
 });
 
+test("least squares needs more samples than T has inputs: with fewer, T keeps its default initialisation", () => {
+  torch.manualSeed(5);
+  const a = createModel("resnet18", { width: 0.125 }).eval();
+  try {
+    torch.tidy(() => {
+      // The head's input: one sample per image, 64 inputs. 16 images are too few; 128 are not.
+      const s = new StitchedModel(a, a, HEAD_POINT);
+      const before = s.layer.weight.clone();
+      assert.deepEqual(s.init("lstsq", torch.rand([16, 3, 32, 32])), {});
+      assert.equal(s.layer.weight.sub(before).abs().max().item(), 0, "untouched");
+      const fitted = s.init("lstsq", torch.rand([128, 3, 32, 32]));
+      assert.ok(Number.isFinite(fitted.residual), "fitted");
+      assert.ok(s.layer.weight.sub(before).abs().max().item() > 0);
+      s.layer.dispose();
+    });
+  } finally {
+    a.dispose();
+  }
+});
+
 test("stitching at the head's input (the front-only end): T is a linear map into B's classifier", () => {
   torch.manualSeed(11);
   const a = createModel("resnet18", { width: 0.125 }).eval();
