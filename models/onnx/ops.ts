@@ -7,7 +7,7 @@
 // BatchNormalization is not here: the model runs it as a BatchNorm2d module (models/onnx/model.ts),
 // so that the batch-norm modes of stitching (stitch/train.ts) reach it as they reach the zoo's.
 import * as torch from "../../torch/index.js";
-import { type AttrValue, type TensorProto, tensorOf } from "./proto.js";
+import { type AttrValue, dtypeOf, type TensorProto, tensorOf } from "./proto.js";
 
 type Tensor = torch.Tensor;
 
@@ -48,20 +48,6 @@ function axesOf(c: OpCall, inputIndex: number): number[] | null {
 }
 const norm = (axis: number, rank: number) => (axis < 0 ? axis + rank : axis);
 const isFloat = (t: Tensor) => torch.isFloating(t.dtype);
-
-/** ONNX's element-type codes (TensorProto.DataType) as libtorch's, for Cast. */
-const CAST_TO: Record<number, torch.DType> = {
-  1: "float32",
-  2: "uint8",
-  3: "int8",
-  5: "int16",
-  6: "int32",
-  7: "int64",
-  9: "bool",
-  10: "float16",
-  11: "float64",
-  16: "bfloat16",
-};
 
 const unary =
   (aten: string): OpFn =>
@@ -370,9 +356,7 @@ function clip(c: OpCall): Tensor {
 }
 
 function cast(c: OpCall): Tensor {
-  const to = CAST_TO[attrInt(c, "to", 1)];
-  if (!to) throw new Error(`${c.where}: Cast to element type ${attrInt(c, "to", 0)} is not supported`);
-  return need(c, 0).to(to);
+  return need(c, 0).to(dtypeOf(attrInt(c, "to", 1), `${c.where}: Cast`));
 }
 
 function range(c: OpCall): Tensor {
