@@ -86,6 +86,9 @@ const dirs: Record<number, string> = {};
 before(() => {
   if (skip) return;
   root = mkdtempSync(join(tmpdir(), "stitchlab-onnx-"));
+  // onnxruntime's telemetry leaves an empty mat-debug-<pid>.log in the temporary folder of the
+  // first session a process makes: here, in this test's own folder, removed after.
+  process.env.TMPDIR = root;
   for (const [opset, names] of [
     [17, MODELS],
     [13, OPSET_13],
