@@ -147,13 +147,14 @@ export function asSamples(h: Tensor, kind: PointKind): Tensor {
 }
 
 /**
- * The distinct samples a least-squares start of `layer` has from n images: per image, the fewer
- * of A's positions and B's (a map resized up repeats A's; one resized down averages them).
+ * Singular values of [X 1] below this fraction of the largest are taken as zero by the least-squares
+ * start. The features are float32 (a relative precision of 6e-8 per value), so directions that
+ * weak are rounding, not signal; solved without a cutoff, a system with fewer distinct samples than
+ * unknowns (a 1 x 1 map laid onto a larger one, a head's input over fewer images than features)
+ * fits its samples through them: T's weights reached 3e8 from a ConvNeXt's 1 x 1 map into a
+ * ResNet's 4 x 4 (48 images; agreement 0.10), and 0.79 with the cutoff (1e-7 and 1e-5 the same).
  */
-export function leastSquaresSamples(layer: StitchingLayer, n: number): number {
-  const positions = (p: StitchPoint) => (p.kind === "cnn" ? p.height * p.width : p.kind === "vit" ? p.tokens : 1);
-  return n * Math.min(positions(layer.source), positions(layer.target));
-}
+export const LSTSQ_RCOND = 1e-6;
 
 /**
  * Least-squares initialisation with bias (PROTOCOL: from K real training images, every position
@@ -173,7 +174,7 @@ export function leastSquaresInit(layer: StitchingLayer, xs: Tensor, ys: Tensor):
       // gelsd (SVD): minimum-norm when X is rank deficient (dead ReLU channels give zero
       // columns), and bitwise reproducible; the default gelsy differed in the last digits from
       // call to call here, which made reruns of an experiment differ at 1e-4 after training.
-      const W = torch.lstsq(X1, Y, { driver: "gelsd" });
+      const W = torch.lstsq(X1, Y, { driver: "gelsd", rcond: LSTSQ_RCOND });
       const c = layer.source.channels;
       // copy_ moves the solution to the layer's device.
       layer.weight.copy_(W.narrow(0, 0, c).t().float());

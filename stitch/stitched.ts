@@ -15,7 +15,7 @@ import { normalizePixels } from "../data/index.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
 import type { StitchInit } from "./config.js";
-import { leastSquaresInit, leastSquaresSamples, StitchingLayer } from "./layer.js";
+import { leastSquaresInit, StitchingLayer } from "./layer.js";
 
 type Tensor = torch.Tensor;
 
@@ -93,11 +93,7 @@ export class StitchedModel {
     }
     if (how === "random") return {};
     if (!xs) throw new Error("least-squares initialisation needs images");
-    // Least squares needs more samples than T has inputs. With fewer (a 1 x 1 map laid onto a
-    // larger one, a head's input, over a few images: every sample of an image the same) it fits
-    // them exactly through near-null directions, and T's weights reached 3e8 on a ConvNeXt's 1 x 1
-    // map stitched into a ResNet's 4 x 4 (48 images): T keeps PyTorch's default initialisation then.
-    if (leastSquaresSamples(this.layer, xs.shape[0] as number) <= this.layer.source.channels) return {};
+
     return torch.tidy(() => {
       const fa = this.frontFeatures(xs);
       const fb = torch.noGrad(() => this.back.forwardTo(this.backInput(xs), this.backPoint));
