@@ -3,7 +3,7 @@
 // runner and report as `stitchlab run` (the CLI writes it into --out as compare.yaml and runs that
 // file). This module builds the experiment and reads its answer: where invariance-aware agreement
 // stays close to standard agreement, and the point from which they part.
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { stringify } from "yaml";
 import { compareIntervals, type Interval } from "../metrics/interval.js";
@@ -186,7 +186,10 @@ const pointsRead = new Map<string, { name: string; kind: PointKind }[]>();
 
 /** A model's stitch points in order, with their kinds (the model is loaded to ask it, once per source). */
 function pointsOf(s: ModelSourceLike): { name: string; kind: PointKind }[] {
-  const key = JSON.stringify(asModelSource(s));
+  // The file's size and time too: a model exported again to the same path is read again.
+  const file = asModelSource(s).checkpoint;
+  const stat = existsSync(file) ? statSync(file) : null;
+  const key = JSON.stringify([asModelSource(s), stat?.size, stat?.mtimeMs]);
   const known = pointsRead.get(key);
   if (known) return known;
   const { model } = loadCheckpoint(s);
@@ -217,6 +220,7 @@ export function sharedPoints(a: ModelSourceLike, b: ModelSourceLike): string[] {
  */
 export function pairByDepth(front: readonly string[], back: readonly string[]): (p: string) => string {
   return (p) => {
+    if (front.length === 0) throw new Error(`the front model has no map or token point to pair with the back's '${p}'`);
     if (p === HEAD_POINT) return HEAD_POINT;
     const i = back.indexOf(p);
     if (i < 0) throw new Error(`'${p}' is not a stitch point of the back model; it has ${back.join(", ")}`);

@@ -15,6 +15,7 @@ import * as ort from "onnxruntime-node";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { importModel } from "../models/import.js";
 import { OnnxModel } from "../models/onnx/model.js";
+import { OPS, type OpCall, type OpFn } from "../models/onnx/ops.js";
 import { onnx } from "../models/onnx/proto.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import * as torch from "../torch/index.js";
@@ -256,7 +257,7 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
 });
 
 /** A small graph built here: image [N, 3, 4, 4] -> Conv (weight w) -> each op in `ops` -> Flatten -> Gemm. */
-function tinyModel(ops: string[], weightData?: { external: string }): Uint8Array {
+function tinyModel(ops: string[], weightData?: { external: string }, constant?: { external: string }): Uint8Array {
   const T = onnx.TensorProto.DataType;
   const w = new Float32Array(2 * 3 * 1 * 1).map((_, i) => (i + 1) / 10);
   const weight = onnx.TensorProto.create({ name: "conv.weight", dataType: T.FLOAT, dims: [2, 3, 1, 1] });
@@ -274,6 +275,24 @@ function tinyModel(ops: string[], weightData?: { external: string }): Uint8Array
     onnx.NodeProto.create({ name: "/conv/Conv", opType: "Conv", input: ["image", "conv.weight"], output: ["c"] }),
   ];
   let last = "c";
+  if (constant) {
+    // A Constant whose value is kept as external data (onnx's convert_attribute=True), times the map.
+    const value = onnx.TensorProto.create({ name: "scale", dataType: T.FLOAT, dims: [] });
+    value.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
+    value.externalData = [onnx.StringStringEntryProto.create({ key: "location", value: constant.external })];
+    nodes.push(
+      onnx.NodeProto.create({
+        name: "/scale/Constant",
+        opType: "Constant",
+        output: ["scale"],
+        attribute: [
+          onnx.AttributeProto.create({ name: "value", type: onnx.AttributeProto.AttributeType.TENSOR, t: value }),
+        ],
+      }),
+      onnx.NodeProto.create({ name: "/scale/Mul", opType: "Mul", input: [last, "scale"], output: ["scaled"] }),
+    );
+    last = "scaled";
+  }
   for (const [i, op] of ops.entries()) {
     nodes.push(onnx.NodeProto.create({ name: `/block.${i}/${op}`, opType: op, input: [last], output: [`t${i}`] }));
     last = `t${i}`;
@@ -332,6 +351,36 @@ describe("stitchlab import: an ONNX model becomes a checkpoint, its graph beside
     } finally {
       loaded.model.dispose();
     }
+  });
+});
+
+describe("operators at the edges of the ONNX spec, by hand", () => {
+  const run = (op: string, inputs: (Tensor | null)[], attrs: Record<string, unknown> = {}) =>
+    (OPS[op] as OpFn)({ inputs, attrs: attrs as OpCall["attrs"], where: op }) as Tensor;
+  const i64 = (xs: number[]) => torch.tensor(xs, { dtype: "int64" });
+
+  test("Slice backwards clamps a start below the axis to its first element (Slice-13), and its end to before it", () => {
+    const x = torch.tensor([0, 1, 2, 3, 4]);
+    assert.deepEqual(run("Slice", [x, i64([-10]), i64([-(2 ** 62)]), i64([0]), i64([-1])]).tolist(), [0]);
+    assert.deepEqual(run("Slice", [x, i64([10]), i64([-(2 ** 62)]), i64([0]), i64([-2])]).tolist(), [4, 2, 0]);
+    assert.deepEqual(run("Slice", [x, i64([3]), i64([0]), i64([0]), i64([-1])]).tolist(), [3, 2, 1]);
+  });
+
+  test("Clip with neither bound is the identity; with one, clamps on that side", () => {
+    const x = torch.tensor([-2, 0.5, 3]);
+    assert.deepEqual(run("Clip", [x, null, null]).tolist(), [-2, 0.5, 3]);
+    assert.deepEqual(run("Clip", [x, null, torch.tensor(1)]).tolist(), [-2, 0.5, 1]);
+  });
+
+  test("Pad in reflect and edge mode pads a 4-d map's last axis as the spec's example does, and refuses the batch axis", () => {
+    const x = torch.tensor([1, 2, 3]).reshape(1, 1, 1, 3);
+    const pads = i64([0, 0, 0, 2, 0, 0, 0, 1]);
+    assert.deepEqual(run("Pad", [x, pads], { mode: "reflect" }).flatten().tolist(), [3, 2, 1, 2, 3, 2]);
+    assert.deepEqual(run("Pad", [x, pads], { mode: "edge" }).flatten().tolist(), [1, 1, 1, 2, 3, 3]);
+    assert.throws(
+      () => run("Pad", [x, i64([1, 0, 0, 0, 0, 0, 0, 0])], { mode: "reflect" }),
+      /pads only the spatial axes/,
+    );
   });
 });
 
@@ -394,6 +443,14 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
       }),
       /keeps its weights in external data files: import copies one file, so give the model where it is/,
     );
+    // A Constant's value kept outside the graph is confined to the folder as weights are.
+    writeFileSync(join(folder, "scale.bin"), new Uint8Array(new Float32Array([2]).buffer));
+    writeFileSync(join(folder, "const.onnx"), tinyModel(["Relu"], undefined, { external: "scale.bin" }));
+    const scaled = new OnnxModel(join(folder, "const.onnx"));
+    assert.ok(scaled.externalData, "a Constant's external value counts as external data");
+    scaled.dispose();
+    writeFileSync(join(folder, "const-up.onnx"), tinyModel(["Relu"], undefined, { external: "../secret.bin" }));
+    assert.throws(() => new OnnxModel(join(folder, "const-up.onnx")), /lies outside the model's folder.*refused/);
     symlinkSync(join(scratch, "secret.bin"), join(folder, "link.bin"));
     writeFileSync(join(folder, "link.onnx"), tinyModel(["Relu"], { external: "link.bin" }));
     assert.throws(() => new OnnxModel(join(folder, "link.onnx")), /links outside the model's folder.*refused/);

@@ -129,9 +129,10 @@ export class OnnxModel extends StitchableModel {
       return out;
     });
     const initializers = new Map((graph.initializer ?? []).map((t) => [t.name ?? "", t]));
-    this.externalData = (graph.initializer ?? []).some(
-      (t) => t.dataLocation === onnx.TensorProto.DataLocation.EXTERNAL,
-    );
+    const external = (t: TensorProto | null | undefined) => t?.dataLocation === onnx.TensorProto.DataLocation.EXTERNAL;
+    this.externalData =
+      (graph.initializer ?? []).some(external) ||
+      (graph.node ?? []).some((n) => (n.attribute ?? []).some((a) => external(a.t)));
     const cuts = this.facts.cuts;
     if (cuts.length < 3)
       throw new Error(
@@ -289,7 +290,11 @@ export class OnnxModel extends StitchableModel {
     }
     for (const n of this.facts.nodes) {
       if (n.opType !== "Constant") continue;
-      const value = constantValue(this.attrs[n.index] as Record<string, AttrValue>, `${what}: node '${n.name}'`);
+      const value = constantValue(
+        this.attrs[n.index] as Record<string, AttrValue>,
+        this.file,
+        `${what}: node '${n.name}'`,
+      );
       this.body.add(n.outputs[0] as string, value, false);
       this.holder.set(n.outputs[0] as string, this.body);
     }
@@ -609,9 +614,10 @@ function inputSide(
 }
 
 /** A Constant node's value, from whichever of its attributes is set. */
-function constantValue(attrs: Record<string, AttrValue>, where: string): Tensor {
+function constantValue(attrs: Record<string, AttrValue>, file: string, where: string): Tensor {
   const v = attrs.value;
-  if (v && typeof v === "object" && !Array.isArray(v)) return tensorOf(v as TensorProto, "", where);
+  // The model's path, so that a value kept as external data is read from the model's folder only.
+  if (v && typeof v === "object" && !Array.isArray(v)) return tensorOf(v as TensorProto, file, where);
   if (typeof attrs.value_float === "number") return torch.tensor(attrs.value_float, { dtype: "float32" });
   if (Array.isArray(attrs.value_floats)) return torch.tensor(attrs.value_floats as number[], { dtype: "float32" });
   if (typeof attrs.value_int === "number") return torch.tensor(attrs.value_int, { dtype: "int64" });

@@ -220,7 +220,7 @@ function slice(c: OpCall): Tensor {
       x = call("slice.Tensor", x, axis, s, Math.max(s, e), step);
     } else if (step < 0) {
       // Elements start, start+step, ... down to (not including) end; on the flipped axis index size-1-k.
-      const s = clampIndex(starts[i] as number, -1, size - 1);
+      const s = clampIndex(starts[i] as number, 0, size - 1);
       const e = clampIndex(ends[i] as number, -1, size - 1);
       const flipped: Tensor = call("flip", x, [axis]);
       x = call("slice.Tensor", flipped, axis, size - 1 - s, Math.max(size - 1 - s, size - 1 - e), -step);
@@ -324,10 +324,12 @@ function pad(c: OpCall): Tensor {
   const perAxis = new Map(axes.map((a, i) => [a, [pads[i] as number, pads[i + n] as number]]));
   const torchPad: number[] = [];
   for (let a = rank - 1; a >= 0; a--) torchPad.push(...(perAxis.get(a) ?? [0, 0]));
-  while (torchPad.length > 2 && torchPad[torchPad.length - 1] === 0 && torchPad[torchPad.length - 2] === 0)
-    torchPad.splice(-2);
   if (mode === "constant") return call("constant_pad_nd", x, torchPad, value);
-  const spatial = torchPad.length / 2;
+  // reflection_padNd / replication_padNd pad the last N axes of an [N, C, ...] input.
+  if (rank < 3 || rank > 5 || torchPad.slice(2 * (rank - 2)).some((p) => p !== 0))
+    throw new Error(`${c.where}: Pad mode '${mode}' pads only the spatial axes of a 3- to 5-d input`);
+  const spatial = rank - 2;
+  torchPad.splice(2 * spatial);
   if (mode === "reflect") return call(`reflection_pad${spatial}d`, x, torchPad);
   if (mode === "edge") return call(`replication_pad${spatial}d`, x, torchPad);
   throw new Error(`${c.where}: Pad mode '${mode}' is not supported`);
@@ -352,7 +354,8 @@ function clip(c: OpCall): Tensor {
     if (t) return Number((t.toTypedArray() as ArrayLike<number | bigint>)[0]);
     return typeof c.attrs[attr] === "number" ? (c.attrs[attr] as number) : null;
   };
-  return call("clamp", x, bound(1, "min"), bound(2, "max"));
+  const [lo, hi] = [bound(1, "min"), bound(2, "max")];
+  return lo === null && hi === null ? x : call("clamp", x, lo, hi);
 }
 
 function cast(c: OpCall): Tensor {

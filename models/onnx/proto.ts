@@ -66,6 +66,8 @@ function externalBytes(t: TensorProto, modelPath: string): Uint8Array {
   const where = `${modelPath}: tensor '${t.name}'`;
   const location = entries.location;
   if (!location) throw new Error(`${where} keeps its data outside the model but names no location`);
+  // Without the model's path there is no folder to confine the read to (an operator's attribute).
+  if (!modelPath) throw new Error(`${where} keeps its data outside the model, where stitchlab does not read it`);
   const folder = realpathSync(dirname(resolve(modelPath)));
   const file = resolve(folder, location);
   const inside = (p: string) => {
