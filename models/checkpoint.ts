@@ -180,7 +180,23 @@ export function resolveNormalization(n: ModelSource["normalization"]): Normaliza
 
 /** Whether a file is a stitchlab checkpoint (a .safetensors file with its .json sidecar). */
 export const isStitchlabCheckpoint = (path: string): boolean =>
-  (path.endsWith(".safetensors") || isOnnxFile(path)) && existsSync(sidecarPath(path));
+  path.endsWith(".safetensors") ? existsSync(sidecarPath(path)) : isOnnxFile(path) && importedOnnx(path);
+
+/**
+ * Whether an .onnx file has the sidecar `stitchlab import` writes beside it: a JSON record of an
+ * ONNX model, not any mine.json that happens to lie there (a label map, a config).
+ */
+function importedOnnx(path: string): boolean {
+  if (!existsSync(sidecarPath(path))) return false;
+  try {
+    return (
+      (readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar") as { arch?: unknown }).arch ===
+      ONNX_ARCH
+    );
+  } catch {
+    return false;
+  }
+}
 
 /** What weights made elsewhere show of themselves (foreignWeightsFacts). */
 export interface ForeignWeightsFacts {

@@ -12,7 +12,7 @@ import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import * as ort from "onnxruntime-node";
-import { loadCheckpoint } from "../models/checkpoint.js";
+import { isStitchlabCheckpoint, loadCheckpoint } from "../models/checkpoint.js";
 import { importModel } from "../models/import.js";
 import { OnnxModel } from "../models/onnx/model.js";
 import { OPS, type OpCall, type OpFn } from "../models/onnx/ops.js";
@@ -235,6 +235,8 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
 
   test("loadCheckpoint reads an .onnx file as a model source; zoo options are refused by name", () => {
     const file = join(dir(), "resnet18.onnx");
+    // resnet18.json beside it is the test's own reference, not a sidecar of `stitchlab import`.
+    assert.equal(isStitchlabCheckpoint(file), false);
     const loaded = loadCheckpoint({ checkpoint: file, normalization: "cifar10" });
     try {
       assert.equal(loaded.record.arch, "onnx");
@@ -339,6 +341,7 @@ describe("stitchlab import: an ONNX model becomes a checkpoint, its graph beside
     });
     assert.equal(r.checkpoint, join(out, "model.onnx"));
     assert.equal(r.check.readBackMaxDiff, 0);
+    assert.equal(isStitchlabCheckpoint(join(out, "model.onnx")), true);
     assert.deepEqual(
       readFileSync(join(out, "model.onnx")),
       readFileSync(join(dir(), "resnet18.onnx")),

@@ -553,6 +553,9 @@ export class OnnxModel extends StitchableModel {
  */
 const isChannelsLast = (s: number[]): boolean => s.length === 4 && s[2] !== s[3] && s[1] === s[2];
 
+/** The largest input side a graph may declare (ImageNet's models take 224 to 518). */
+const MAX_SIDE = 4096;
+
 /** ONNX's floating element types (float, float16, double, bfloat16). */
 const FLOAT_TYPES = new Set([1, 10, 11, 16]);
 
@@ -608,6 +611,9 @@ function inputSide(
   const side = hgt ?? wid ?? given;
   if (side === undefined || side === null)
     throw new Error(`${what}: the input's side is not fixed in the graph: give it (imageSize / --image-size)`);
+  // Before the probe allocates an image of that side.
+  if (!(side >= 1 && side <= MAX_SIDE))
+    throw new Error(`${what}: an input side of ${side} px; stitchlab takes 1 to ${MAX_SIDE} px`);
   if (given !== undefined && side !== given)
     throw new Error(`${what}: the graph takes ${side} px images, and imageSize ${given} was given`);
   return side;
