@@ -12,7 +12,7 @@ import type { ModelSource } from "../models/checkpoint.js";
 import { isOnnxFile, isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { isHubName, resolveModelSource } from "../models/hub.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
-import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
+import { HEAD_POINT, type StitchableModel, type StitchPoint } from "../models/stitchable.js";
 import {
   backClassesProblem,
   formatObjective,
@@ -22,6 +22,7 @@ import {
   resolveStitchConfig,
   type StitchConfig,
 } from "../stitch/config.js";
+import { stitchMismatch } from "../stitch/layer.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { checkBuildMemory } from "../train/memory.js";
 import { type TaskKind, taskKey } from "./cache.js";
@@ -98,7 +99,10 @@ export interface Plan {
  * loaded here, stitchlab's own included, so a file that is broken, does not fit its architecture
  * or holds non-finite values is refused before any work (and by --dry-run).
  */
-function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: string[]; numClasses: number } {
+function pointNames(
+  spec: ModelSpec,
+  baseDir: string,
+): { arch: string; points: string[]; shapes: Record<string, StitchPoint>; numClasses: number } {
   let m: StitchableModel;
   if (isLoaded(spec))
     m = loadCheckpoint({
@@ -116,10 +120,11 @@ function pointNames(spec: ModelSpec, baseDir: string): { arch: string; points: s
     m = createModel(spec.arch, options);
   }
   const points = m.stitchPoints.map((p) => p.name);
+  const shapes = Object.fromEntries([...m.stitchPoints, m.stitchPoint(HEAD_POINT)].map((p) => [p.name, p]));
   const arch = m.arch;
   const { numClasses } = m.config as { numClasses: number };
   m.dispose();
-  return { arch, points, numClasses };
+  return { arch, points, shapes, numClasses };
 }
 
 /** The graph as it is built: its tasks by key, and the problems found so far (reported at once). */
@@ -139,8 +144,8 @@ function addTask(ctx: PlanContext, t: Omit<Task, "key">): string {
 export interface PlannedModels {
   /** Model name -> its reference (train task or checkpoint). */
   refs: Record<string, ModelRef>;
-  /** Each model's architecture and stitch points (absent: the model had a problem). */
-  points: Record<string, { arch: string; points: string[] }>;
+  /** Each model's architecture and stitch points, with their shapes (absent: the model had a problem). */
+  points: Record<string, { arch: string; points: string[]; shapes: Record<string, StitchPoint> }>;
   /** Each model's class count: a checkpoint's head, or the classes of the dataset it is trained on (null: not known yet). */
   classes: Record<string, number | null>;
   /** The resolved training config of each model that is trained (replicates vary its seed). */
@@ -316,7 +321,14 @@ export function checkPair(
   if (notInFront.length)
     ctx.problems.push(missing(front, notInFront, pair.frontPoints ? `${where}.frontPoints` : listed));
   if (notInBack.length || notInFront.length || unknown.length) return null;
-  return list;
+  // Across architectures, whether T can lay each front point onto its back point (stitch/layer.ts), before any work.
+  const unstitchable = list.flatMap((p) => {
+    const [a, b] = [front.shapes[frontPointOf(pair, p)], back.shapes[p]];
+    const why = a && b ? stitchMismatch(a, b) : null;
+    return why ? [`${pair.frontPoints ? `${where}.frontPoints` : listed}: ${why}`] : [];
+  });
+  ctx.problems.push(...unstitchable);
+  return unstitchable.length ? null : list;
 }
 
 /** The front's stitch point for the back's point p: the pair's frontPoints, else the same name. */

@@ -131,6 +131,11 @@ modes: [standard]
     "a point not listed is the front's of the same name",
   );
   assert.equal(plan("{ blocks.1: layer2.0 }").stitches.length, 1);
+  // Names that exist but that T cannot join: a vector into a map of tokens.
+  assert.throws(
+    () => plan("{ blocks.1: head }"),
+    /pairs\[0\]\.frontPoints: a vector \(a head's input\) stitches to a vector only \(A's head: vector of 64; B's blocks\.1: 65 tokens x 24\)/,
+  );
 });
 
 test("compare runs a ResNet front into a ViT back end to end and says how the points were paired", {
