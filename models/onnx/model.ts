@@ -85,6 +85,8 @@ export class OnnxModel extends StitchableModel {
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
   private readonly headCut: Cut;
+  /** Where each stage starts: the input, then each stage's end in turn (the last one: where embedFrom starts). */
+  private stageStarts: Cut[] = [];
   /** Whether some weights are read from external data files beside the graph. */
   readonly externalData: boolean;
   /** Cuts whose maps the graph holds channels last, [N, H, W, C] (a Swin's stages). */
@@ -163,10 +165,15 @@ export class OnnxModel extends StitchableModel {
         producer: [proto.producerName, proto.producerVersion].filter(Boolean).join(" ") || null,
       };
       for (const c of cuts) if (isChannelsLast(this.shapeAt(c, 1))) this.channelsLast.add(c.tensor);
-      this.stageList = cuts.slice(1, -2).map((cut, k) => ({
+      // A stage starts at a cut whose first axis grows with the batch (a back reads the batch size
+      // from it); a cut held another way ([L, N, E]) is run through, not stopped at.
+      const grows = (c: Cut) => ((this.cutShapes.get(c.tensor) as LinearShape).a[0] ?? 0) > 0;
+      const ends = cuts.slice(1, -2).filter(grows);
+      this.stageStarts = [cuts[0] as Cut, ...ends];
+      this.stageList = ends.map((cut, k) => ({
         name: cut.name,
         point: this.pointOf(cut),
-        run: (h: Tensor) => this.runBetween(h, cuts[k] as Cut, cut),
+        run: (h: Tensor) => this.runBetween(h, this.stageStarts[k] as Cut, cut),
       }));
     } catch (e) {
       this.dispose();
@@ -186,8 +193,7 @@ export class OnnxModel extends StitchableModel {
   }
 
   protected embedFrom(h: Tensor): Tensor {
-    const cuts = this.facts.cuts;
-    return this.runBetween(h, cuts[cuts.length - 3] as Cut, this.headCut);
+    return this.runBetween(h, this.stageStarts[this.stageStarts.length - 1] as Cut, this.headCut);
   }
 
   /** Every cut with its names and shape (for N images), input and output excluded: what `layers` lists. */
