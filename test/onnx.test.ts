@@ -459,6 +459,32 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
     assert.throws(() => new OnnxModel(join(folder, "link.onnx")), /links outside the model's folder.*refused/);
   });
 
+  test("bad graphs each give one clear error before anything is allocated: a cycle, a missing initializer, an absurd side", () => {
+    const bad = (name: string, edit: (m: ReturnType<typeof onnx.ModelProto.decode>) => void) => {
+      const m = onnx.ModelProto.decode(tinyModel(["Relu"]));
+      edit(m);
+      const file = join(scratch, `${name}.onnx`);
+      writeFileSync(file, onnx.ModelProto.encode(m).finish());
+      return file;
+    };
+    const graph = (m: ReturnType<typeof onnx.ModelProto.decode>) => m.graph as NonNullable<typeof m.graph>;
+    // A cycle: the Relu reads its own output.
+    const cycle = bad("cycle", (m) => {
+      const relu = graph(m).node?.find((n) => n.opType === "Relu");
+      if (relu) relu.input = ["t0"];
+    });
+    assert.throws(() => new OnnxModel(cycle), /node '\/block\.0\/Relu' \(Relu\) reads 't0' before any node makes it/);
+    const missing = bad("missing", (m) => {
+      graph(m).initializer = (graph(m).initializer ?? []).filter((t) => t.name !== "conv.weight");
+    });
+    assert.throws(() => new OnnxModel(missing), /reads 'conv\.weight' before any node makes it/);
+    const huge = bad("huge", (m) => {
+      const dims = graph(m).input?.[0]?.type?.tensorType?.shape?.dim ?? [];
+      for (const d of dims.slice(2)) d.dimValue = 100_000;
+    });
+    assert.throws(() => new OnnxModel(huge), /an input side of 100000 px; stitchlab takes 1 to 4096 px/);
+  });
+
   test("a file that is not ONNX says so", () => {
     const file = join(scratch, "junk.onnx");
     writeFileSync(file, "not a protobuf at all \u0000\u0001");

@@ -97,17 +97,18 @@ export function analyseGraph(graph: GraphProto, what: string): GraphFacts {
     };
     node.scope = scopeOfNodeName(node.name) ?? scopeOfWeights(node.inputs, initializers);
     node.live = node.opType !== "Shape" && node.opType !== "Size" && node.inputs.some((t) => liveTensors.has(t));
+    // Inputs first: a node that reads its own output (a cycle) reads it before it is made.
+    for (const t of node.inputs)
+      if (t !== "" && !producer.has(t) && !initializers.has(t) && t !== input)
+        throw new Error(
+          `${what}: node '${node.name}' (${node.opType}) reads '${t}' before any node makes it (the graph is not in topological order, or the tensor is missing)`,
+        );
     for (const o of node.outputs) {
       if (o === "") continue;
       if (producer.has(o)) throw new Error(`${what}: tensor '${o}' is made by two nodes`);
       producer.set(o, index);
       if (node.live) liveTensors.add(o);
     }
-    for (const t of node.inputs)
-      if (t !== "" && !producer.has(t) && !initializers.has(t) && t !== input)
-        throw new Error(
-          `${what}: node '${node.name}' (${node.opType}) reads '${t}' before any node makes it (the graph is not in topological order, or the tensor is missing)`,
-        );
     return node;
   });
   if (!liveTensors.has(output)) throw new Error(`${what}: the output '${output}' does not depend on the input`);

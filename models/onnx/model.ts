@@ -146,8 +146,9 @@ export class OnnxModel extends StitchableModel {
     );
     this.head = this.child("head", new OnnxHead((v) => this.runBetween(v, this.headCut, cuts[cuts.length - 1] as Cut)));
     try {
-      this.loadWeights(initializers, headNodes, what);
+      // The input's side is checked before any weight is read (an absurd one is refused at once).
       const side = inputSide(graph, options.imageSize, what);
+      this.loadWeights(initializers, headNodes, what);
       this.cutShapes = new Map();
       this.probe(side);
       const headShape = this.cutShapes.get(this.headCut.tensor) as LinearShape;
