@@ -44,9 +44,9 @@ import type { Task } from "./plan.js";
 // initialisation, as the reference's (was: kaiming-normal fan_out), and greyStem and lrDecay are in
 // every train config; stitch keys changed then too without a bump, since every config now holds
 // stitching's whole recipe (optimizer, betas, adamEps, lrDecay, milestones: issue 36), so a change
-// to a recipe value changes the key and never needs a bump. stitch 4: T's least-squares start is
-// skipped where it has fewer samples than T has inputs (stitch/stitched.ts init), which changed the
-// stitches at a head's input or from a 1 x 1 map over few images.
+// to a recipe value changes the key and never needs a bump. stitch 4: T's least-squares start
+// takes singular values below 1e-6 of the largest as zero (stitch/layer.ts LSTSQ_RCOND), which
+// changed the stitches whose start had fewer distinct samples than unknowns.
 export const TASK_FORMAT = { train: 4, iris: 4, stitch: 4 } as const;
 export type TaskKind = keyof typeof TASK_FORMAT;
 
