@@ -173,10 +173,13 @@ function modelName(source: ModelSourceLike): string {
   return name.replace(/[^\w.-]+/g, "-") || "model";
 }
 
+/** A name with a scheme (hf-hub:..., torchvision:...) that is not a file here. */
+const namedByHub = (path: string): boolean => /^[a-z][\w-]*:/.test(path) && !existsSync(path);
+
 /** A checkpoint path made absolute (compare.yaml lives in --out); a hub name (hf-hub:..., torchvision:...) as it is. */
 function absolute(source: ModelSourceLike): ModelSourceLike {
   const s = asModelSource(source);
-  const hub = /^[a-z][\w-]*:/.test(s.checkpoint) && !existsSync(s.checkpoint);
+  const hub = namedByHub(s.checkpoint);
   if (hub) return source;
   return typeof source === "string" ? resolve(source) : { ...s, checkpoint: resolve(s.checkpoint) };
 }
@@ -262,8 +265,10 @@ export function studyPoints(
   byDepth: boolean;
 } {
   // Points given for a model not there (a plan checked before its files exist): taken as named in both.
-  const missing = (x: ModelSourceLike) =>
-    !existsSync(asModelSource(x).checkpoint) && !/^[a-z][\w-]*:/.test(asModelSource(x).checkpoint);
+  const missing = (x: ModelSourceLike) => {
+    const path = asModelSource(x).checkpoint;
+    return !existsSync(path) && !namedByHub(path);
+  };
   if (Array.isArray(given) && (missing(a) || missing(b)))
     return { points: [...given], ofA: [], ofB: [], byDepth: false };
   const ofA = pointsOf(a);

@@ -10,7 +10,7 @@
 // b measured at load from two probe passes (N = 1 and 2) on the graph's own input size.
 import { basename } from "node:path";
 import { BatchNorm2d } from "../../nn/layers.js";
-import { Module } from "../../nn/module.js";
+import { inEvalMode, Module } from "../../nn/module.js";
 import * as torch from "../../torch/index.js";
 import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
 import { fuseGelu, graphScalars } from "./fuse.js";
@@ -315,7 +315,7 @@ export class OnnxModel extends StitchableModel {
     const seen: Map<string, number[]>[] = [];
     const shapes: Map<number, number[]>[] = [];
     torch.noGrad(() =>
-      inEval(this, () => {
+      inEvalMode([this], () => {
         for (const n of [1, 2]) {
           const cutShapes = new Map<string, number[]>();
           const shapeOuts = new Map<number, number[]>();
@@ -565,17 +565,6 @@ const MAX_SIDE = 4096;
 
 /** ONNX's floating element types (float, float16, double, bfloat16). */
 const FLOAT_TYPES = new Set([1, 10, 11, 16]);
-
-/** Runs fn with the model in eval mode, then gives it back its mode. */
-function inEval<T>(m: Module, fn: () => T): T {
-  const was = m.training;
-  m.eval();
-  try {
-    return fn();
-  } finally {
-    m.train(was);
-  }
-}
 
 /** Every operator the interpreter lacks, named with its nodes, in one error before any weight is read. */
 function refuseUnsupported(
