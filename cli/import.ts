@@ -59,6 +59,7 @@ export function registerImportCommand(program: Command): void {
       printDone(o, { ...r }, [
         `imported ${r.arch} from ${file}`,
         ...(r.notes.unwrapped.length ? [`  unwrapped: ${r.notes.unwrapped.join("; ")}`] : []),
+        ...(r.notes.batchNorm ? [`  note: ${r.notes.batchNorm}`] : []),
         ...(Object.keys(r.notes.inferred).length
           ? [`  read from the weights: ${JSON.stringify(r.notes.inferred)}`]
           : []),

@@ -119,12 +119,17 @@ function printCuts(model: OnnxModel, json: boolean): void {
   console.log(
     `${c.file}: an ONNX graph (opset ${c.opset}${c.producer ? `, from ${c.producer}` : ""}), ${c.imageSize} px images, ${c.numClasses} classes; ${model.stitchPoints.length} stitch points`,
   );
-  console.log("point / cut  shape for one image  (also named)");
+  if (model.batchNormNote) console.log(`note: ${model.batchNormNote}`);
+  const label = (k: (typeof cuts)[number]) => (k.point ? k.name : `(${k.tensor})`);
+  const shape = (k: (typeof cuts)[number]) => k.shape.slice(1).join(" x ");
+  // Columns as wide as their longest entry: scope names (blocks.11, features.denseblock4) vary.
+  const w1 = Math.max("point / cut".length, ...cuts.map((k) => label(k).length));
+  const w2 = Math.max("shape for one image".length, ...cuts.map((k) => shape(k).length));
+  console.log(`${"point / cut".padEnd(w1)}  ${"shape for one image".padEnd(w2)}  (also named)`);
   for (const k of cuts) {
     const also = k.aliases.filter((a) => a !== k.name);
-    const label = k.point ? k.name : `(${k.tensor})`;
     console.log(
-      `${label.padEnd(12)} ${k.shape.slice(1).join(" x ").padEnd(20)}${also.length ? ` (${also.join(", ")})` : ""}${k.point ? "" : "  not a point: inside a module"}${k.name === HEAD_POINT ? "  the head's input: the front-only end, used when named" : ""}`,
+      `${label(k).padEnd(w1)}  ${shape(k).padEnd(w2)}${also.length ? `  (${also.join(", ")})` : ""}${k.point ? "" : "  not a point: inside a module"}${k.name === HEAD_POINT ? "  the head's input: the front-only end, used when named" : ""}`.trimEnd(),
     );
   }
 }

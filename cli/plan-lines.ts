@@ -62,6 +62,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
         ]
       : []),
     ...notes,
+    ...plan.notes.map((n) => `  note       ${n}`),
     `  tasks      ${[...count("train", "models"), ...count("iris", "IRI sets"), ...count("stitch", "stitches")].join(", ")}; cache ${cache}`,
   ];
 }

@@ -11,6 +11,7 @@ import { sha256File } from "../io/files.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isOnnxFile, isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { isHubName, resolveModelSource } from "../models/hub.js";
+import { OnnxModel } from "../models/onnx/model.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel, type StitchPoint } from "../models/stitchable.js";
 import {
@@ -92,6 +93,8 @@ export interface Plan {
   stitches: StitchRole[];
   /** Model name -> its reference (train task or checkpoint). */
   models: Record<string, ModelRef>;
+  /** What a model's file means for the run, printed with the plan (an ONNX graph whose batch norm was folded). */
+  notes: string[];
 }
 
 /**
@@ -102,7 +105,7 @@ export interface Plan {
 function pointNames(
   spec: ModelSpec,
   baseDir: string,
-): { arch: string; points: string[]; shapes: Record<string, StitchPoint>; numClasses: number } {
+): { arch: string; points: string[]; shapes: Record<string, StitchPoint>; numClasses: number; note: string | null } {
   let m: StitchableModel;
   if (isLoaded(spec))
     m = loadCheckpoint({
@@ -123,8 +126,9 @@ function pointNames(
   const shapes = Object.fromEntries([...m.stitchPoints, m.stitchPoint(HEAD_POINT)].map((p) => [p.name, p]));
   const arch = m.arch;
   const { numClasses } = m.config as { numClasses: number };
+  const note = m instanceof OnnxModel ? m.batchNormNote : null;
   m.dispose();
-  return { arch, points, shapes, numClasses };
+  return { arch, points, shapes, numClasses, note };
 }
 
 /** The graph as it is built: its tasks by key, and the problems found so far (reported at once). */
@@ -150,6 +154,8 @@ export interface PlannedModels {
   classes: Record<string, number | null>;
   /** The resolved training config of each model that is trained (replicates vary its seed). */
   trainConfigs: Record<string, TrainConfig>;
+  /** Model name -> what its file means for the run (OnnxModel.batchNormNote). */
+  notes: Record<string, string>;
 }
 
 /**
@@ -159,7 +165,7 @@ export interface PlannedModels {
  */
 export function planModels(exp: Experiment, baseDir: string, ctx: PlanContext): PlannedModels {
   const data = exp.dataset;
-  const m: PlannedModels = { refs: {}, points: {}, classes: {}, trainConfigs: {} };
+  const m: PlannedModels = { refs: {}, points: {}, classes: {}, trainConfigs: {}, notes: {} };
   for (const [name, spec] of Object.entries(exp.models)) {
     try {
       if (isLoaded(spec)) {
@@ -196,6 +202,7 @@ export function planModels(exp: Experiment, baseDir: string, ctx: PlanContext): 
       }
       const named = pointNames(spec, baseDir);
       m.points[name] = named;
+      if (named.note) m.notes[name] = named.note;
       const own = isLoaded(spec) ? null : (spec.dataset ?? data);
       m.classes[name] = own ? datasetClassCount(own.name, { root: own.root }) : named.numClasses;
     } catch (e) {
@@ -477,6 +484,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     tasks: [...ctx.tasks.values()].sort((a, b) => order[a.kind] - order[b.kind]),
     stitches,
     models: models.refs,
+    notes: Object.entries(models.notes).map(([name, note]) => `${name}: ${note}`),
   };
 }
 

@@ -255,6 +255,8 @@ export function foreignWeightsFacts(path: string, arch?: string): ForeignWeights
 export interface LoadNotes {
   unwrapped: string[];
   inferred: ModelOptions;
+  /** An ONNX graph's OnnxModel.batchNormNote, where it has one. */
+  batchNorm?: string;
 }
 
 export interface LoadedCheckpoint {
@@ -430,7 +432,8 @@ function loadOnnx(src: ModelSource): LoadedCheckpoint {
     options: onnxOptions(model),
     ...(normalization ? { normalization } : {}),
   };
-  return { model, meta, notes: { unwrapped: [], inferred: {} }, record: modelRecord(model, meta), file: path };
+  const notes = { unwrapped: [], inferred: {}, ...(model.batchNormNote ? { batchNorm: model.batchNormNote } : {}) };
+  return { model, meta, notes, record: modelRecord(model, meta), file: path };
 }
 
 /** The first floating-point parameter or buffer of a model with a NaN or an infinity, or undefined. */

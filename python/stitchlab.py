@@ -91,7 +91,9 @@ def _value(v):
 
 def _export(model, path, size):
     # The exporter traces in eval mode (batch norm's running statistics, no dropout); the
-    # module's own mode is put back afterwards. The input sits where the weights are.
+    # module's own mode is put back afterwards. PRESERVE keeps each batch norm a node: the
+    # default eval export folds it into the convolutions, and stitching's 'adapt' would then
+    # leave it as exported. The input sits where the weights are.
     param = next(model.parameters(), None)
     x = torch.randn(2, 3, size, size, device=param.device if param is not None else "cpu")
     kw = {}
@@ -105,7 +107,8 @@ def _export(model, path, size):
         with torch.no_grad():
             torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
                               output_names=["output"],
-                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, **kw)
+                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                              training=torch.onnx.TrainingMode.PRESERVE, **kw)
     finally:
         model.train(training)
 

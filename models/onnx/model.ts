@@ -99,6 +99,13 @@ export class OnnxModel extends StitchableModel {
   private readonly byBatch = new Map<string, Map<string, Tensor>>();
   /** Tensor name -> the Shape nodes that read it. */
   private readonly shapeReaders = new Map<string, number[]>();
+  /**
+   * Why stitching's batch-norm modes 'adapt' and 'batch' would leave this graph as it is, where it
+   * has convolutions and no BatchNormalization node; else null. torch.onnx.export in eval mode (its
+   * default) folds each batch norm that follows a convolution into the convolution's weights, so
+   * the graph runs as exported in every mode, where the zoo's network (and the reference's) adapts.
+   */
+  readonly batchNormNote: string | null;
 
   constructor(
     readonly file: string,
@@ -149,6 +156,10 @@ export class OnnxModel extends StitchableModel {
       // The input's side is checked before any weight is read (an absurd one is refused at once).
       const side = inputSide(graph, options.imageSize, what);
       this.loadWeights(initializers, headNodes, what);
+      this.batchNormNote =
+        this.batchNorms.size === 0 && this.facts.nodes.some((n) => n.live && n.opType === "Conv")
+          ? `${basename(file)} has convolutions and no BatchNormalization node, so batch-norm modes 'adapt' (standard stitching's) and 'batch' leave it as exported; if the network has batch norm, the exporter folded it into the convolutions: export with training=torch.onnx.TrainingMode.PRESERVE to keep it`
+          : null;
       this.cutShapes = new Map();
       this.probe(side);
       const headShape = this.cutShapes.get(this.headCut.tensor) as LinearShape;
@@ -265,6 +276,8 @@ export class OnnxModel extends StitchableModel {
         );
       const [w, b, m, v] = parts.map((p) => tensorOf(p as TensorProto, what)) as Tensor[];
       const attrs = this.attrs[n.index] as Record<string, AttrValue>;
+      // training_mode (opset 14) is not read: as for the zoo's networks, the module's mode is the
+      // stitching protocol's (eval, or its batch-norm mode), not the exporter's.
       const bn = new BatchNorm2d(w?.shape[0] as number, {
         eps: typeof attrs.epsilon === "number" ? attrs.epsilon : 1e-5,
         // ONNX's momentum weighs the old running value; PyTorch's the new batch's.

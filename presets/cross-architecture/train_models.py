@@ -147,9 +147,12 @@ def main():
     for name, (make, seed, lr) in MODELS.items():
         t = time.time()
         model, acc = train(name, make, seed, lr, data, test, a.epochs, a.batch)
-        torch.onnx.export(model, torch.zeros(2, 3, 32, 32), os.path.join(a.out, f"{name}.onnx"), opset_version=17,
-                          input_names=["image"], output_names=["logits"],
-                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+        # PRESERVE keeps each batch norm a node (the default eval export folds it into the
+        # convolutions), so that stitching's 'adapt' reaches the ResNet's as it does the zoo's.
+        torch.onnx.export(model.eval(), torch.zeros(2, 3, 32, 32), os.path.join(a.out, f"{name}.onnx"),
+                          opset_version=17, input_names=["image"], output_names=["logits"],
+                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.PRESERVE)
         accuracies[name] = {"test_accuracy": acc, "seconds": round(time.time() - t, 1)}
         print(f"{name}: test accuracy {acc:.3f} ({time.time() - t:.0f} s)", flush=True)
     recipe = {"epochs": a.epochs, "limit": a.limit, "test_limit": a.test_limit, "batch": a.batch, "torch": torch.__version__}
