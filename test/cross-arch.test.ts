@@ -233,4 +233,33 @@ test("the cross-architecture preset: its models train and export in plain PyTorc
     2 * 2 * 2 * 3,
     "two fronts of other architectures, two points, two modes, three replicates",
   );
+
+  // The README's command on two of these models trained in plain PyTorch (at the test's sizes).
+  const models = join(study, "models");
+  const r2 = runCli(
+    [
+      "compare",
+      "convnext.onnx",
+      "resnet18-s0.onnx",
+      "--normalization",
+      "fashion-mnist",
+      "--dataset",
+      "fashion-mnist",
+      ...["--out", join(study, "compare"), "--cache", join(study, "cache"), "--json"],
+      ...["--test-limit", "64", "--iris-limit", "16", "--iris-steps", "5", "--stitch-limit", "32"],
+      ...["--epochs", "2", "--batch-size", "16", "--workers", "1"],
+    ],
+    { cwd: models },
+  );
+  assert.equal(r2.status, 0, r2.stderr.slice(-3000));
+  const answer = JSON.parse(r2.stdout) as { verdicts: { relation: string; points: unknown[] }[] };
+  assert.deepEqual(
+    answer.verdicts.map((v) => [v.relation, v.points.length]),
+    [
+      ["A->B", 2],
+      ["identical", 2],
+    ],
+    "a verdict at B's middle and last point, and the control's",
+  );
+  assert.match(r2.stderr, /paired by relative depth: convnext's \S+ -> resnet18-s0's layer/);
 });

@@ -459,7 +459,7 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
     assert.throws(() => new OnnxModel(join(folder, "link.onnx")), /links outside the model's folder.*refused/);
   });
 
-  test("bad graphs each give one clear error before anything is allocated: a cycle, a missing initializer, an absurd side", () => {
+  test("bad graphs each give one clear error before anything is allocated: a cycle, a missing initializer, an absurd side, an opset not read", () => {
     const bad = (name: string, edit: (m: ReturnType<typeof onnx.ModelProto.decode>) => void) => {
       const m = onnx.ModelProto.decode(tinyModel(["Relu"]));
       edit(m);
@@ -483,6 +483,18 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
       for (const d of dims.slice(2)) d.dimValue = 100_000;
     });
     assert.throws(() => new OnnxModel(huge), /an input side of 100000 px; stitchlab takes 1 to 4096 px/);
+    // An opset whose operators read otherwise (Softmax-11 flattened to 2-d), or that is not read yet.
+    for (const version of [11, 19]) {
+      const old = bad(`opset${version}`, (m) => {
+        m.opsetImport = [{ domain: "", version }];
+      });
+      assert.throws(
+        () => new OnnxModel(old),
+        new RegExp(
+          `opset${version}\\.onnx: ONNX opset ${version}: stitchlab reads opsets 13-18 \\(13-17 tested against onnxruntime\\); export with opset_version=17`,
+        ),
+      );
+    }
   });
 
   test("a file that is not ONNX says so", () => {

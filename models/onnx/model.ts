@@ -21,6 +21,8 @@ import { type AttrValue, attributeValue, num, onnx, readModelProto, type TensorP
 type Tensor = torch.Tensor;
 
 /** The registry-style name ONNX models carry (records, checkpoints' arch field). */
+/** The default domain's opsets the interpreter reads (models/onnx/ops.ts). */
+export const OPSETS = { min: 13, max: 18 } as const;
 export const ONNX_ARCH = "onnx";
 
 /** Holds named tensors of the graph (weights as parameters, constants as buffers), read by name at run time. */
@@ -116,6 +118,15 @@ export class OnnxModel extends StitchableModel {
     const what = file;
     const graph = proto.graph;
     if (!graph) throw new Error(`${what}: the model holds no graph`);
+    const opset = Math.max(0, ...(proto.opsetImport ?? []).filter((o) => !o.domain).map((o) => num(o.version)));
+    // Before 13, Softmax and its kin flattened their input to 2-d around the axis, and Squeeze,
+    // Unsqueeze, ReduceSum and Split took axes as attributes only: read as the later opsets, such a
+    // graph could compute something else without an error. 18 moved the other reductions' axes to
+    // an input, which ops.ts reads; later opsets are refused until an operator's changes are read.
+    if (opset < OPSETS.min || opset > OPSETS.max)
+      throw new Error(
+        `${what}: ONNX opset ${opset}: stitchlab reads opsets ${OPSETS.min}-${OPSETS.max} (13-17 tested against onnxruntime); export with opset_version=17`,
+      );
     refuseUnsupported(graph.node ?? [], what);
     const scalar = (t: TensorProto) => {
       const v = tensorOf(t, what);
@@ -173,7 +184,7 @@ export class OnnxModel extends StitchableModel {
         file: basename(file),
         imageSize: side,
         numClasses: outShape.b[1],
-        opset: Math.max(0, ...(proto.opsetImport ?? []).filter((o) => !o.domain).map((o) => num(o.version))),
+        opset,
         producer: [proto.producerName, proto.producerVersion].filter(Boolean).join(" ") || null,
       };
       for (const c of cuts) if (isChannelsLast(this.shapeAt(c, 1))) this.channelsLast.add(c.tensor);
