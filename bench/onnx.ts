@@ -2,31 +2,124 @@
 // step of what an IRI descent does with a front, the forward pass and the gradient with respect to
 // the input, eval mode, on the same batch, for torchvision's ResNet-18 (32 px) and the
 // cross-architecture preset's ConvNeXt and ViT. PyTorch exports each model (bench/onnx_torch.py)
-// and the two sides alternate step by step (bench/timing.ts alternate). Prints the ratio per model
-// and writes bench/results/onnx.json.
+// and the two sides alternate step by step (bench/timing.ts alternate). Then the two figures issue
+// 39 sets: the forward pass (eval, no gradient) against onnxruntime-node on the same file, batch
+// and thread count; and a stitch training step (SLM, A and B frozen with batch-statistics batch
+// norm, T's Adam step: trainStitch's loop body, as bench/stitch.ts times it) between two
+// graph-run ResNet-18s against the same step between two of the zoo's ResNet-18s of the same
+// layout (ImageNet stem, 10 classes) at layer2.1. Prints the ratios and writes
+// bench/results/onnx.json.
 //
 //   npm run bench -- onnx [--quick] [--batch N]   (default batch 64, one thread: a worker's)
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
+import type * as Ort from "onnxruntime-node";
 import { OnnxModel } from "../models/onnx/model.js";
+import { createModel } from "../models/registry.js";
+import type { StitchableModel } from "../models/stitchable.js";
+import { Adam } from "../nn/optim.js";
+import { stitchLoss } from "../stitch/objectives.js";
+import { StitchedModel } from "../stitch/stitched.js";
+import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { parseDeviceOptions } from "./options.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { alternate, logTimings, median, round, writeResult } from "./timing.js";
+import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MODELS = ["resnet18", "convnext", "vit"] as const;
+
+/** An in-process other side for alternate(): each request times one call of `run`. */
+const localPeer = (run: () => Promise<void> | void) => ({
+  async request(): Promise<{ ms: number }> {
+    const t0 = performance.now();
+    await run();
+    return { ms: performance.now() - t0 };
+  },
+});
+
+/** The forward pass (eval, no gradient) here and in onnxruntime, one thread each, alternating. */
+async function forwardAgainstOrt(file: string, model: OnnxModel, x: torch.Tensor, protocol: Protocol) {
+  const ort: typeof Ort = await import("onnxruntime-node");
+  const session = await ort.InferenceSession.create(file, {
+    intraOpNumThreads: 1,
+    interOpNumThreads: 1,
+    executionMode: "sequential",
+  });
+  const feed = {
+    [session.inputNames[0] as string]: new ort.Tensor("float32", x.toTypedArray() as Float32Array, x.shape),
+  };
+  try {
+    const step = () => torch.tidy(() => void torch.noGrad(() => model.forward(x)));
+    return await alternate(
+      protocol,
+      step,
+      localPeer(async () => void (await session.run(feed))),
+    );
+  } finally {
+    await session.release();
+  }
+}
+
+/** One stitch training step between two copies of `make()` at layer2.1 (bench/stitch.ts's loop body, SLM). */
+function stitchStep(make: () => StitchableModel, batch: number): { step(): void; dispose(): void } {
+  torch.manualSeed(0);
+  const front = make();
+  const back = make();
+  const s = new StitchedModel(front, back, "layer2.1");
+  setFrozenBnMode(front, "batch");
+  setFrozenBnMode(back, "batch");
+  const opt = new Adam(s.layer.parameters(), { lr: 1e-3, weightDecay: 1e-4 });
+  const x = torch.keep(torch.rand([batch, 3, 32, 32]));
+  const y = torch.keep(torch.randint(0, 10, [batch]));
+  return {
+    step: () =>
+      torch.tidy(() => {
+        const loss = stitchLoss(s, x, y, { slm: 1 });
+        loss.item();
+        loss.backward();
+        opt.step();
+        opt.zeroGrad();
+      }),
+    dispose: () => {
+      opt.dispose();
+      s.layer.dispose();
+      front.dispose();
+      back.dispose();
+      torch.dispose([x, y]);
+    },
+  };
+}
+
+const row = (model: string, t: { ours: number[]; theirs: number[] }, against: string) => {
+  const ms = median(t.ours);
+  const other = median(t.theirs);
+  return { model, ms: round(ms, 2), [`ms_${against}`]: round(other, 2), ratio: round(ms / other, 3) };
+};
+
+function printTable(title: string, against: string, rows: Record<string, unknown>[]): void {
+  const eager = rows.some((r) => r.ms_pytorch_eager !== undefined);
+  console.log(`\n${title}`);
+  console.log(`model       ms here  ${`ms ${against}`.padStart(14)}  ratio${eager ? "  ms PyTorch (eager)" : ""}`);
+  for (const r of rows)
+    console.log(
+      `${String(r.model).padEnd(10)}  ${String(r.ms).padStart(7)}  ${String(r[`ms_${against}`]).padStart(14)}  ${String(r.ratio).padStart(5)}${eager ? String(r.ms_pytorch_eager).padStart(20) : ""}`,
+    );
+}
 
 export async function main(args: string[]): Promise<void> {
   const o = parseDeviceOptions("onnx", args);
   const batch = o.batch ?? (o.quick ? 8 : 64);
   const protocol = o.quick ? { warmup: 1, iters: 3 } : { warmup: 3, iters: 15 };
-  // One thread on both sides, as each of the experiment runner's workers runs.
+  // One thread on every side, as each of the experiment runner's workers runs.
   torch.setNumThreads(1);
   const dir = mkdtempSync(join(tmpdir(), "stitchlab-bench-onnx-"));
-  const rows: Record<string, unknown>[] = [];
+  const iriRows: Record<string, unknown>[] = [];
+  const ortRows: Record<string, unknown>[] = [];
+  let stitchRow: Record<string, unknown> = {};
   let pytorch = "";
   try {
     for (const name of MODELS) {
@@ -47,29 +140,71 @@ export async function main(args: string[]): Promise<void> {
           const xg = x.detach().requiresGrad_(true);
           torch.grad(model.forward(xg).mul(r).sum(), [xg]);
         });
-      let t: { ours: number[]; theirs: number[] };
       try {
-        t = await alternate(protocol, step, peer);
+        const t = await alternate(protocol, step, peer);
+        logTimings(`onnx ${name}`, t);
+        iriRows.push(row(name, t, "pytorch"));
+        const f = await forwardAgainstOrt(h.onnx, model, x, protocol);
+        logTimings(`onnx ${name} forward`, f, "ms (onnxruntime on the right)");
+        // PyTorch's eager forward of the same module, beside: where both trail onnxruntime, the
+        // gap is the engine's kernels (ORT fuses convolution, batch norm and activation), not the graph's.
+        const fwdDir = join(dir, `${name}-forward`);
+        mkdirSync(fwdDir);
+        const py = await PyTorchPeer.start(join(here, "onnx_torch.py"), [
+          `--model=${name}`,
+          `--batch=${batch}`,
+          "--threads=1",
+          `--out=${fwdDir}`,
+          "--forward",
+        ]);
+        let p: { ours: number[]; theirs: number[] };
+        try {
+          p = await alternate(protocol, () => torch.tidy(() => void torch.noGrad(() => model.forward(x))), py.peer);
+        } finally {
+          await py.peer.close();
+        }
+        logTimings(`onnx ${name} forward`, p);
+        ortRows.push({ ...row(name, f, "onnxruntime"), ms_pytorch_eager: round(median(p.theirs), 2) });
       } finally {
         await peer.close();
         model.dispose();
         torch.dispose([x, r]);
       }
-      logTimings(`onnx ${name}`, t);
-      const ms = median(t.ours);
-      const msPy = median(t.theirs);
-      rows.push({ model: name, ms: round(ms, 2), ms_pytorch: round(msPy, 2), ratio: round(ms / msPy, 3) });
+      if (name === "resnet18") {
+        const graph = stitchStep(() => new OnnxModel(h.onnx), batch);
+        const zoo = stitchStep(() => createModel("resnet18", { stem: "imagenet", numClasses: 10 }), batch);
+        try {
+          const t = await alternate(protocol, graph.step, localPeer(zoo.step));
+          logTimings("stitch step, graph", t, "ms (the zoo's on the right)");
+          stitchRow = row("resnet18", t, "zoo");
+        } finally {
+          graph.dispose();
+          zoo.dispose();
+        }
+      }
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-  console.log(
-    `\nONNX models: forward + input gradient (an IRI step), batch ${batch}, 1 thread, median of ${protocol.iters} steps; libtorch ${torch.buildInfo().torch} (PyTorch ${pytorch})`,
+  const head = `batch ${batch}, 1 thread, median of ${protocol.iters} steps; libtorch ${torch.buildInfo().torch}`;
+  printTable(`ONNX models: forward + input gradient (an IRI step), ${head} (PyTorch ${pytorch})`, "pytorch", iriRows);
+  printTable(
+    `ONNX models: forward in eval mode, against onnxruntime-node on the same file, ${head}`,
+    "onnxruntime",
+    ortRows,
   );
-  console.log("model       ms here  ms PyTorch  ratio");
-  for (const row of rows)
-    console.log(
-      `${String(row.model).padEnd(10)}  ${String(row.ms).padStart(7)}  ${String(row.ms_pytorch).padStart(10)}  ${String(row.ratio).padStart(5)}`,
-    );
-  writeResult("onnx", o.quick, { batch, threads: 1, steps: protocol.iters, torch: pytorch, models: rows });
+  printTable(
+    `A stitch training step at layer2.1 (SLM, batch-statistics batch norm, Adam on T): two graph-run ResNet-18s against two of the zoo's, ${head}`,
+    "zoo",
+    [stitchRow],
+  );
+  writeResult("onnx", o.quick, {
+    batch,
+    threads: 1,
+    steps: protocol.iters,
+    torch: pytorch,
+    models: iriRows,
+    forward_vs_onnxruntime: ortRows,
+    stitch_step_vs_zoo: stitchRow,
+  });
 }

@@ -2,9 +2,10 @@
 at 32 px, or the cross-architecture preset's ConvNeXt or ViT), exports it to ONNX for the
 TypeScript side, and on each {"op": "step"} times one step of what an IRI descent does with a
 front: the forward pass and the gradient with respect to the input (eval mode), on the same
-batch. Greets with {"onnx": path, "torch": version, "threads": n}.
+batch; with --forward, the forward pass alone (eval mode, no gradient). Greets with {"onnx": path,
+"torch": version, "threads": n}.
 
-usage: onnx_torch.py --model resnet18|convnext|vit --batch N --threads T --out DIR
+usage: onnx_torch.py --model resnet18|convnext|vit --batch N --threads T --out DIR [--forward]
 """
 
 import argparse
@@ -32,13 +33,15 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True)
+    p.add_argument("--forward", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = MODELS[a.model]().eval()
     path = os.path.join(a.out, f"{a.model}.onnx")
     torch.onnx.export(model, torch.zeros(2, 3, 32, 32), path, opset_version=17, input_names=["image"],
-                      output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+                      output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+                      training=torch.onnx.TrainingMode.PRESERVE)
     g = torch.Generator().manual_seed(1)
     x = torch.rand(a.batch, 3, 32, 32, generator=g)
     r = torch.linspace(-1, 1, a.batch * 10).reshape(a.batch, 10)
@@ -47,8 +50,12 @@ def main():
         if not line.strip():
             continue
         t = time.perf_counter()
-        xg = x.clone().requires_grad_(True)
-        (g_x,) = torch.autograd.grad((model(xg) * r).sum(), xg)
+        if a.forward:
+            with torch.no_grad():
+                model(x)
+        else:
+            xg = x.clone().requires_grad_(True)
+            (g_x,) = torch.autograd.grad((model(xg) * r).sum(), xg)
         ms = (time.perf_counter() - t) * 1000
         print(json.dumps({"ms": ms}), flush=True)
 

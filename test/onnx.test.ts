@@ -181,6 +181,9 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
         width: 4,
       });
       assert.equal(model.stitchPoint("head").channels, 512);
+      // The pooled map before Flatten is the head's input in another shape: layer4.1 stays the last map point.
+      assert.equal(names.at(-1), "layer4.1");
+      assert.throws(() => model.stitchPoint("avgpool"), /'avgpool' is the head's input in another shape: give 'head'/);
       // timm's feature name of the stage, listed by `layers` as another name of its last block.
       assert.throws(() => model.stitchPoint("layer2"), /'layer2' ends at the stitch point 'layer2\.1': give that name/);
     } finally {

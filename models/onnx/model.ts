@@ -87,6 +87,8 @@ export class OnnxModel extends StitchableModel {
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
   private readonly headCut: Cut;
+  /** Cuts that are the head's input in another shape (a pooled [N, C, 1, 1] map before Flatten): not points of their own. */
+  private readonly headForms = new Set<Cut>();
   /** Where each stage starts: the input, then each stage's end in turn (the last one: where embedFrom starts). */
   private stageStarts: Cut[] = [];
   /** Whether some weights are read from external data files beside the graph. */
@@ -103,7 +105,7 @@ export class OnnxModel extends StitchableModel {
   private readonly shapeReaders = new Map<string, number[]>();
   /**
    * Why stitching's batch-norm modes 'adapt' and 'batch' would leave this graph as it is, where it
-   * has convolutions and no BatchNormalization node; else null. torch.onnx.export in eval mode (its
+   * has convolutions and neither a BatchNormalization node nor a layer norm; else null. torch.onnx.export in eval mode (its
    * default) folds each batch norm that follows a convolution into the convolution's weights, so
    * the graph runs as exported in every mode, where the zoo's network (and the reference's) adapts.
    */
@@ -167,8 +169,11 @@ export class OnnxModel extends StitchableModel {
       // The input's side is checked before any weight is read (an absurd one is refused at once).
       const side = inputSide(graph, options.imageSize, what);
       this.loadWeights(initializers, headNodes, what);
+      // A graph that normalises by layer norm (LayerNormalization, or the ReduceMean chain opsets
+      // before 17 write for it: a ConvNeXt, a ViT) has no batch norm to lose: nothing to say.
+      const has = (...ops: string[]) => this.facts.nodes.some((n) => n.live && ops.includes(n.opType));
       this.batchNormNote =
-        this.batchNorms.size === 0 && this.facts.nodes.some((n) => n.live && n.opType === "Conv")
+        this.batchNorms.size === 0 && has("Conv") && !has("LayerNormalization", "ReduceMean")
           ? `${basename(file)} has convolutions and no BatchNormalization node, so batch-norm modes 'adapt' (standard stitching's) and 'batch' leave it as exported; if the network has batch norm, the exporter folded it into the convolutions: export with training=torch.onnx.TrainingMode.PRESERVE to keep it`
           : null;
       this.cutShapes = new Map();
@@ -191,11 +196,20 @@ export class OnnxModel extends StitchableModel {
       // A stage starts at a cut whose first axis grows with the batch (a back reads the batch size
       // from it); a cut held another way ([L, N, E]) is run through, not stopped at.
       const grows = (c: Cut) => ((this.cutShapes.get(c.tensor) as LinearShape).a[0] ?? 0) > 0;
+      // torchvision's avgpool output ([N, 512, 1, 1]) reaches the head's input through Flatten
+      // alone: the same numbers, so the zoo's last points (layer4.1, then head) stay the last.
+      const reshapeOnly = new Set(["Flatten", "Reshape", "Squeeze", "Identity"]);
+      for (let k = cuts.length - 3; k > 0; k--) {
+        const c = cuts[k] as Cut;
+        const between = this.facts.nodes.filter((n) => n.live && n.index > c.after && n.index <= this.headCut.after);
+        if (!between.every((n) => reshapeOnly.has(n.opType) || n.opType === "Shape" || n.opType === "Constant")) break;
+        this.headForms.add(c);
+      }
       const ends = cuts.slice(1, -2).filter(grows);
       this.stageStarts = [cuts[0] as Cut, ...ends];
       this.stageList = ends.map((cut, k) => ({
         name: cut.name,
-        point: this.pointOf(cut),
+        point: this.headForms.has(cut) ? null : this.pointOf(cut),
         run: (h: Tensor) => this.runBetween(h, this.stageStarts[k] as Cut, cut),
       }));
     } catch (e) {
@@ -206,6 +220,9 @@ export class OnnxModel extends StitchableModel {
 
   /** A point by name; a module scope that ends at a point (layers lists it "also named") says which. */
   protected override pointIndex(point: string): number {
+    for (const c of this.headForms)
+      if (c.name === point || c.aliases.includes(point))
+        throw new Error(`${this.file}: '${point}' is the head's input in another shape: give '${HEAD_POINT}'`);
     const cut = this.facts.cuts.find((c) => c.name !== point && c.aliases.includes(point));
     const owner = cut === this.headCut ? HEAD_POINT : cut?.name;
     if (owner && !this.stitchPoints.some((p) => p.name === point) && point !== HEAD_POINT)
@@ -228,6 +245,8 @@ export class OnnxModel extends StitchableModel {
     shape: number[];
     channelsLast: boolean;
     point: boolean;
+    /** The head's input in another shape (headForms). */
+    headForm: boolean;
   }[] {
     const cuts = this.facts.cuts;
     return cuts.slice(1, -1).map((c) => ({
@@ -239,6 +258,7 @@ export class OnnxModel extends StitchableModel {
         : this.shapeAt(c, n),
       channelsLast: this.channelsLast.has(c.tensor),
       point: c === this.headCut || this.stitchPoints.some((p) => p.name === c.name),
+      headForm: this.headForms.has(c),
     }));
   }
 
