@@ -203,6 +203,14 @@ export class OnnxModel extends StitchableModel {
         const c = cuts[k] as Cut;
         const between = this.facts.nodes.filter((n) => n.live && n.index > c.after && n.index <= this.headCut.after);
         if (!between.every((n) => reshapeOnly.has(n.opType) || n.opType === "Shape" || n.opType === "Constant")) break;
+        // Only a pooled map ([N, C, 1, 1]): there a 1x1 convolution T is the head's linear T. A
+        // [N, C, H, W] map flattened into the head is a point of its own (T per position).
+        if (
+          this.shapeAt(c, 1)
+            .slice(2)
+            .some((d) => d !== 1)
+        )
+          break;
         this.headForms.add(c);
       }
       const ends = cuts.slice(1, -2).filter(grows);
