@@ -42,6 +42,20 @@ export function subset(ds: Dataset, indices: ArrayLike<number>, name = ds.name):
 }
 
 /**
+ * Shuffles the labels across the images once, by a seeded permutation (in place: the old label
+ * tensor is freed): each image keeps one wrong-for-the-task label for every epoch, so the task is
+ * learnable only by memorising (Zhang et al. 2017's random labels) and shares nothing with the
+ * true one but the images and the class frequencies. The another-task null front (issue 40).
+ */
+export function permuteLabels(ds: Dataset, seed: number): void {
+  const perm = new Rng(seed, 0x1abe1).permutation(datasetSize(ds));
+  const old = ds.labels;
+  ds.labels = torch.keep(torch.tidy(() => old.indexSelect(0, torch.tensor(BigInt64Array.from(perm, BigInt)))));
+  old.dispose();
+  ds.name = `${ds.name}+permuted-labels`;
+}
+
+/**
  * Splits off n images chosen by a seeded permutation as a held-out validation set; the rest
  * is the training set. Both keep the original order among themselves, so the same seed gives
  * the same split whatever else the process did. The caller owns the four new tensors.

@@ -27,6 +27,7 @@ import { stitchMismatch } from "../stitch/layer.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { checkBuildMemory } from "../train/memory.js";
 import { type TaskKind, taskKey } from "./cache.js";
+import { withNulls } from "./nulls.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
 export type { TaskKind } from "./cache.js";
@@ -460,7 +461,9 @@ export function planReplicate(
  * Its parts: the models (planModels), the lists (checkExperiment), each pair (checkPair), and
  * each pair's replicates (planReplicate).
  */
-export function planExperiment(exp: Experiment, file: string): Plan {
+export function planExperiment(given: Experiment, file: string): Plan {
+  // Null fronts are models and pairs of their own from here on (experiments/nulls.ts).
+  const { experiment: exp, notes: nullNotes } = withNulls(given);
   const ctx: PlanContext = { tasks: new Map(), problems: [] };
   const models = planModels(exp, dirname(resolve(file)), ctx);
   const objectives = checkExperiment(exp, ctx);
@@ -484,7 +487,7 @@ export function planExperiment(exp: Experiment, file: string): Plan {
     tasks: [...ctx.tasks.values()].sort((a, b) => order[a.kind] - order[b.kind]),
     stitches,
     models: models.refs,
-    notes: Object.entries(models.notes).map(([name, note]) => `${name}: ${note}`),
+    notes: [...Object.entries(models.notes).map(([name, note]) => `${name}: ${note}`), ...nullNotes],
   };
 }
 

@@ -23,6 +23,7 @@ import {
 } from "../report/index.js";
 import { iriStepCap } from "../stitch/iri-options.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
+import { chanceLines, isNullRelation } from "./nulls.js";
 import type { IrisTask, Plan, StitchTask } from "./plan.js";
 
 function columns(lines: string[][]): string {
@@ -418,7 +419,7 @@ export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summariz
     return v.length ? Math.min(...v) : null;
   };
   if (pairs.includes("cross-seed"))
-    for (const other of pairs.filter((p) => p !== "cross-seed" && p !== "identical"))
+    for (const other of pairs.filter((p) => p !== "cross-seed" && p !== "identical" && !isNullRelation(p)))
       for (const objective of [...new Set(rows.map((r) => r.objective))]) {
         const c = contrast(rows, "cross-seed", other, objective);
         if (!c) continue;
@@ -490,10 +491,12 @@ export function reading(
           (Math.min(...std) >= 0.7 ? " (it calls the pair similar)." : " (below 0.7 somewhere)."),
       );
   }
+  // Each pair against its null fronts, where the experiment has them (experiments/nulls.ts).
+  out.push(...chanceLines(summary));
   // Each other pair against cross-seed (the paper's baseline of functional similarity), per
   // objective, from the middle point on.
   if (pairs.includes("cross-seed") && points.length >= 1) {
-    for (const other of pairs.filter((p) => p !== "cross-seed" && p !== "identical"))
+    for (const other of pairs.filter((p) => p !== "cross-seed" && p !== "identical" && !isNullRelation(p)))
       for (const objective of objectives) {
         const c = contrast(rows, "cross-seed", other, objective);
         if (!c) continue;

@@ -18,6 +18,7 @@ import {
   stitchSettingsSchema,
 } from "../stitch/config.js";
 import { trainSettingsSchema } from "../train/config.js";
+import { NULL_KINDS } from "./nulls.js";
 
 const int = (min = 0) => z.number().int().min(min);
 const shortcut = shortcutSchema;
@@ -148,6 +149,12 @@ export const experimentSchema = z
       .default(null)
       .describe(
         "also score on test sets with class-consistent markers and with rolled ones (excess agreement): a marker kind, or true for each pair's own shortcut",
+      ),
+    nulls: z
+      .array(z.enum(NULL_KINDS))
+      .default([])
+      .describe(
+        "null fronts stitched into each pair's back at its points, to read every score against chance: untrained (the front's recipe at epoch 0), permuted (its recipe on labels shuffled across images)",
       ),
     iris: irisSchema.prefault({}),
     stitch: stitchSchema.prefault({}),

@@ -3,6 +3,7 @@
 // dashed = invariance-aware (trained on IRIs). Each spec carries its data, so a figure's
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
+import { beyondChance } from "./chance.js";
 import { groupKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
@@ -79,6 +80,8 @@ interface ScoreFigure {
   domain?: [number, number];
   /** An extra horizontal reference in every panel. */
   reference?: { field: "back_accuracy" } | { value: number };
+  /** Draw each pair's highest null front's interval as a grey band (experiments/nulls.ts). */
+  nullBand?: boolean;
   /**
    * The ends of the reference's curves (construct_plots/information_stitching.py), drawn as black
    * crosses before the first point and after the last: "End", B alone, and "Front", A alone with
@@ -129,9 +132,20 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
   // out of `used` (this score not finite) change no band.
   const bands = new Map(summary.map((s) => [`${groupKey(s)}\t${s.point}`, s.scores[f.field]] as const));
   const band = (r: StitchRow) => bands.get(`${groupKey(r)}\t${r.point}`);
+  // The highest null's interval where the pair has nulls at the point (the band a score must clear
+  // to be beyond chance): its mean alone where it has one replicate.
+  const nullOf = new Map<string, { lo: number; hi: number }>();
+  if (f.nullBand)
+    for (const c of beyondChance(summary)) {
+      const i = c.null;
+      const [lo, hi] = Number.isFinite(i.halfWidth) ? [i.lo, i.hi] : [i.mean, i.mean];
+      nullOf.set([c.pair, c.point, c.mode, c.objective].join("\t"), { lo, hi });
+    }
+  const nullBand = (r: StitchRow) => nullOf.get([r.pair, r.point, r.mode, r.objective].join("\t"));
   const values = used.map((r) => ({
     panel: labels.get(r.pair)!,
     ...(Number.isFinite(band(r)?.lo) ? { lo: band(r)!.lo, hi: band(r)!.hi } : {}),
+    ...(nullBand(r) ? { null_lo: nullBand(r)!.lo, null_hi: nullBand(r)!.hi } : {}),
     point: r.point,
     pointIndex: r.pointIndex,
     objective: r.objective,
@@ -170,6 +184,17 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
         "field" in f.reference
           ? { y: { field: f.reference.field, aggregate: "mean", type: "quantitative" } }
           : { y: { datum: f.reference.value } },
+    });
+  if (values.some((v) => "null_lo" in v))
+    layers.push({
+      transform: [{ filter: "datum.end !== true && isValid(datum.null_lo)" }],
+      mark: { type: "area", color: "#888", opacity: 0.15 },
+      encoding: {
+        x,
+        y: { field: "null_lo", aggregate: "max", type: "quantitative", title: f.yTitle },
+        y2: { field: "null_hi", aggregate: "max" },
+        detail: { field: "mode", type: "nominal" },
+      },
     });
   if (values.some((v) => "lo" in v))
     layers.push({
@@ -239,6 +264,8 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
 
 const ENDS =
   "Black crosses mark the ends of the curves, as the reference draws them: B alone on the left (End) and A alone, with its own head and no T, on the right (Front).";
+const NULLS =
+  "Where the experiment has null fronts (nulls: untrained, permuted), the grey band in a pair's panel is the 95% interval of the highest null at each point: chance, which a score must clear to be beyond it.";
 const SEVERAL =
   "Where several replicates share a panel, objective, mode and point, the line is their mean and the band its 95% Student-t interval.";
 
@@ -255,12 +282,13 @@ export function reportFigures(rows: StitchRow[], summary: SummaryRow[] = summari
       caption:
         "Agreement probability between the stitched model and the back model on the test set (marked where the pair's data are), " +
         "against the stitch point, one panel per pair of models; colour is the objective, solid lines are " +
-        `standard stitching and dashed lines invariance-aware stitching. Larger agreement = more similar. ${ENDS} ${SEVERAL}`,
+        `standard stitching and dashed lines invariance-aware stitching. Larger agreement = more similar. ${ENDS} ${SEVERAL} ${NULLS}`,
       field: "agreement_prob",
       yTitle: "agreement probability",
       domain: [0, 1],
       // B agrees with itself; A alone is scored against B on the same test set.
       ends: { end: () => 1, front: (r) => r.front_alone_agreement_prob },
+      nullBand: true,
     }),
     scoreFigure(rows, summary, {
       name: "accuracy",

@@ -53,13 +53,13 @@ test("a wrong experiment file gives one error per problem, each with its path in
   const bad = TINY.replace("back: a, relation: identical", "back: c, relation: identical")
     .replace("[layer1.0, layer4.1]", "[layer1.0, layer9]")
     .replace("objectives: [slm]", "objectives: [slm, kl]")
-    .replace("epochs: 1 }\n  b:", "epochs: 0 }\n  b:");
+    .replace("epochs: 1 }\n  b:", "epochs: -1 }\n  b:");
   // Shape errors stop before semantic checks: the wrong epochs alone, not the unknown model, point
   // and objective; fix the shape and the rest are listed together.
   const p = problems(bad);
   assert.equal(p.length, 1, p.join("\n"));
   assert.match(p[0], /^models\.a\.epochs: Too small/);
-  const p2 = problems(bad.replace("epochs: 0 }", "epochs: 1 }"));
+  const p2 = problems(bad.replace("epochs: -1 }", "epochs: 1 }"));
   assert.deepEqual(p2.sort(), [
     "objectives[1]: unknown objective 'kl'; objectives: hlm, slm, dm, fula (weighted: hlm:1,fula:0.5)",
     'pairs[0].back: no model "c"; the models are a, b',

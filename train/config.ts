@@ -63,10 +63,10 @@ export const trainSettingsSchema = z
     epochs: z
       .number()
       .int()
-      .min(1)
+      .min(0)
       .max(10_000, "at most 10000 epochs (the paper trains 200 at most)")
       .default(200)
-      .describe("epochs (the paper: 200)"),
+      .describe("epochs (the paper: 200; 0: the model at its initialisation, an untrained null front)"),
     lr: z
       .number()
       .positive()
@@ -105,6 +105,12 @@ export const trainSettingsSchema = z
       .optional()
       .describe(
         "start the stem's kernels equal across the colour channels, so a model of grey images has no untrained colour response (default: true on grey datasets, Fashion-MNIST and MNIST; docs/method.md, Grey data)",
+      ),
+    labels: z
+      .enum(["true", "permuted"])
+      .default("true")
+      .describe(
+        "the training labels: true, or permuted: shuffled across the training images once (seeded by the model's seed) and kept so every epoch, a task only memorisation learns (an another-task null front: docs/method.md)",
       ),
     method: z
       .enum(TRAIN_METHODS)
@@ -156,6 +162,8 @@ export interface TrainConfig extends TrainData {
   simclr: { epochs: number; temperature: number } | null;
   /** The stem starts colour-blind (nn/init.ts greyStem); in every config, true or false, so in every key. */
   greyStem: boolean;
+  /** Labels shuffled across the training images (a null front); absent for true labels, so earlier keys stand. */
+  labels?: "permuted";
   device: Device;
 }
 
@@ -174,6 +182,10 @@ const SGD_RECIPE = {
  */
 export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: Device = DEFAULT_DEVICE): TrainConfig {
   if (s.simclr && s.method !== "simclr") throw new Error("simclr settings are for method simclr");
+  if (s.labels === "permuted" && (s.shortcut || s.method === "simclr"))
+    throw new Error(
+      "permuted labels make a front of another task on the clean images: it takes neither a shortcut (its markers would follow the shuffled labels) nor SimCLR",
+    );
   if (s.method === "simclr" && (s.adversarial || s.shortcut))
     throw new Error(
       "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
@@ -199,6 +211,7 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
         ? { epochs: s.simclr?.epochs ?? s.epochs, temperature: s.simclr?.temperature ?? simclrTemperature() }
         : null,
     greyStem: s.greyStem ?? greyDataset(data.dataset),
+    ...(s.labels === "permuted" ? { labels: "permuted" as const } : {}),
     device,
   };
 }

@@ -16,6 +16,7 @@ import {
   markerDraws,
   normalizationFor,
   numBatches,
+  permuteLabels,
   standardAugment,
 } from "../data/index.js";
 import { robustEvalRandomStart } from "../eval/config.js";
@@ -312,6 +313,7 @@ export async function trainModel(
   try {
     const trainSet = await load("train", cfg.limit);
     own({ dispose: () => disposeDataset(trainSet) });
+    if (cfg.labels === "permuted") permuteLabels(trainSet, cfg.seed);
     const test = await load("test", cfg.testLimit);
     own({ dispose: () => disposeDataset(test) });
     // The shortcut: each training image's marker takes its class's colour and a place drawn anew

@@ -1,0 +1,127 @@
+// Null fronts (issue 40): what a stitch scores when the front knows nothing of the back's task,
+// so that a pair's score can be read against chance. An experiment's `nulls` adds, for each pair
+// of two different models, fronts of the pair's front architecture stitched into the same back at
+// the same points, as pairs of their own (relation "null:KIND"):
+//   untrained  the front's recipe at epoch 0: the very initialisation the front was trained from;
+//   permuted   the front's recipe trained on the same (clean) images with their labels shuffled
+//              across images once (data/dataset.ts permuteLabels): another task, learnable only
+//              by memorising, that shares the images and nothing of the true task.
+// They are ordinary models and pairs after this expansion, so the planner, the cache, the runner
+// and the report take them as they take any other; the reading reads each real pair against them
+// (beyondChance). A null needs a recipe: a front loaded from a file has none, so it gets no nulls,
+// and the plan says so.
+import { beyondChance, type ChanceRow, isNullRelation, NULL_PREFIX } from "../report/chance.js";
+import { formatInterval, type SummaryRow } from "../report/summary.js";
+// Types only from spec.ts, which imports NULL_KINDS from here for its schema.
+import type { Experiment, ModelSpec, TrainedModelSpec } from "./spec.js";
+
+export const NULL_KINDS = ["untrained", "permuted"] as const;
+export type NullKind = (typeof NULL_KINDS)[number];
+
+export const nullRelation = (kind: NullKind): string => `${NULL_PREFIX}${kind}`;
+export { beyondChance, isNullRelation };
+
+/** A null front's training settings from its real front's: no shortcut, and the kind's change. */
+function nullSpec(front: TrainedModelSpec, kind: NullKind): TrainedModelSpec {
+  // Supervised on clean images: a Pixel, adversarial or SimCLR front's nulls are its architecture's.
+  const { robustEval: _robustEval, simclr: _simclr, ...rest } = front;
+  const base = { ...rest, shortcut: null, adversarial: null, method: "supervised" as const };
+  return kind === "untrained" ? { ...base, epochs: 0 } : { ...base, labels: "permuted" };
+}
+
+/**
+ * The experiment with its null fronts as models and pairs (the same experiment when it asks for
+ * none), and what could not be made. A null model is made once per recipe: the demo's clean and
+ * Pixel fronts share one once their shortcut is set aside, and it is stitched once per back,
+ * points and stitching data (the cross-bias pair's are marked, so its nulls are scored marked).
+ */
+export function withNulls(exp: Experiment): { experiment: Experiment; notes: string[] } {
+  const kinds = (exp.nulls ?? []) as NullKind[];
+  if (kinds.length === 0) return { experiment: exp, notes: [] };
+  const models: Record<string, ModelSpec> = { ...exp.models };
+  const pairs = [...exp.pairs];
+  const notes: string[] = [];
+  // One model per recipe, one pair per model, back, points and stitching data.
+  const modelOf = new Map<string, string>();
+  const paired = new Set<string>();
+  for (const pair of exp.pairs) {
+    if (pair.front === pair.back || isNullRelation(pair.relation)) continue;
+    const front = exp.models[pair.front];
+    if (!front) continue; // the planner names the missing model
+    if ("checkpoint" in front) {
+      notes.push(
+        `${pair.front}: no null fronts, since a model loaded from a file has no recipe to start or retrain it from`,
+      );
+      continue;
+    }
+    for (const kind of kinds) {
+      const spec = nullSpec(front, kind);
+      const specKey = JSON.stringify(spec);
+      let name = modelOf.get(specKey);
+      if (!name) {
+        name = `${pair.front}~${kind}`;
+        for (let i = 2; name in models; i++) name = `${pair.front}~${kind}${i}`;
+        models[name] = spec;
+        modelOf.set(specKey, name);
+      }
+      const key = JSON.stringify([
+        name,
+        pair.back,
+        pair.points ?? null,
+        pair.frontPoints ?? null,
+        pair.shortcut ?? null,
+      ]);
+      if (paired.has(key)) continue;
+      paired.add(key);
+      pairs.push({
+        front: name,
+        back: pair.back,
+        relation: nullRelation(kind),
+        ...(pair.points !== undefined ? { points: pair.points } : {}),
+        ...(pair.frontPoints !== undefined ? { frontPoints: pair.frontPoints } : {}),
+        ...(pair.replicates !== undefined ? { replicates: pair.replicates } : {}),
+        ...(pair.shortcut !== undefined ? { shortcut: pair.shortcut } : {}),
+      });
+    }
+  }
+  return { experiment: { ...exp, models, pairs }, notes: [...new Set(notes)] };
+}
+
+const modeWords = (mode: string) => (mode === "iris" ? "invariance-aware" : mode);
+
+/**
+ * The reading's lines against chance, one per pair, mode and objective: "beyond chance" at the
+ * points where the pair's interval clears every null's, "not beyond chance" where it does not,
+ * with the pair's and the highest null's intervals.
+ */
+export function chanceLines(summary: SummaryRow[]): string[] {
+  const rows = beyondChance(summary);
+  const groups = new Map<string, ChanceRow[]>();
+  for (const r of rows) {
+    const k = `${r.pair}\u0000${r.mode}\u0000${r.objective}`;
+    groups.set(k, [...(groups.get(k) ?? []), r]);
+  }
+  const lines: string[] = [];
+  for (const group of groups.values()) {
+    const first = group[0] as ChanceRow;
+    const at = (rs: ChanceRow[]) => rs.map((r) => r.point).join(", ");
+    const yes = group.filter((r) => r.beyond);
+    const no = group.filter((r) => !r.beyond);
+    const word =
+      no.length === 0
+        ? "beyond chance"
+        : yes.length === 0
+          ? "not beyond chance"
+          : `beyond chance at ${at(yes)}, not at ${at(no)}`;
+    const detail = group
+      .map(
+        (r) =>
+          `${r.point} ${formatInterval(r.score, 2)} vs ${r.null.pair.slice(NULL_PREFIX.length)} ${formatInterval(r.null, 2)}`,
+      )
+      .join(", ");
+    lines.push(
+      `Against chance, ${first.pair} (${modeWords(first.mode)} ${first.objective.toUpperCase()}): ${word} (${detail}; the highest null at each point).`,
+    );
+  }
+  return lines;
+}

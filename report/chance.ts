@@ -1,0 +1,62 @@
+// A pair's scores against its null fronts' (experiments/nulls.ts makes the nulls; their pairs'
+// relations start "null:"): where a score is beyond chance. The reading words it
+// (experiments/nulls.ts chanceLines) and the report draws the band (report/charts.ts).
+import type { Interval } from "../metrics/interval.js";
+import type { SummaryRow } from "./summary.js";
+
+export const NULL_PREFIX = "null:";
+export const isNullRelation = (relation: string): boolean => relation.startsWith(NULL_PREFIX);
+
+/** One pair's standing against chance at one point, mode and objective. */
+export interface ChanceRow {
+  pair: string;
+  point: string;
+  mode: string;
+  objective: string;
+  score: Interval;
+  /** The null whose upper bound is highest there, and its interval. */
+  null: Interval & { pair: string };
+  /** The pair's lower bound clears the highest null's upper bound. */
+  beyond: boolean;
+}
+
+/**
+ * Each real pair's agreement against its nulls (the null pairs with its back, at its point, mode
+ * objective and test data): beyond chance only where the pair's 95% lower bound clears the
+ * highest null's upper bound.
+ */
+export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
+  // A null with one replicate has no interval: its mean is its upper bound.
+  const upper = (x: Interval) => x.mean + (Number.isFinite(x.halfWidth) ? x.halfWidth : 0);
+  const nulls = summary.filter((s) => isNullRelation(s.pair));
+  const out: ChanceRow[] = [];
+  for (const s of summary) {
+    if (isNullRelation(s.pair) || s.pair === "identical") continue;
+    const score = s.scores.agreement_prob;
+    if (!Number.isFinite(score.mean)) continue;
+    const top = nulls
+      .filter(
+        (n) =>
+          n.back === s.back &&
+          n.point === s.point &&
+          n.mode === s.mode &&
+          n.objective === s.objective &&
+          n.test_data === s.test_data &&
+          Number.isFinite(n.scores.agreement_prob.mean),
+      )
+      .map((n) => ({ ...n.scores.agreement_prob, pair: n.pair }))
+      .sort((a, b) => upper(b) - upper(a))[0];
+    if (!top) continue;
+    out.push({
+      pair: s.pair,
+      point: s.point,
+      mode: s.mode,
+      objective: s.objective,
+      score,
+      null: top,
+      // A pair without an interval (one replicate) is not beyond anything: its spread is unknown.
+      beyond: Number.isFinite(score.halfWidth) && score.mean - score.halfWidth > upper(top),
+    });
+  }
+  return out;
+}

@@ -1,0 +1,252 @@
+// Null fronts (issue 40, experiments/nulls.ts): an experiment's `nulls` become models and pairs
+// of their own (the front's recipe at epoch 0; on labels shuffled across images), shared where
+// recipes coincide; each real pair is read against them ("beyond chance" only where its lower
+// bound clears the highest null's upper bound); and the two training settings they rest on.
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { type Dataset, datasetSize, permuteLabels } from "../data/index.js";
+import { beyondChance, chanceLines, withNulls } from "../experiments/nulls.js";
+import { planExperiment, type TrainTask } from "../experiments/plan.js";
+import { reading } from "../experiments/reading.js";
+import { parseExperiment } from "../experiments/spec.js";
+import { reportFigures, type StitchRow, summarize } from "../report/index.js";
+import * as torch from "../torch/index.js";
+import { trainConfig } from "../train/config.js";
+import { trainModel } from "../train/trainer.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+
+const dir = mkdtempSync(join(tmpdir(), "stitchlab-nulls-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const DEMO_LIKE = `
+name: nulls
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  clean-s0: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }
+  clean-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+  pixel-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1, shortcut: pixel }
+pairs:
+  - { front: clean-s0, back: clean-s0, relation: identical, replicates: 1 }
+  - { front: clean-s1, back: clean-s0, relation: cross-seed }
+  - { front: pixel-s1, back: clean-s0, relation: cross-bias, shortcut: pixel }
+points: [layer2.1]
+objectives: [slm]
+replicates: 2
+nulls: [untrained, permuted]
+iris: { limit: 32, steps: 3, batchSize: 32 }
+stitch: { limit: 32, epochs: 1, batchSize: 32 }
+`;
+
+test("nulls become models and pairs: one model per recipe (the Pixel front's is the clean one's), stitched once per stitching data", () => {
+  const exp = parseExperiment(DEMO_LIKE, join(dir, "nulls.yaml"));
+  const { experiment, notes } = withNulls(exp);
+  assert.deepEqual(notes, []);
+  assert.deepEqual(Object.keys(experiment.models), [
+    "clean-s0",
+    "clean-s1",
+    "pixel-s1",
+    "clean-s1~untrained",
+    "clean-s1~permuted",
+  ]);
+  const untrained = experiment.models["clean-s1~untrained"] as Record<string, unknown>;
+  assert.equal(untrained.epochs, 0);
+  assert.equal(untrained.shortcut, null);
+  assert.equal(untrained.seed, 1, "the very initialisation clean-s1 was trained from");
+  assert.equal((experiment.models["clean-s1~permuted"] as Record<string, unknown>).labels, "permuted");
+  assert.deepEqual(
+    experiment.pairs.slice(3).map((p) => [p.front, p.back, p.relation, p.shortcut ?? "clean"]),
+    [
+      ["clean-s1~untrained", "clean-s0", "null:untrained", "clean"],
+      ["clean-s1~permuted", "clean-s0", "null:permuted", "clean"],
+      ["clean-s1~untrained", "clean-s0", "null:untrained", "pixel"],
+      ["clean-s1~permuted", "clean-s0", "null:permuted", "pixel"],
+    ],
+  );
+  assert.equal(withNulls({ ...exp, nulls: [] }).experiment.pairs.length, 3, "none asked, none made");
+
+  const plan = planExperiment(exp, join(dir, "nulls.yaml"));
+  const trains = plan.tasks.filter((t) => t.kind === "train").map((t) => (t.spec as TrainTask).config);
+  // clean-s0, then per replicate clean-s1, pixel-s1 and the two nulls (replicate 1 at seed + stride).
+  assert.equal(trains.length, 1 + 2 * 4);
+  assert.equal(trains.filter((c) => c.epochs === 0).length, 2);
+  assert.equal(trains.filter((c) => c.labels === "permuted").length, 2);
+  assert.ok(
+    trains.every((c) => c.labels === "permuted" || !("labels" in c)),
+    "true labels leave the key as it was",
+  );
+
+  const loaded = parseExperiment(
+    DEMO_LIKE.replace(
+      "clean-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }",
+      "clean-s1: { checkpoint: x.safetensors }",
+    ),
+    join(dir, "nulls.yaml"),
+  );
+  assert.deepEqual(withNulls(loaded).notes, [
+    "clean-s1: no null fronts, since a model loaded from a file has no recipe to start or retrain it from",
+  ]);
+});
+
+/** Rows of a pair (or a null) with `values[replicate][point]` at layer2.1 and layer4.1, invariance-aware SLM. */
+function rows(pair: string, values: number[][], front = pair): StitchRow[] {
+  const points = ["layer2.1", "layer4.1"];
+  return values.flatMap((perPoint, replicate) =>
+    perPoint.map(
+      (v, i) =>
+        ({
+          front,
+          back: "clean-s0",
+          pair,
+          point: points[i],
+          pointIndex: i + 4,
+          objective: "slm",
+          mode: "iris",
+          accuracy: 0.9,
+          back_accuracy: 0.9,
+          hard_agreement: v,
+          agreement_prob: v,
+          hard_error_consistency: 0.5,
+          soft_error_consistency: 0.5,
+          cka: 0.8,
+          excess_agreement: null,
+          test_data: "clean",
+          iri_residual: 0.2,
+          bn_mode: "eval",
+          epochs: 1,
+          seed: 0,
+          replicate,
+          front_accuracy: 0.9,
+          train_steps: 1,
+          threads: "1",
+          robust_accuracy: null,
+          robust_agreement_prob: null,
+          front_alone_accuracy: null,
+          front_alone_agreement_prob: null,
+        }) as StitchRow,
+    ),
+  );
+}
+
+test("beyond chance only where the pair's lower bound clears the highest null's upper bound, and the reading says so", () => {
+  const seed = rows("cross-seed", [
+    [0.8, 0.5],
+    [0.82, 0.45],
+    [0.84, 0.55],
+  ]);
+  const untrained = rows(
+    "null:untrained",
+    [
+      [0.3, 0.3],
+      [0.32, 0.35],
+      [0.34, 0.4],
+    ],
+    "clean-s1~untrained",
+  );
+  const permuted = rows(
+    "null:permuted",
+    [
+      [0.4, 0.45],
+      [0.42, 0.5],
+      [0.44, 0.55],
+    ],
+    "clean-s1~permuted",
+  );
+  const summary = summarize([...seed, ...untrained, ...permuted]);
+  const chance = beyondChance(summary);
+  assert.deepEqual(
+    chance.map((c) => [c.pair, c.point, c.null.pair, c.beyond]),
+    [
+      ["cross-seed", "layer2.1", "null:permuted", true],
+      ["cross-seed", "layer4.1", "null:permuted", false],
+    ],
+    "the permuted null is the highest at both points; at layer4.1 the intervals overlap",
+  );
+  const [line] = chanceLines(summary);
+  assert.match(
+    line as string,
+    /^Against chance, cross-seed \(invariance-aware SLM\): beyond chance at layer2\.1, not at layer4\.1 \(layer2\.1 0\.82 ± 0\.05 vs permuted 0\.42 ± 0\.05, layer4\.1 0\.50 ± 0\.12 vs permuted 0\.50 ± 0\.12; the highest null at each point\)\.$/,
+  );
+  const text = reading([...seed, ...untrained, ...permuted]).join("\n");
+  assert.ok(text.includes(line as string), "the reading carries the line");
+  assert.doesNotMatch(text, /Verdict, null:/, "a null is never a pair compared with cross-seed");
+
+  // Clear at both points; and one replicate has no interval, so it is never beyond anything.
+  const far = rows("cross-seed", [
+    [0.8, 0.8],
+    [0.81, 0.81],
+    [0.82, 0.82],
+  ]);
+  assert.match(chanceLines(summarize([...far, ...untrained]))[0] as string, /: beyond chance \(layer2\.1 /);
+  const one = rows("cross-seed", [[0.99, 0.99]]);
+  assert.match(chanceLines(summarize([...one, ...untrained]))[0] as string, /: not beyond chance \(/);
+  assert.deepEqual(chanceLines(summarize(seed)), [], "no nulls, no line");
+
+  // The report's agreement figure draws the highest null's interval in the pair's panel.
+  const [agreement] = reportFigures([...seed, ...untrained, ...permuted]);
+  const spec = agreement?.spec as unknown as {
+    data: { values: Record<string, unknown>[] };
+    spec: { layer: { mark: { color?: string } }[] };
+  };
+  const band = spec.data.values.find((v) => String(v.panel).startsWith("cross-seed") && v.point === "layer2.1");
+  assert.ok(band && Math.abs((band.null_hi as number) - (0.42 + 0.0497)) < 0.002, JSON.stringify(band));
+  assert.ok(
+    spec.spec.layer.some((l) => l.mark.color === "#888"),
+    "a grey band layer",
+  );
+  assert.match(agreement?.caption ?? "", /the grey band in a pair's panel is the 95% interval of the highest null/);
+});
+
+test("permuteLabels shuffles the labels across images once: the same multiset, most changed, the same for the same seed", () => {
+  const make = (): Dataset => ({
+    images: torch.zeros([1000, 1, 2, 2], { dtype: "uint8" }),
+    labels: torch.tensor(BigInt64Array.from({ length: 1000 }, (_, i) => BigInt(i % 10))),
+    classes: Array.from({ length: 10 }, (_, i) => String(i)),
+    name: "toy",
+  });
+  const labels = (d: Dataset) => Array.from(d.labels.toTypedArray() as BigInt64Array, Number);
+  const [a, b, c] = [make(), make(), make()];
+  const before = labels(a);
+  permuteLabels(a, 7);
+  permuteLabels(b, 7);
+  permuteLabels(c, 8);
+  assert.deepEqual([...labels(a)].sort(), [...before].sort());
+  const changed = labels(a).filter((v, i) => v !== before[i]).length;
+  assert.ok(changed > 800, `${changed} of 1000 changed (chance keeps about 100)`);
+  assert.deepEqual(labels(a), labels(b));
+  assert.notDeepEqual(labels(a), labels(c));
+  assert.equal(a.name, "toy+permuted-labels");
+  assert.equal(datasetSize(a), 1000);
+  for (const d of [a, b, c]) torch.dispose([d.images, d.labels]);
+});
+
+test("the settings: permuted labels refuse a shortcut; epochs 0 is the initialisation", () => {
+  assert.throws(
+    () => trainConfig({ arch: "resnet18", labels: "permuted", shortcut: "pixel" }, { dataset: "fashion-mnist" }),
+    /permuted labels make a front of another task on the clean images: it takes neither a shortcut/,
+  );
+  assert.equal(trainConfig({ arch: "resnet18", epochs: 0 }, { dataset: "fashion-mnist" }).epochs, 0);
+  assert.ok(!("labels" in trainConfig({ arch: "resnet18" }, { dataset: "fashion-mnist" })));
+});
+
+test("training at epoch 0 keeps the initialisation; on permuted labels, the test accuracy falls to chance", {
+  skip: skipUnlessFashionMnist(),
+}, async () => {
+  const base = {
+    ...trainConfig(
+      { arch: "resnet18", width: 0.125, batchSize: 64, lr: 0.05 },
+      { dataset: "fashion-mnist", limit: 2000, testLimit: 500 },
+    ),
+    robustEval: null,
+  };
+  const init = await trainModel({ ...base, epochs: 0 }, join(dir, "init"));
+  assert.ok(existsSync(init.checkpoint));
+  assert.ok(!existsSync(join(dir, "init", "metrics.jsonl")), "no epoch ran");
+  const truth = await trainModel({ ...base, epochs: 4 }, join(dir, "truth"));
+  const shuffled = await trainModel({ ...base, epochs: 4, labels: "permuted" }, join(dir, "shuffled"));
+  assert.equal(JSON.parse(readFileSync(join(dir, "shuffled", "config.json"), "utf8")).labels, "permuted");
+  assert.ok(truth.accuracies.clean > 0.5, `true labels: ${truth.accuracies.clean}`);
+  assert.ok(shuffled.accuracies.clean < 0.25, `shuffled labels: ${shuffled.accuracies.clean} (chance 0.1)`);
+});
