@@ -10,7 +10,7 @@ import { after, test } from "node:test";
 import { type Dataset, datasetSize, permuteLabels } from "../data/index.js";
 import { beyondChance, chanceLines, withNulls } from "../experiments/nulls.js";
 import { planExperiment, type TrainTask } from "../experiments/plan.js";
-import { reading } from "../experiments/reading.js";
+import { reading, warnings } from "../experiments/reading.js";
 import { parseExperiment } from "../experiments/spec.js";
 import { reportFigures, type StitchRow, summarize } from "../report/index.js";
 import * as torch from "../torch/index.js";
@@ -172,6 +172,20 @@ test("beyond chance only where the pair's lower bound clears the highest null's 
   const text = reading([...seed, ...untrained, ...permuted]).join("\n");
   assert.ok(text.includes(line as string), "the reading carries the line");
   assert.doesNotMatch(text, /Verdict, null:/, "a null is never a pair compared with cross-seed");
+  const nearChance = rows("null:untrained", [[0.3, 0.3]], "clean-s1~untrained").map((r) => ({
+    ...r,
+    front_accuracy: 0.1,
+  }));
+  assert.deepEqual(
+    warnings(nearChance).filter((w) => w.tag === "front near chance"),
+    [],
+    "a null front is near chance by design: no warning",
+  );
+  assert.equal(
+    warnings(nearChance.map((r) => ({ ...r, pair: "cross-seed" }))).filter((w) => w.tag === "front near chance").length,
+    1,
+    "a real front near chance is warned of",
+  );
 
   // Clear at both points; and one replicate has no interval, so it is never beyond anything.
   const far = rows("cross-seed", [
