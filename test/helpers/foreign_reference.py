@@ -13,9 +13,10 @@ import torch
 import torchvision
 
 
-def main():
-    out = sys.argv[1]
-    torch.manual_seed(0)
+def cifar_resnet18(seed):
+    """torchvision's resnet18(num_classes=10) with the CIFAR stem, seeded, with made-up batch-norm
+    statistics, in eval mode (also test/helpers/two_routes.py's model)."""
+    torch.manual_seed(seed)
     m = torchvision.models.resnet18(num_classes=10)
     m.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
     m.maxpool = torch.nn.Identity()
@@ -24,7 +25,12 @@ def main():
             if isinstance(bn, torch.nn.BatchNorm2d):
                 bn.running_mean.uniform_(-0.1, 0.1)
                 bn.running_var.uniform_(0.5, 1.5)
-    m.eval()
+    return m.eval()
+
+
+def main():
+    out = sys.argv[1]
+    m = cifar_resnet18(0)
     sd = m.state_dict()
     torch.save(sd, os.path.join(out, "plain.pt"))
     torch.save({"model_state_dict": sd, "epoch": 3}, os.path.join(out, "model_state_dict.pt"))

@@ -13,27 +13,15 @@ import os
 import sys
 
 import torch
-import torchvision
 
-
-def model(seed):
-    torch.manual_seed(seed)
-    m = torchvision.models.resnet18(num_classes=10)
-    m.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-    m.maxpool = torch.nn.Identity()
-    with torch.no_grad():
-        for bn in m.modules():
-            if isinstance(bn, torch.nn.BatchNorm2d):
-                bn.running_mean.uniform_(-0.1, 0.1)
-                bn.running_var.uniform_(0.5, 1.5)
-    return m.eval()
+from foreign_reference import cifar_resnet18
 
 
 def main():
     out = sys.argv[1]
     torch.set_num_threads(1)
     for name, seed in (("a", 0), ("b", 1)):
-        m = model(seed)
+        m = cifar_resnet18(seed)
         torch.save(m.state_dict(), os.path.join(out, f"{name}.pt"))
         torch.onnx.export(m, torch.rand(2, 3, 32, 32), os.path.join(out, f"{name}.onnx"), opset_version=17,
                           input_names=["x"], dynamic_axes={"x": {0: "n"}},
