@@ -37,15 +37,26 @@ function nullSpec(front: TrainedModelSpec, kind: NullKind): TrainedModelSpec {
  */
 export function withNulls(exp: Experiment): { experiment: Experiment; notes: string[] } {
   const kinds = (exp.nulls ?? []) as NullKind[];
-  if (kinds.length === 0) return { experiment: exp, notes: [] };
+  // Expanded once: an experiment that holds null pairs already is returned as it is.
+  if (kinds.length === 0 || exp.pairs.some((p) => isNullRelation(p.relation))) return { experiment: exp, notes: [] };
+  // A null pair shares its back, data and points with the pairs it stands beside; a pair's own
+  // adversarial stitching would need a null of each kind, which the summary cannot yet tell apart.
+  const own = exp.pairs.findIndex((p) => p.adversarial !== undefined && p.front !== p.back);
+  if (own >= 0)
+    throw new Error(
+      `pairs[${own}].adversarial: nulls are stitched as the experiment's stitch section says; a pair's own adversarial setting with nulls is not supported yet`,
+    );
   const models: Record<string, ModelSpec> = { ...exp.models };
   const pairs = [...exp.pairs];
   const notes: string[] = [];
-  // One model per recipe, one pair per model, back, points and stitching data.
+  // One model per recipe; one pair per model, back, front points and stitching data, holding every
+  // point of the pairs it stands beside (two pairs of one front with overlapping points would
+  // otherwise count each null replicate twice at the shared points).
   const modelOf = new Map<string, string>();
-  const paired = new Set<string>();
+  const nullPairs = new Map<string, Experiment["pairs"][number]>();
+  const expPoints = exp.points === "all" ? null : exp.points;
   for (const pair of exp.pairs) {
-    if (pair.front === pair.back || isNullRelation(pair.relation)) continue;
+    if (pair.front === pair.back) continue;
     const front = exp.models[pair.front];
     if (!front) continue; // the planner names the missing model
     if ("checkpoint" in front) {
@@ -64,16 +75,17 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
         models[name] = spec;
         modelOf.set(specKey, name);
       }
-      const key = JSON.stringify([
-        name,
-        pair.back,
-        pair.points ?? null,
-        pair.frontPoints ?? null,
-        pair.shortcut ?? null,
-      ]);
-      if (paired.has(key)) continue;
-      paired.add(key);
-      pairs.push({
+      const key = JSON.stringify([name, pair.back, pair.frontPoints ?? null, pair.shortcut ?? null]);
+      const had = nullPairs.get(key);
+      if (had) {
+        // Points: "all" (or the experiment's, where either pair takes those) wins; else the union.
+        const mine = pair.points === undefined ? expPoints : pair.points === "all" ? null : pair.points;
+        const theirs = had.points === undefined ? expPoints : had.points === "all" ? null : had.points;
+        had.points = mine && theirs ? [...new Set([...theirs, ...mine])] : "all";
+        had.replicates = Math.max(had.replicates ?? exp.replicates, pair.replicates ?? exp.replicates);
+        continue;
+      }
+      nullPairs.set(key, {
         front: name,
         back: pair.back,
         relation: nullRelation(kind),
@@ -84,6 +96,7 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
       });
     }
   }
+  pairs.push(...nullPairs.values());
   return { experiment: { ...exp, models, pairs }, notes: [...new Set(notes)] };
 }
 

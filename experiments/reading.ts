@@ -484,7 +484,7 @@ export function reading(
           : `Control FAILED: the identical pair drops to ${min.toFixed(3)} (below 0.95); the other numbers cannot be trusted.`,
     );
   }
-  for (const pair of pairs.filter((p) => p !== "identical")) {
+  for (const pair of pairs.filter((p) => p !== "identical" && !isNullRelation(p))) {
     const std = standardMeans(summary, pair);
     if (std.length)
       out.push(

@@ -7,9 +7,16 @@ import type { SummaryRow } from "./summary.js";
 export const NULL_PREFIX = "null:";
 export const isNullRelation = (relation: string): boolean => relation.startsWith(NULL_PREFIX);
 
+/** A null's band: its 95% interval, or its mean alone where it has one replicate (no interval). */
+export function nullBand(x: Interval): { lo: number; hi: number } {
+  return Number.isFinite(x.halfWidth) ? { lo: x.lo, hi: x.hi } : { lo: x.mean, hi: x.mean };
+}
+
 /** One pair's standing against chance at one point, mode and objective. */
 export interface ChanceRow {
   pair: string;
+  back: string;
+  test_data: string;
   point: string;
   mode: string;
   objective: string;
@@ -26,8 +33,7 @@ export interface ChanceRow {
  * highest null's upper bound.
  */
 export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
-  // A null with one replicate has no interval: its mean is its upper bound.
-  const upper = (x: Interval) => x.mean + (Number.isFinite(x.halfWidth) ? x.halfWidth : 0);
+  const upper = (x: Interval) => nullBand(x).hi;
   const nulls = summary.filter((s) => isNullRelation(s.pair));
   const out: ChanceRow[] = [];
   for (const s of summary) {
@@ -49,6 +55,8 @@ export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
     if (!top) continue;
     out.push({
       pair: s.pair,
+      back: s.back,
+      test_data: s.test_data,
       point: s.point,
       mode: s.mode,
       objective: s.objective,

@@ -3,7 +3,7 @@
 // dashed = invariance-aware (trained on IRIs). Each spec carries its data, so a figure's
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
-import { beyondChance } from "./chance.js";
+import { beyondChance, nullBand as nullBandOf } from "./chance.js";
 import { groupKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
@@ -134,14 +134,11 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
   const band = (r: StitchRow) => bands.get(`${groupKey(r)}\t${r.point}`);
   // The highest null's interval where the pair has nulls at the point (the band a score must clear
   // to be beyond chance): its mean alone where it has one replicate.
+  const key = (r: Record<"pair" | "back" | "test_data" | "point" | "mode" | "objective", string>) =>
+    [r.pair, r.back, r.test_data, r.point, r.mode, r.objective].join("\t");
   const nullOf = new Map<string, { lo: number; hi: number }>();
-  if (f.nullBand)
-    for (const c of beyondChance(summary)) {
-      const i = c.null;
-      const [lo, hi] = Number.isFinite(i.halfWidth) ? [i.lo, i.hi] : [i.mean, i.mean];
-      nullOf.set([c.pair, c.point, c.mode, c.objective].join("\t"), { lo, hi });
-    }
-  const nullBand = (r: StitchRow) => nullOf.get([r.pair, r.point, r.mode, r.objective].join("\t"));
+  if (f.nullBand) for (const c of beyondChance(summary)) nullOf.set(key(c), nullBandOf(c.null));
+  const nullBand = (r: StitchRow) => nullOf.get(key(r));
   const values = used.map((r) => ({
     panel: labels.get(r.pair)!,
     ...(Number.isFinite(band(r)?.lo) ? { lo: band(r)!.lo, hi: band(r)!.hi } : {}),
@@ -191,9 +188,13 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
       mark: { type: "area", color: "#888", opacity: 0.15 },
       encoding: {
         x,
+        // One band per objective and mode (each curve's own highest null), all grey.
         y: { field: "null_lo", aggregate: "max", type: "quantitative", title: f.yTitle },
         y2: { field: "null_hi", aggregate: "max" },
-        detail: { field: "mode", type: "nominal" },
+        detail: [
+          { field: "mode", type: "nominal" },
+          { field: "objective", type: "nominal" },
+        ],
       },
     });
   if (values.some((v) => "lo" in v))

@@ -12,6 +12,9 @@ import { beyondChance, chanceLines, withNulls } from "../experiments/nulls.js";
 import { planExperiment, type TrainTask } from "../experiments/plan.js";
 import { reading, warnings } from "../experiments/reading.js";
 import { parseExperiment } from "../experiments/spec.js";
+import { loadCheckpoint } from "../models/checkpoint.js";
+import { createModel } from "../models/registry.js";
+import { greyStem } from "../nn/init.js";
 import { reportFigures, type StitchRow, summarize } from "../report/index.js";
 import * as torch from "../torch/index.js";
 import { trainConfig } from "../train/config.js";
@@ -66,6 +69,33 @@ test("nulls become models and pairs: one model per recipe (the Pixel front's is 
     ],
   );
   assert.equal(withNulls({ ...exp, nulls: [] }).experiment.pairs.length, 3, "none asked, none made");
+  assert.equal(withNulls(experiment).experiment, experiment, "expanded once");
+  // Two pairs of one front and back with overlapping points: one null pair holding every point,
+  // so that no null replicate is counted twice at a shared point.
+  const overlapping = withNulls(
+    parseExperiment(
+      DEMO_LIKE.replace(
+        "  - { front: pixel-s1, back: clean-s0, relation: cross-bias, shortcut: pixel }",
+        "  - { front: clean-s1, back: clean-s0, relation: cross-seed-deep, points: [layer2.1, layer4.1] }",
+      ),
+      join(dir, "nulls.yaml"),
+    ),
+  ).experiment;
+  assert.deepEqual(
+    overlapping.pairs.slice(3).map((p) => [p.relation, p.points]),
+    [
+      ["null:untrained", ["layer2.1", "layer4.1"]],
+      ["null:permuted", ["layer2.1", "layer4.1"]],
+    ],
+  );
+  const adversarial = parseExperiment(
+    DEMO_LIKE.replace("relation: cross-seed }", "relation: cross-seed, adversarial: null }"),
+    join(dir, "nulls.yaml"),
+  );
+  assert.throws(
+    () => withNulls(adversarial),
+    /pairs\[1\]\.adversarial: nulls are stitched as the experiment's stitch section says/,
+  );
 
   const plan = planExperiment(exp, join(dir, "nulls.yaml"));
   const trains = plan.tasks.filter((t) => t.kind === "train").map((t) => (t.spec as TrainTask).config);
@@ -256,8 +286,19 @@ test("training at epoch 0 keeps the initialisation; on permuted labels, the test
     robustEval: null,
   };
   const init = await trainModel({ ...base, epochs: 0 }, join(dir, "init"));
-  assert.ok(existsSync(init.checkpoint));
   assert.ok(!existsSync(join(dir, "init", "metrics.jsonl")), "no epoch ran");
+  // The very model a training run of this seed starts from: built at the seed, its stem grey.
+  torch.manualSeed(base.seed);
+  const fresh = createModel("resnet18", { numClasses: 10, imageSize: 32, width: 0.125 });
+  greyStem(fresh);
+  const { model: saved } = loadCheckpoint({ checkpoint: init.checkpoint });
+  const a = fresh.stateDict();
+  const b = saved.stateDict();
+  assert.deepEqual(Object.keys(b).sort(), Object.keys(a).sort());
+  for (const [k, t] of Object.entries(a))
+    assert.ok(torch.tidy(() => (b[k] as torch.Tensor).float().sub(t.float()).abs().max().item()) === 0, k);
+  fresh.dispose();
+  saved.dispose();
   const truth = await trainModel({ ...base, epochs: 4 }, join(dir, "truth"));
   const shuffled = await trainModel({ ...base, epochs: 4, labels: "permuted" }, join(dir, "shuffled"));
   assert.equal(JSON.parse(readFileSync(join(dir, "shuffled", "config.json"), "utf8")).labels, "permuted");

@@ -486,6 +486,11 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
       for (const d of dims.slice(2)) d.dimValue = 100_000;
     });
     assert.throws(() => new OnnxModel(huge), /an input side of 100000 px; stitchlab takes 1 to 4096 px/);
+    // The default domain written out as "ai.onnx" is the default domain.
+    const named = bad("ai-onnx", (m) => {
+      m.opsetImport = [{ domain: "ai.onnx", version: 17 }];
+    });
+    new OnnxModel(named).dispose();
     // An opset whose operators read otherwise (Softmax-11 flattened to 2-d), or that is not read yet.
     for (const version of [11, 19]) {
       const old = bad(`opset${version}`, (m) => {

@@ -20,9 +20,9 @@ import { type AttrValue, attributeValue, num, onnx, readModelProto, type TensorP
 
 type Tensor = torch.Tensor;
 
-/** The registry-style name ONNX models carry (records, checkpoints' arch field). */
 /** The default domain's opsets the interpreter reads (models/onnx/ops.ts). */
 export const OPSETS = { min: 13, max: 18 } as const;
+/** The registry-style name ONNX models carry (records, checkpoints' arch field). */
 export const ONNX_ARCH = "onnx";
 
 /** Holds named tensors of the graph (weights as parameters, constants as buffers), read by name at run time. */
@@ -120,7 +120,11 @@ export class OnnxModel extends StitchableModel {
     const what = file;
     const graph = proto.graph;
     if (!graph) throw new Error(`${what}: the model holds no graph`);
-    const opset = Math.max(0, ...(proto.opsetImport ?? []).filter((o) => !o.domain).map((o) => num(o.version)));
+    // The default domain is written "" or "ai.onnx" (ops.ts reads both).
+    const opset = Math.max(
+      0,
+      ...(proto.opsetImport ?? []).filter((o) => !o.domain || o.domain === "ai.onnx").map((o) => num(o.version)),
+    );
     // Before 13, Softmax and its kin flattened their input to 2-d around the axis, and Squeeze,
     // Unsqueeze, ReduceSum and Split took axes as attributes only: read as the later opsets, such a
     // graph could compute something else without an error. 18 moved the other reductions' axes to
