@@ -527,7 +527,7 @@ test("stitchlab train refuses what an experiment file refuses, naming the flag, 
   const base = ["train", "--model", "resnet18", "--dataset", "fashion-mnist", "--out", join(out, "m")];
   for (const [flags, message] of [
     // Each flag's parser checks its value with the key's schema (cli/schema-flags.ts); commander names the flag.
-    [["--epochs", "0"], /option '--epochs <n>' argument '0' is invalid\. Too small/],
+    [["--epochs", "-1"], /option '--epochs <n>' argument '-1' is invalid\. Too small/],
     [["--lr", "0"], /option '--lr <x>' argument '0' is invalid\. Too small/],
     [["--width", "0"], /option '--width <x>' argument '0' is invalid\. Too small/],
     [
