@@ -117,6 +117,9 @@ export async function main(args: string[]): Promise<void> {
   // One thread on every side, as each of the experiment runner's workers runs.
   torch.setNumThreads(1);
   const dir = mkdtempSync(join(tmpdir(), "stitchlab-bench-onnx-"));
+  // onnxruntime's telemetry leaves an empty mat-debug-<pid>.log in the temporary folder of the
+  // first session a process makes: here, in the bench's own folder, removed after.
+  process.env.TMPDIR = dir;
   const iriRows: Record<string, unknown>[] = [];
   const ortRows: Record<string, unknown>[] = [];
   let stitchRow: Record<string, unknown> = {};
