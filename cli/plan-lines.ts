@@ -4,6 +4,7 @@
 // how many the cache holds. Read from the tasks' resolved settings, so the defaults are the schemas'.
 import { isDone } from "../experiments/cache.js";
 import type { IrisTask, Plan, StitchTask, TrainTask } from "../experiments/plan.js";
+import { stitchModeWords } from "../stitch/config.js";
 import { iriStepCap } from "../stitch/iri-options.js";
 
 const plural = (n: number, w: string) => `${n} ${w}${n === 1 ? "" : "s"}`;
@@ -43,7 +44,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
   const io = iri?.options;
   const st = (of("stitch")[0]?.spec as StitchTask | undefined)?.config;
   const points = [...new Set(plan.stitches.map((s) => s.point))];
-  const modes = [...new Set(plan.stitches.map((s) => (s.mode === "iris" ? "invariance-aware" : s.mode)))];
+  const modes = [...new Set(plan.stitches.map((s) => stitchModeWords(s.mode)))];
   return [
     `${title}: ${pairs.join("; ")}`,
     ...(recipes.size ? [`  models     ${[...recipes].map(([r, n]) => `${n} to train: ${r}`).join("; ")}`] : []),

@@ -14,6 +14,7 @@ import {
   type StitchConfig,
   type StitchMode,
   stitchModeOf,
+  stitchModeWords,
   stitchSettingsSchema,
 } from "../stitch/config.js";
 import { runStitch } from "../stitch/jobs.js";
@@ -182,7 +183,7 @@ export function registerStitchCommand(program: Command): void {
       seconds: Number(r.training.seconds.toFixed(1)),
     };
     printDone(o, result, [
-      `stitched ${o.point}${r.config.backPoint !== o.point ? ` -> ${r.config.backPoint}` : ""}, ${o.objective}, ${r.config.mode === "iris" ? "invariance-aware" : "standard"} (batch norm ${r.config.bnMode}; test data ${r.testData})`,
+      `stitched ${o.point}${r.config.backPoint !== o.point ? ` -> ${r.config.backPoint}` : ""}, ${o.objective}, ${stitchModeWords(r.config.mode)} (batch norm ${r.config.bnMode}; test data ${r.testData})`,
       `  agreement probability  ${score(s.agreementProbability)}   (1 = the stitched model answers as B)`,
       `  hard agreement         ${score(s.hardAgreement)}`,
       `  soft error consistency ${score(s.softErrorConsistency)}`,

@@ -12,6 +12,7 @@
 // and the plan says so.
 import { beyondChance, type ChanceRow, isNullRelation, NULL_PREFIX } from "../report/chance.js";
 import { formatInterval, type SummaryRow } from "../report/summary.js";
+import { stitchModeWords } from "../stitch/config.js";
 // Types only from spec.ts, which imports NULL_KINDS from here for its schema.
 import type { Experiment, ModelSpec, TrainedModelSpec } from "./spec.js";
 
@@ -19,7 +20,6 @@ export const NULL_KINDS = ["untrained", "permuted"] as const;
 export type NullKind = (typeof NULL_KINDS)[number];
 
 export const nullRelation = (kind: NullKind): string => `${NULL_PREFIX}${kind}`;
-export { beyondChance, isNullRelation };
 
 /** A null front's training settings from its real front's: no shortcut, and the kind's change. */
 function nullSpec(front: TrainedModelSpec, kind: NullKind): TrainedModelSpec {
@@ -100,8 +100,6 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
   return { experiment: { ...exp, models, pairs }, notes: [...new Set(notes)] };
 }
 
-const modeWords = (mode: string) => (mode === "iris" ? "invariance-aware" : mode);
-
 /**
  * The reading's lines against chance, one per pair, mode and objective: "beyond chance" at the
  * points where the pair's interval clears every null's, "not beyond chance" where it does not,
@@ -133,7 +131,7 @@ export function chanceLines(summary: SummaryRow[]): string[] {
       )
       .join(", ");
     lines.push(
-      `Against chance, ${first.pair} (${modeWords(first.mode)} ${first.objective.toUpperCase()}): ${word} (${detail}; the highest null at each point).`,
+      `Against chance, ${first.pair} (${stitchModeWords(first.mode)} ${first.objective.toUpperCase()}): ${word} (${detail}; the highest null at each point).`,
     );
   }
   return lines;

@@ -11,7 +11,6 @@ import { sha256File } from "../io/files.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isOnnxFile, isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
 import { isHubName, resolveModelSource } from "../models/hub.js";
-import { OnnxModel } from "../models/onnx/model.js";
 import { createModel, type ModelOptions } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel, type StitchPoint } from "../models/stitchable.js";
 import {
@@ -108,12 +107,15 @@ function pointNames(
   baseDir: string,
 ): { arch: string; points: string[]; shapes: Record<string, StitchPoint>; numClasses: number; note: string | null } {
   let m: StitchableModel;
-  if (isLoaded(spec))
-    m = loadCheckpoint({
+  let note: string | null = null;
+  if (isLoaded(spec)) {
+    const loaded = loadCheckpoint({
       ...spec,
       checkpoint: isHubName(spec.checkpoint) ? spec.checkpoint : resolve(baseDir, spec.checkpoint),
-    }).model;
-  else {
+    });
+    m = loaded.model;
+    note = loaded.notes.batchNorm ?? null;
+  } else {
     const options = {
       ...(spec.options as ModelOptions),
       ...(spec.width !== undefined ? { width: spec.width } : {}),
@@ -127,7 +129,6 @@ function pointNames(
   const shapes = Object.fromEntries([...m.stitchPoints, m.stitchPoint(HEAD_POINT)].map((p) => [p.name, p]));
   const arch = m.arch;
   const { numClasses } = m.config as { numClasses: number };
-  const note = m instanceof OnnxModel ? m.batchNormNote : null;
   m.dispose();
   return { arch, points, shapes, numClasses, note };
 }

@@ -8,6 +8,7 @@ import { datasetImageSize, markerSide } from "../data/index.js";
 import { maxExcessAgreement } from "../metrics/excess.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
 import { rAuA } from "../metrics/raua.js";
+import { isNullRelation } from "../report/chance.js";
 import {
   formatInterval,
   groupBy,
@@ -23,7 +24,7 @@ import {
 } from "../report/index.js";
 import { iriStepCap } from "../stitch/iri-options.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
-import { chanceLines, isNullRelation } from "./nulls.js";
+import { chanceLines } from "./nulls.js";
 import type { IrisTask, Plan, StitchTask } from "./plan.js";
 
 function columns(lines: string[][]): string {

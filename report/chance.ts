@@ -15,6 +15,7 @@ export function nullBand(x: Interval): { lo: number; hi: number } {
 /** One pair's standing against chance at one point, mode and objective. */
 export interface ChanceRow {
   pair: string;
+  front: string;
   back: string;
   test_data: string;
   point: string;
@@ -55,6 +56,7 @@ export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
     if (!top) continue;
     out.push({
       pair: s.pair,
+      front: s.front,
       back: s.back,
       test_data: s.test_data,
       point: s.point,

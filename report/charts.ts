@@ -4,7 +4,7 @@
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
 import { beyondChance, nullBand as nullBandOf } from "./chance.js";
-import { groupKey, type SummaryRow, summarize } from "./summary.js";
+import { groupKey, rowKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
 export interface Figure {
@@ -134,11 +134,9 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
   const band = (r: StitchRow) => bands.get(`${groupKey(r)}\t${r.point}`);
   // The highest null's interval where the pair has nulls at the point (the band a score must clear
   // to be beyond chance): its mean alone where it has one replicate.
-  const key = (r: Record<"pair" | "back" | "test_data" | "point" | "mode" | "objective", string>) =>
-    [r.pair, r.back, r.test_data, r.point, r.mode, r.objective].join("\t");
   const nullOf = new Map<string, { lo: number; hi: number }>();
-  if (f.nullBand) for (const c of beyondChance(summary)) nullOf.set(key(c), nullBandOf(c.null));
-  const nullBand = (r: StitchRow) => nullOf.get(key(r));
+  if (f.nullBand) for (const c of beyondChance(summary)) nullOf.set(rowKey(c), nullBandOf(c.null));
+  const nullBand = (r: StitchRow) => nullOf.get(rowKey(r));
   const values = used.map((r) => ({
     panel: labels.get(r.pair)!,
     ...(Number.isFinite(band(r)?.lo) ? { lo: band(r)!.lo, hi: band(r)!.hi } : {}),

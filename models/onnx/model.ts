@@ -202,11 +202,11 @@ export class OnnxModel extends StitchableModel {
       const grows = (c: Cut) => ((this.cutShapes.get(c.tensor) as LinearShape).a[0] ?? 0) > 0;
       // torchvision's avgpool output ([N, 512, 1, 1]) reaches the head's input through Flatten
       // alone: the same numbers, so the zoo's last points (layer4.1, then head) stay the last.
-      const reshapeOnly = new Set(["Flatten", "Reshape", "Squeeze", "Identity"]);
+      const reshapeOnly = new Set(["Flatten", "Reshape", "Squeeze", "Identity", "Shape", "Constant"]);
       for (let k = cuts.length - 3; k > 0; k--) {
         const c = cuts[k] as Cut;
         const between = this.facts.nodes.filter((n) => n.live && n.index > c.after && n.index <= this.headCut.after);
-        if (!between.every((n) => reshapeOnly.has(n.opType) || n.opType === "Shape" || n.opType === "Constant")) break;
+        if (!between.every((n) => reshapeOnly.has(n.opType))) break;
         // Only a pooled map ([N, C, 1, 1]): there a 1x1 convolution T is the head's linear T. A
         // [N, C, H, W] map flattened into the head is a point of its own (T per position).
         if (
