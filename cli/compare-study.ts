@@ -14,6 +14,7 @@ import {
 import { type Plan, planExperiment } from "../experiments/plan.js";
 import { type Experiment, ExperimentError, experimentSchema } from "../experiments/spec.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
+import { isNullRelation } from "../report/chance.js";
 import { type FlagTable, flagNames, givenFromFlags } from "./schema-flags.js";
 
 /** A comma-separated flag's values. */
@@ -160,7 +161,10 @@ export function givenSizes(o: Record<string, unknown>): Set<ScaleKey> {
  */
 export function intervalsLine(plan: Plan): string {
   const e = plan.experiment;
-  const replicates = Math.max(...e.pairs.map((p) => p.replicates ?? e.replicates));
+  // A null front's replicates are its initialisations: their interval is the null's band, not the verdict's.
+  const replicates = Math.max(
+    ...e.pairs.filter((p) => !isNullRelation(p.relation)).map((p) => p.replicates ?? e.replicates),
+  );
   return `  intervals  ${replicates > 1 ? `Student t over ${replicates} replicates (IRI and stitching seeds)` : "one replicate: 95% intervals over the test images (mean ± 1.96 standard errors), none over seeds; --replicates N for those"}`;
 }
 
@@ -213,6 +217,7 @@ export function compareStudy(
         ...some("objectives", o.objectives ? words(o.objectives as string) : undefined),
         ...some("replicates", scale ? scale.replicates : g.replicates),
         bothWays: Boolean(o.bothWays),
+        nulls: Boolean(o.nulls),
         iris: {
           ...some("limit", scale ? scale.iris : g.iris?.limit),
           ...some("steps", steps),

@@ -21,6 +21,7 @@ import {
 import {
   CLOSE_RULE,
   COMPARE_DEFAULTS,
+  COMPARE_NULLS,
   type CompareProtocolName,
   compareVerdictLines,
   compareVerdicts,
@@ -39,6 +40,7 @@ import { claimOut } from "../experiments/outdir.js";
 import { defaultCache } from "../experiments/run.js";
 import { experimentSchema } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
+import { beyondChance } from "../report/chance.js";
 import { DEFAULT_DEVICE, requireDevice } from "../torch/index.js";
 import {
   bothModels,
@@ -112,7 +114,11 @@ export function registerCompareCommand(program: Command): void {
       "shift the IRI and stitching seeds by s: another draw of the same comparison (default 0)",
       int,
     )
-    .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control");
+    .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
+    .option(
+      "--nulls",
+      `also stitch A's architecture at its initialisation into B (standard mode, ${COMPARE_NULLS.replicates} initialisations), and say where A -> B is beyond that chance level (a zoo architecture: not an ONNX graph)`,
+    );
   // The size flags: from the experiment's schema (COMPARE_FLAGS in cli/compare-study.ts).
   addSchemaFlags(cmd, experimentSchema, COMPARE_FLAGS)
     .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
@@ -205,6 +211,7 @@ export function registerCompareCommand(program: Command): void {
         ? {
             json: (r) => ({
               verdicts: compareVerdicts(r.summary, r.iris),
+              ...(o.nulls ? { chance: beyondChance(r.summary) } : {}),
               rule: CLOSE_RULE,
               experiment: file,
               report: join(out, "report.html"),

@@ -30,14 +30,18 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
       ? [`${of(kind).length} ${what} (${of(kind).filter((t) => isDone(cache, t.key)).length} cached)`]
       : [];
   const pairs = e.pairs.map(
-    (p) => `${p.front} -> ${p.back}${relationWords(p.relation)}, ${plural(p.replicates ?? e.replicates, "replicate")}`,
+    (p) =>
+      `${p.front} -> ${p.back}${relationWords(p.relation)}, ${plural(p.replicates ?? e.replicates, "replicate")}${p.modes ? `, ${p.modes.map(stitchModeWords).join(" and ")} only` : ""}`,
   );
   // The models to train, grouped by recipe (seeds and shortcuts aside).
   const recipes = new Map<string, number>();
   for (const t of of("train")) {
     const c = (t.spec as TrainTask).config;
     const width = c.modelOptions.width !== undefined ? ` width ${c.modelOptions.width}` : "";
-    const r = `${c.model}${width}, ${c.epochs} epochs on ${c.limit ?? "all"} ${c.dataset} images, batch ${c.batchSize}`;
+    const r =
+      c.epochs === 0
+        ? `${c.model}${width} at its initialisation (a null front)`
+        : `${c.model}${width}, ${c.epochs} epochs on ${c.limit ?? "all"} ${c.dataset} images, batch ${c.batchSize}`;
     recipes.set(r, (recipes.get(r) ?? 0) + 1);
   }
   const iri = of("iris")[0]?.spec as IrisTask | undefined;
@@ -47,7 +51,11 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
   const modes = [...new Set(plan.stitches.map((s) => stitchModeWords(s.mode)))];
   return [
     `${title}: ${pairs.join("; ")}`,
-    ...(recipes.size ? [`  models     ${[...recipes].map(([r, n]) => `${n} to train: ${r}`).join("; ")}`] : []),
+    ...(recipes.size
+      ? [
+          `  models     ${[...recipes].map(([r, n]) => `${n} to ${r.includes("initialisation") ? "build" : "train"}: ${r}`).join("; ")}`,
+        ]
+      : []),
     `  points     ${points.join(", ")} (${points.length})`,
     ...pairedByDepth(plan),
     `  modes      ${modes.join(", ")}; objectives ${e.objectives.join(", ")}`,

@@ -111,6 +111,15 @@ export interface ShortcutOptions {
    * rand colours) anew from (seed, draw). Absent: one fixed draw (test sets, IRI sources).
    */
   draw?: number;
+  /**
+   * The fraction of images whose marker is their own class's (default 1, the protocol's Pixel
+   * shortcut). The rest carry the marker of a class drawn uniformly from all K on every read, so
+   * it agrees with the label by chance only (1/K), never against it: at 0 the marker carries no
+   * information about the label. Which images agree is fixed by the seed alone, as "a fraction p
+   * of the training images" says (issue 40's grounding study grades a front's reliance by it).
+   * Pixel and pixel-loc only; a training-set setting (test sets are marked in full or rolled).
+   */
+  agreement?: number;
 }
 
 /** Where each image's marker goes and its colour. */
@@ -141,6 +150,10 @@ export function planMarkers(
   const n = labels.length;
   const side = markerSide(h, w, opts.scale);
   if (side > h || side > w) throw new RangeError(`a ${side}px marker does not fit in ${h}x${w} images`);
+  const agreement = opts.agreement ?? 1;
+  if (!(agreement >= 0 && agreement <= 1)) throw new RangeError(`marker agreement ${agreement} is not in [0, 1]`);
+  if (agreement < 1 && (opts.kind === "rand" || opts.rolled))
+    throw new Error("a marker agreement below 1 is for pixel and pixel-loc training markers, not rand or rolled ones");
   const seed = opts.seed ?? 0;
   // Separate streams: locations are the same for pixel and rand with the same seed, so the
   // control differs from the shortcut in colour only.
@@ -148,6 +161,9 @@ export function planMarkers(
   const locRng = new Rng(seed, 0x10c, ...reads);
   const colRng = new Rng(seed, 0xc01, ...reads);
   const classColors = markerColors(numClasses, opts.colorSeed);
+  // Agreement's streams are drawn only below 1, so the protocol's markers stay as they were.
+  const agreeRng = agreement < 1 ? new Rng(seed, 0xa9e) : null;
+  const otherRng = agreement < 1 ? new Rng(seed, 0xc1a, ...reads) : null;
   const ys = new Int32Array(n);
   const xs = new Int32Array(n);
   const colors = new Uint8Array(3 * n);
@@ -156,7 +172,9 @@ export function planMarkers(
     if (!(Number.isInteger(label) && label >= 0 && label < numClasses))
       throw new RangeError(`marker plan: label ${label} of image ${i} is outside 0..${numClasses - 1}`);
     // The class whose marker this image carries: its own, or the previous one when rolled.
-    const k = opts.rolled ? (label + numClasses - 1) % numClasses : label;
+    // Below full agreement, an image outside the agreeing fraction carries a class drawn at random.
+    const own = agreeRng && otherRng && agreeRng.random() >= agreement ? otherRng.int(numClasses) : label;
+    const k = opts.rolled ? (label + numClasses - 1) % numClasses : own;
     if (opts.kind === "pixel-loc") [ys[i], xs[i]] = classLocation(k, numClasses, h, w, opts.scale);
     else {
       ys[i] = locRng.int(h - side + 1);

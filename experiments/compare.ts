@@ -8,9 +8,12 @@ import { basename, dirname, resolve } from "node:path";
 import { stringify } from "yaml";
 import { compareIntervals, type Interval } from "../metrics/interval.js";
 import { asModelSource, loadCheckpoint, type ModelSourceLike } from "../models/checkpoint.js";
+import { modelNames } from "../models/registry.js";
 import { HEAD_POINT, type PointKind } from "../models/stitchable.js";
-import { formatInterval, type IriPreview, type SummaryRow } from "../report/index.js";
+import { isNullRelation } from "../report/chance.js";
+import { agreementInterval, formatInterval, type IriPreview, type SummaryRow } from "../report/index.js";
 import { defaultStitchEpochs, stitchSettingsSchema } from "../stitch/config.js";
+import { nullRelation } from "./nulls.js";
 import { IRI_VERDICT_MAX_RESIDUAL } from "./reading.js";
 import { type Experiment, parseExperiment } from "./spec.js";
 
@@ -130,9 +133,6 @@ export function protocolSummary(name: CompareProtocolName): string {
   );
 }
 
-/** The normal quantile of a two-sided 95% interval over the test images. */
-const Z_975 = 1.959964;
-
 /** Of points in network order, those at these relative depths (0: the first, 1: the last), each once. */
 export function pointsAtDepths(points: readonly string[], depths: readonly number[]): string[] {
   const picked = depths.map((d) => points[Math.round(Math.min(1, Math.max(0, d)) * (points.length - 1))] as string);
@@ -159,6 +159,8 @@ export interface CompareInput {
   replicates?: number;
   /** Also B -> A. */
   bothWays?: boolean;
+  /** Also an untrained null front: A's architecture at its initialisation, stitched into B (COMPARE_NULLS). */
+  nulls?: boolean;
   /** Overrides of the IRI settings (experiment files' iris:). */
   iris?: Record<string, unknown>;
   /** Overrides of the stitching settings (experiment files' stitch:). */
@@ -316,6 +318,7 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   const seed = input.seed ?? 0;
   const d = input.dataset;
   const entry = (s: ModelSourceLike) => (typeof s === "string" ? { checkpoint: s } : s);
+  const nullName = `${names.a}~untrained`;
   const raw = {
     name: `compare-${names.a}-${names.b}`,
     description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at every point, with ${names.b} into itself as the control.${byDepth ? ` The two share no stitch point by name, so each of ${names.b}'s points is paired with ${names.a}'s at the same relative depth (frontPoints).` : ""}`,
@@ -326,7 +329,11 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
       ...((d.testLimit ?? protocol.testLimit) !== null ? { testLimit: d.testLimit ?? protocol.testLimit } : {}),
       ...(d.imageSize !== undefined ? { imageSize: d.imageSize } : {}),
     },
-    models: { [names.a]: entry(a), [names.b]: entry(b) },
+    models: {
+      [names.a]: entry(a),
+      [names.b]: entry(b),
+      ...(input.nulls ? { [nullName]: untrainedRecipe(a) } : {}),
+    },
     pairs: [
       { front: names.b, back: names.b, relation: "identical", replicates: 1 },
       { front: names.a, back: names.b, relation: "A->B", ...mapping(points, inA) },
@@ -349,6 +356,18 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
             },
           ]
         : []),
+      ...(input.nulls
+        ? [
+            {
+              front: nullName,
+              back: names.b,
+              relation: nullRelation("untrained"),
+              modes: [...COMPARE_NULLS.modes],
+              replicates: COMPARE_NULLS.replicates,
+              ...mapping(points, inA),
+            },
+          ]
+        : []),
     ],
     points,
     objectives: input.objectives ?? [...protocol.objectives],
@@ -365,6 +384,33 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
     "# checkpoints, so replicates differ in IRI and stitching seeds only.\n" +
     stringify(raw, { lineWidth: 0 });
   return { text, experiment: parseExperiment(text, file) };
+}
+
+/**
+ * `compare --nulls`: A's architecture at its initialisation (epoch 0 of its recipe; a new seed per
+ * replicate) stitched into B as A is, in standard mode, where the question is how much of
+ * stitching's "similar" stitching alone gives (docs/method.md, "Null fronts and chance"). Three
+ * replicates, so that the null's band is its spread over initialisations, not over test images;
+ * no IRI sets, so it adds stitches only. The permuted-label null needs a training run on A's data
+ * and recipe, which a checkpoint does not carry: experiment files offer it (nulls: [permuted]).
+ */
+export const COMPARE_NULLS = { modes: ["standard"], replicates: 3 } as const;
+
+/**
+ * A's architecture and options, for its untrained null: a zoo architecture that stitchlab builds
+ * (a stitchlab checkpoint, weights made elsewhere with their arch, a hub name). An ONNX graph has
+ * no initialiser to start from: refused, naming it.
+ */
+function untrainedRecipe(a: ModelSourceLike): Record<string, unknown> {
+  const { model, meta, file } = loadCheckpoint(a);
+  model.dispose();
+  if (!modelNames().includes(meta.arch))
+    throw new Error(
+      `--nulls: A (${file}) is ${meta.arch === "onnx" ? "an ONNX graph" : `a ${meta.arch}`}, which stitchlab cannot start from its initialisation; the untrained null needs a zoo architecture (${modelNames().join(", ")})`,
+    );
+  // Built for the compare's data as a training run builds it: classes and image size from the data.
+  const { numClasses: _n, imageSize: _i, ...options } = meta.options as Record<string, unknown>;
+  return { arch: meta.arch, ...(Object.keys(options).length ? { options } : {}), seed: 0, epochs: 0 };
 }
 
 /** How standard and invariance-aware agreement compare at one point. */
@@ -391,18 +437,6 @@ export interface DirectionVerdict {
   partsFrom: string | null;
 }
 
-/**
- * A summary row's agreement with its interval: over replicates where there are several; with one,
- * mean +- 1.96 standard errors over the test images (what another draw of test images would give).
- */
-export function agreementInterval(row: SummaryRow): Interval {
-  const over = row.scores.agreement_prob;
-  const se = row.agreementProbSe ?? Number.NaN;
-  if (row.n > 1 || !Number.isFinite(se) || !Number.isFinite(over.mean)) return over;
-  const halfWidth = Z_975 * se;
-  return { ...over, halfWidth, lo: over.mean - halfWidth, hi: over.mean + halfWidth };
-}
-
 /** Close or apart by CLOSE_RULE. */
 export function closeness(standard: Interval, iris: Interval): "close" | "apart" {
   if (Math.abs(standard.mean - iris.mean) <= CLOSE_MARGIN) return "close";
@@ -411,7 +445,8 @@ export function closeness(standard: Interval, iris: Interval): "close" | "apart"
 
 /** The verdicts of a compare run, per direction and objective, from its summary rows and IRI sets. */
 export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): DirectionVerdict[] {
-  const clean = summary.filter((s) => s.test_data === "clean");
+  // Null fronts are read against, not judged (compareChance).
+  const clean = summary.filter((s) => s.test_data === "clean" && !isNullRelation(s.pair));
   const groups = new Map<string, SummaryRow[]>();
   for (const s of clean) {
     const k = `${s.pair}\t${s.front}\t${s.back}\t${s.objective}`;

@@ -29,7 +29,7 @@ import { loadSource, stitchedModelOf, stitchTrainOptionsOf } from "../stitch/job
 import { trainStitch } from "../stitch/train.js";
 import { type Device, getNumThreads, onednnIsa } from "../torch/index.js";
 import { isDone } from "./cache.js";
-import type { IrisTask, ModelRef, Plan, StitchTask } from "./plan.js";
+import type { IrisTask, ModelRef, Plan, StitchTask, TaskSpec } from "./plan.js";
 
 /** What the probe measured, in seconds. */
 export interface ProbeTimes {
@@ -77,6 +77,13 @@ function timed<T>(fn: () => T): [T, number] {
   return [v, now() - t];
 }
 
+/**
+ * The stitches a probe may time: those between checkpoints. A null front made by the plan (compare
+ * --nulls: A's architecture at epoch 0) is A's architecture, so its stitches cost as A's do.
+ */
+const betweenCheckpoints = (specs: TaskSpec[]): StitchTask[] =>
+  specs.filter((s): s is StitchTask => s.kind === "stitch" && !("task" in s.front) && !("task" in s.back));
+
 const sourceOf = (ref: ModelRef): ModelSource => {
   if ("task" in ref) throw new Error("the estimate covers checkpoints only (this plan trains models)");
   const { sha256: _s, ...source } = ref;
@@ -115,9 +122,7 @@ const CHEAP_STEP_S = 0.25;
 export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes> {
   const started = now();
   const specs = plan.tasks.map((t) => t.spec);
-  const stitch =
-    specs.find((s): s is StitchTask => s.kind === "stitch" && s.front !== s.back) ??
-    specs.find((s): s is StitchTask => s.kind === "stitch");
+  const stitch = betweenCheckpoints(specs).find((s) => s.front !== s.back) ?? betweenCheckpoints(specs)[0];
   if (!stitch) throw new Error("nothing to estimate: the plan has no stitch task");
   // The IRI sets of that stitch's front: its points are in its own list (across architectures the
   // control's front, B, has other names).
@@ -194,10 +199,8 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
     // Stitching steps, per mode, as the task trains: three steps of one epoch (the first not
     // counted); the least-squares start on as many images, scaled to the config's.
     const stepsOf = (mode: "standard" | "iris") => {
-      const task =
-        specs.find(
-          (x): x is StitchTask => x.kind === "stitch" && stitchModeOf(x.config.mode) === mode && x.front !== x.back,
-        ) ?? specs.find((x): x is StitchTask => x.kind === "stitch" && stitchModeOf(x.config.mode) === mode);
+      const ofMode = betweenCheckpoints(specs).filter((x) => stitchModeOf(x.config.mode) === mode);
+      const task = ofMode.find((x) => x.front !== x.back) ?? ofMode[0];
       if (!task) return { step: 0, before: 0, lstsqImages: 1, images: 1, score: 0 };
       // The task's own config; its IRIs stand in as real images of the same shape (the probe
       // times steps, not what they learn).
@@ -349,6 +352,10 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
           ? steps * perStep * p.stitchStep.standard
           : n * p.frozenPerImage + steps * perStep * p.stitchStep.iris) +
         p.scorePerImage * test;
+    } else if (s.kind === "train" && s.config.epochs === 0) {
+      // A null front at its initialisation: built, and scored once on the test set.
+      stitch.seconds +=
+        p.loadModel + p.loadTrain + p.loadTest + p.scorePerImage * (s.config.testLimit ?? ALL_TEST_IMAGES);
     } else throw new Error("the estimate covers checkpoints only (this plan trains models)");
   }
   return { seconds: iris.seconds + stitch.seconds, iris, stitch, probe: p };
@@ -363,7 +370,7 @@ function probeKey(plan: Plan, device: Device): string {
     const st = existsSync(file) ? statSync(file) : null;
     return { src, size: st?.size ?? null, mtime: st?.mtimeMs ?? null };
   };
-  const stitches = specs.filter((s): s is StitchTask => s.kind === "stitch");
+  const stitches = betweenCheckpoints(specs);
   const what = {
     probe: 4,
     models: [...new Set(stitches.flatMap((s) => [JSON.stringify(models(s.front)), JSON.stringify(models(s.back))]))],
@@ -406,7 +413,7 @@ export async function probeFor(
     mkdirSync(dirname(kept), { recursive: true });
     writeFileAtomic(kept, [`${JSON.stringify(probe, null, 2)}\n`]);
   }
-  const stitch = plan.tasks.map((t) => t.spec).find((s): s is StitchTask => s.kind === "stitch");
+  const stitch = betweenCheckpoints(plan.tasks.map((t) => t.spec))[0];
   const back = stitch ? loadCheckpoint(sourceOf(stitch.back)) : null;
   const order = back ? back.model.stitchPoints.map((x) => x.name) : [];
   back?.model.dispose();

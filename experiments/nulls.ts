@@ -10,6 +10,7 @@
 // and the report take them as they take any other; the reading reads each real pair against them
 // (beyondChance). A null needs a recipe: a front loaded from a file has none, so it gets no nulls,
 // and the plan says so.
+
 import { beyondChance, type ChanceRow, isNullRelation, NULL_PREFIX } from "../report/chance.js";
 import { formatInterval, type SummaryRow } from "../report/summary.js";
 import { stitchModeWords } from "../stitch/config.js";
@@ -36,7 +37,8 @@ function nullSpec(front: TrainedModelSpec, kind: NullKind): TrainedModelSpec {
  * points and stitching data (the cross-bias pair's are marked, so its nulls are scored marked).
  */
 export function withNulls(exp: Experiment): { experiment: Experiment; notes: string[] } {
-  const kinds = (exp.nulls ?? []) as NullKind[];
+  const kinds = (exp.nulls?.kinds ?? []) as NullKind[];
+  const { modes, replicates } = exp.nulls ?? {};
   // Expanded once: an experiment that holds null pairs already is returned as it is.
   if (kinds.length === 0 || exp.pairs.some((p) => isNullRelation(p.relation))) return { experiment: exp, notes: [] };
   // A null pair shares its back, data and points with the pairs it stands beside; a pair's own
@@ -82,7 +84,8 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
         const mine = pair.points === undefined ? expPoints : pair.points === "all" ? null : pair.points;
         const theirs = had.points === undefined ? expPoints : had.points === "all" ? null : had.points;
         had.points = mine && theirs ? [...new Set([...theirs, ...mine])] : "all";
-        had.replicates = Math.max(had.replicates ?? exp.replicates, pair.replicates ?? exp.replicates);
+        if (replicates === undefined)
+          had.replicates = Math.max(had.replicates ?? exp.replicates, pair.replicates ?? exp.replicates);
         continue;
       }
       nullPairs.set(key, {
@@ -91,7 +94,12 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
         relation: nullRelation(kind),
         ...(pair.points !== undefined ? { points: pair.points } : {}),
         ...(pair.frontPoints !== undefined ? { frontPoints: pair.frontPoints } : {}),
-        ...(pair.replicates !== undefined ? { replicates: pair.replicates } : {}),
+        ...(replicates !== undefined
+          ? { replicates }
+          : pair.replicates !== undefined
+            ? { replicates: pair.replicates }
+            : {}),
+        ...(modes !== undefined ? { modes } : pair.modes !== undefined ? { modes: pair.modes } : {}),
         ...(pair.shortcut !== undefined ? { shortcut: pair.shortcut } : {}),
       });
     }

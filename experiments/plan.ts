@@ -370,6 +370,7 @@ export function planReplicate(
   const excess = exp.excess === true ? shortcut : exp.excess || null;
   const adversarial = adversarialOf(pair, exp);
   const backPoints = (m.points[pair.back] as { points: string[] }).points;
+  const modes = pair.modes ?? exp.modes;
   // The back is shared unless replicateBack; the front is the replicate's own, except in the
   // identical pair, whose front is its back (replicates then differ in IRI and stitching seeds).
   const backRef = replicaRef(m, ctx, pair.back, r, exp.replicateBack);
@@ -383,7 +384,7 @@ export function planReplicate(
     const frontPoint = frontPointOf(pair, point);
     const at = frontPoint === point ? point : `${frontPoint} -> ${point}`;
     let irisKey: string | null = null;
-    if (exp.modes.includes("iris")) {
+    if (modes.includes("iris")) {
       // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is
       // the resolved one (the schema's default where the file gives none) + REPLICATE_SEED_STRIDE r.
       const {
@@ -400,7 +401,7 @@ export function planReplicate(
       irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${pair.front} @ ${frontPoint}${rep(r)}`, spec });
     }
     for (const objective of objectives)
-      for (const mode of exp.modes)
+      for (const mode of modes)
         for (const seed of exp.seeds) {
           // Resolved as the stitch command resolves its flags (stitch/config.ts). Adversarial
           // stitching trains on real images: standard runs only.

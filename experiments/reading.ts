@@ -9,6 +9,7 @@ import { maxExcessAgreement } from "../metrics/excess.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
 import { rAuA } from "../metrics/raua.js";
 import { isNullRelation } from "../report/chance.js";
+import { groundingLines, groundingRows } from "../report/grounding.js";
 import {
   formatInterval,
   groupBy,
@@ -495,6 +496,8 @@ export function reading(
   }
   // Each pair against its null fronts, where the experiment has them (experiments/nulls.ts).
   out.push(...chanceLines(summary));
+  // How each measure ranks fronts of graded, measured reliance (a grounding study's pairs only).
+  out.push(...groundingLines(groundingRows(rows)));
   // Each other pair against cross-seed (the paper's baseline of functional similarity), per
   // objective, from the middle point on.
   if (pairs.includes("cross-seed") && points.length >= 1) {

@@ -25,6 +25,13 @@ function bestAccuracy(acc: Record<string, number> | undefined): number | null {
   return vs.length ? Math.max(...vs) : null;
 }
 
+/** A shortcut model's reliance on its marker: accuracy on marked minus on rolled test images (report/grounding.ts); null without both. */
+function markerReliance(acc: Record<string, number> | undefined): number | null {
+  const marked = acc?.marked;
+  const rolled = acc?.rolled;
+  return marked !== undefined && rolled !== undefined && Number.isFinite(marked - rolled) ? marked - rolled : null;
+}
+
 /** The number of classes the stitches were scored on (10 when none has finished). */
 function numClassesOf(plan: Plan, cache: string): number {
   for (const s of plan.stitches) {
@@ -108,6 +115,7 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       seed: s.seed,
       replicate: s.replicate,
       front_accuracy: bestAccuracy(r.front.accuracies),
+      front_reliance: markerReliance(r.front.accuracies),
       front_alone_accuracy: r.frontAlone?.accuracy ?? null,
       front_alone_agreement_prob: r.frontAlone?.agreementProbability ?? null,
       agreement_prob_se: r.scores.agreementProbabilitySe ?? null,

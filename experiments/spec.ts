@@ -65,12 +65,15 @@ const loadedModelSchema = modelSourceSchema;
 
 const pointsSchema = z.union([z.literal("all"), z.array(z.string()).min(1)]);
 
+const modesSchema = z.array(z.enum(STITCH_MODE_NAMES).transform((m) => stitchModeOf(m) as "standard" | "iris")).min(1);
+
 const pairSchema = z
   .object({
     front: z.string(),
     back: z.string(),
     relation: z.string().describe("what the pair is: identical, cross-seed, cross-bias, robust-vs-clean, ..."),
     points: pointsSchema.optional().describe("overrides the experiment's points for this pair"),
+    modes: modesSchema.optional().describe("overrides the experiment's modes for this pair"),
     frontPoints: z
       .record(z.string(), z.string())
       .optional()
@@ -125,11 +128,7 @@ export const experimentSchema = z
     pairs: z.array(pairSchema).min(1),
     points: pointsSchema.default("all"),
     objectives: z.array(z.string()).min(1).default(["slm", "fula"]).describe("hlm, slm, dm, fula, or weighted sums"),
-    modes: z
-      .array(z.enum(STITCH_MODE_NAMES).transform((m) => stitchModeOf(m) as "standard" | "iris"))
-      .min(1)
-      .default(["standard", "iris"])
-      .describe("standard and/or invariance-aware (also written iris)"),
+    modes: modesSchema.default(["standard", "iris"]).describe("standard and/or invariance-aware (also written iris)"),
     seeds: z.array(seedSchema).min(1).default([0]).describe("stitching seeds (batch order)"),
     replicates: int(1)
       .max(1000, "at most 1000")
@@ -151,10 +150,26 @@ export const experimentSchema = z
         "also score on test sets with class-consistent markers and with rolled ones (excess agreement): a marker kind, or true for each pair's own shortcut",
       ),
     nulls: z
-      .array(z.enum(NULL_KINDS))
-      .default([])
+      .union([
+        z
+          .array(z.enum(NULL_KINDS))
+          .transform((kinds): { kinds: typeof kinds; modes?: ("standard" | "iris")[]; replicates?: number } => ({
+            kinds,
+          })),
+        z
+          .object({
+            kinds: z.array(z.enum(NULL_KINDS)).min(1),
+            modes: modesSchema.optional().describe("the null pairs' modes (default: the experiment's)"),
+            replicates: int(1)
+              .max(1000, "at most 1000")
+              .optional()
+              .describe("the null pairs' replicates (default: those of the pairs they stand beside)"),
+          })
+          .strict(),
+      ])
+      .default({ kinds: [] })
       .describe(
-        "null fronts stitched into each pair's back at its points, to read every score against chance: untrained (the front's recipe at epoch 0), permuted (its recipe on labels shuffled across images)",
+        "null fronts stitched into each pair's back at its points, to read every score against chance: untrained (the front's recipe at epoch 0), permuted (its recipe on labels shuffled across images); a list of kinds, or {kinds, modes, replicates}",
       ),
     iris: irisSchema.prefault({}),
     stitch: stitchSchema.prefault({}),

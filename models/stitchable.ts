@@ -116,7 +116,29 @@ export abstract class StitchableModel extends Module {
       if (keep && s.point && keep.has(s.point.name)) keep.set(s.point.name, out);
       return out;
     });
-    return runInOrder(h, steps, keep ? (t) => [...keep.values()].includes(t) : undefined);
+    const out = runInOrder(h, steps, keep ? (t) => [...keep.values()].includes(t) : undefined);
+    // What leaves the model leaves in the form callers read (leaving): the last output and the kept ones.
+    const left = new Map<Tensor, Tensor>();
+    const leave = (t: Tensor) => {
+      const had = left.get(t);
+      if (had) return had;
+      const l = this.leaving(t);
+      left.set(t, l);
+      return l;
+    };
+    if (keep) for (const [k, t] of keep) keep.set(k, leave(t));
+    const result = leave(out);
+    for (const [t, l] of left) if (l !== t && t !== h) t.dispose();
+    return result;
+  }
+
+  /**
+   * A stage's output as it leaves the model (a point's features, the last stage's output). Stages
+   * may hand each other a form only they read (models/onnx/blocked.ts: oneDNN's blocked layout);
+   * here it becomes an ordinary tensor. The zoo's stages hand on ordinary tensors: the same one.
+   */
+  protected leaving(t: Tensor): Tensor {
+    return t;
   }
 
   forward(x: Tensor): Tensor {

@@ -2,7 +2,7 @@
 // relations start "null:"): where a score is beyond chance. The reading words it
 // (experiments/nulls.ts chanceLines) and the report draws the band (report/charts.ts).
 import type { Interval } from "../metrics/interval.js";
-import type { SummaryRow } from "./summary.js";
+import { agreementInterval, type SummaryRow } from "./summary.js";
 
 export const NULL_PREFIX = "null:";
 export const isNullRelation = (relation: string): boolean => relation.startsWith(NULL_PREFIX);
@@ -29,6 +29,9 @@ export interface ChanceRow {
 }
 
 /**
+ * Intervals as compare's verdict takes them (summary.ts agreementInterval): over replicates, or
+ * for a pair of one replicate whose standard error was recorded, over the test images (compare's
+ * default; a null's band is over its replicates, each its own initialisation or training run).
  * Each real pair's agreement against its nulls (the null pairs with its back, at its point, mode
  * objective and test data): beyond chance only where the pair's 95% lower bound clears the
  * highest null's upper bound.
@@ -39,7 +42,7 @@ export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
   const out: ChanceRow[] = [];
   for (const s of summary) {
     if (isNullRelation(s.pair) || s.pair === "identical") continue;
-    const score = s.scores.agreement_prob;
+    const score = agreementInterval(s);
     if (!Number.isFinite(score.mean)) continue;
     const top = nulls
       .filter(
@@ -51,7 +54,7 @@ export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
           n.test_data === s.test_data &&
           Number.isFinite(n.scores.agreement_prob.mean),
       )
-      .map((n) => ({ ...n.scores.agreement_prob, pair: n.pair }))
+      .map((n) => ({ ...agreementInterval(n), pair: n.pair }))
       .sort((a, b) => upper(b) - upper(a))[0];
     if (!top) continue;
     out.push({
@@ -64,7 +67,7 @@ export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
       objective: s.objective,
       score,
       null: top,
-      // A pair without an interval (one replicate) is not beyond anything: its spread is unknown.
+      // A pair without an interval (one replicate, no standard error) is not beyond anything: its spread is unknown.
       beyond: Number.isFinite(score.halfWidth) && score.mean - score.halfWidth > upper(top),
     });
   }

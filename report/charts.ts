@@ -4,6 +4,7 @@
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
 import { beyondChance, nullBand as nullBandOf } from "./chance.js";
+import { groundingRows } from "./grounding.js";
 import { groupKey, rowKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
@@ -315,6 +316,60 @@ export function reportFigures(rows: StitchRow[], summary: SummaryRow[] = summari
       yTitle: "excess agreement",
       reference: { value: 0 },
     }),
+    groundingFigure(rows),
   ];
   return figures.filter((f): f is Figure => f !== null);
+}
+
+/**
+ * A grounding study's answer (report/grounding.ts): each measure's Spearman rho with the fronts'
+ * reliance, mean and 95% interval over replicates, one panel per point; null elsewhere.
+ */
+function groundingFigure(rows: StitchRow[]): Figure | null {
+  const g = groundingRows(rows);
+  if (g.length === 0) return null;
+  const values = g.map((r) => ({
+    point: r.point,
+    pointIndex: r.pointIndex,
+    measure:
+      r.measure === "cka"
+        ? "CKA"
+        : `${MODE_LABELS[r.measure.split(" ")[0] as string] ?? ""} ${r.measure.split(" ")[1]?.toUpperCase()}`,
+    rho: r.rho.mean,
+    // One replicate has no interval: its bar is its point.
+    lo: Number.isFinite(r.rho.lo) ? Math.max(-1, r.rho.lo) : r.rho.mean,
+    hi: Number.isFinite(r.rho.hi) ? Math.min(1, r.rho.hi) : r.rho.mean,
+  }));
+  const points = distinct(values.sort((a, b) => a.pointIndex - b.pointIndex).map((v) => v.point));
+  return {
+    name: "grounding",
+    title: "Grounding: rank correlation with reliance on the marker",
+    caption:
+      "For each measure, Spearman's rank correlation between its score and each front's measured reliance on its shortcut marker " +
+      "(accuracy on marked minus rolled test images), within each replicate's fronts; the dot is the mean over replicates, the bar " +
+      "its 95% interval. More reliance should mean less similarity, so a faithful measure sits left of 0, and the further left the better it ranks.",
+    spec: {
+      $schema: SCHEMA,
+      data: { values },
+      facet: { column: { field: "point", type: "nominal", sort: points, title: "stitch point" } },
+      spec: {
+        width: 220,
+        layer: [
+          { mark: { type: "rule", color: "#999999" }, encoding: { x: { datum: 0 } } },
+          {
+            mark: { type: "errorbar", ticks: true },
+            encoding: {
+              y: { field: "measure", type: "nominal", title: null },
+              x: { field: "lo", type: "quantitative", scale: { domain: [-1, 1] }, title: "Spearman rho with reliance" },
+              x2: { field: "hi" },
+            },
+          },
+          {
+            mark: { type: "point", filled: true, size: 50 },
+            encoding: { y: { field: "measure", type: "nominal" }, x: { field: "rho", type: "quantitative" } },
+          },
+        ],
+      },
+    } as TopLevelSpec,
+  };
 }

@@ -34,6 +34,7 @@ export const CSV_COLUMNS = [
   "front_alone_agreement_prob",
   "agreement_prob_se",
   "threads",
+  "front_reliance",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

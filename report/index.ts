@@ -4,6 +4,7 @@ export { CSV_COLUMNS, csvField, resultsCsv } from "./csv.js";
 export { escapeHtml, type PageFigure, reportHtml } from "./html.js";
 export { type Rendered, renderFigure, renderSvg } from "./render.js";
 export {
+  agreementInterval,
   formatInterval,
   groupBy,
   groupKey,

@@ -128,3 +128,18 @@ export function formatInterval(i: Interval | undefined, digits = 3): string {
     ? `${i.mean.toFixed(digits)} ± ${i.halfWidth.toFixed(digits)}`
     : i.mean.toFixed(digits);
 }
+
+/** The normal quantile of a two-sided 95% interval over the test images. */
+const Z_975 = 1.959964;
+
+/**
+ * A summary row's agreement with its interval: over replicates where there are several; with one,
+ * mean +- 1.96 standard errors over the test images (what another draw of test images would give).
+ */
+export function agreementInterval(row: SummaryRow): Interval {
+  const over = row.scores.agreement_prob;
+  const se = row.agreementProbSe ?? Number.NaN;
+  if (row.n > 1 || !Number.isFinite(se) || !Number.isFinite(over.mean)) return over;
+  const halfWidth = Z_975 * se;
+  return { ...over, halfWidth, lo: over.mean - halfWidth, hi: over.mean + halfWidth };
+}

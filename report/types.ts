@@ -42,6 +42,12 @@ export interface StitchRow {
   /** The front model's best recorded accuracy (clean or marked; null when its checkpoint records none). */
   front_accuracy: number | null;
   /**
+   * The front's reliance on its shortcut marker: its own accuracy on test images with
+   * class-consistent markers minus with rolled ones (null: a front with no such markers, or runs
+   * made before it was recorded). What the grounding study ranks measures against (report/grounding.ts).
+   */
+  front_reliance?: number | null;
+  /**
    * The "Front" end of the reference's curves: A alone (its own head, no T) on this row's test
    * set, its accuracy and its agreement probability with B; null when their classes differ (or
    * for runs made before these were recorded). The "End" is B itself: agreement 1, back_accuracy.

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { writeFileAtomic } from "../io/files.js";
 import { reportFigures } from "./charts.js";
 import { resultsCsv } from "./csv.js";
+import { groundingCsv, groundingRows } from "./grounding.js";
 import { type PageFigure, reportHtml } from "./html.js";
 import { renderFigure } from "./render.js";
 import { summarize, summaryCsv } from "./summary.js";
@@ -54,6 +55,9 @@ export async function writeReport(input: ReportInput, outDir: string): Promise<W
   const csv = join(outDir, "results.csv");
   writeFileAtomic(csv, [resultsCsv(input.rows)]);
   writeFileAtomic(join(outDir, "summary.csv"), [summaryCsv(summary)]);
+  // A grounding study's rank correlations (none written elsewhere).
+  const grounding = groundingRows(input.rows);
+  if (grounding.length) writeFileAtomic(join(outDir, "grounding.csv"), [groundingCsv(grounding)]);
   const html = join(outDir, "report.html");
   writeFileAtomic(html, [reportHtml(input, page, summary)]);
   return { html, csv, figures: page.map((f) => f.name) };

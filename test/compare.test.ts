@@ -172,6 +172,39 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
   const again = runCli(["run", yaml, "--out", out, "--cache", cache]);
   assert.equal(again.status, 0, again.stderr);
   assert.equal(readFileSync(join(out, "results.csv"), "utf8"), results);
+  // --nulls: A's architecture at its initialisation into B, standard only, three initialisations;
+  // the reading reads A -> B against it; the verdicts stay A -> B's and the control's.
+  const nullOut = join(tmp, "out-nulls");
+  const nullArgs = [...args.map((a) => (a === out ? nullOut : a)), "--nulls"];
+  const withNulls = runCli(nullArgs);
+  assert.equal(withNulls.status, 0, withNulls.stderr);
+  assert.match(withNulls.stdout, /mine~untrained -> theirs \(null:untrained\), 3 replicates, standard only$/m);
+  assert.match(
+    withNulls.stdout,
+    /^ {2}models\s+3 to build: resnet18 width 0\.0625 at its initialisation \(a null front\)$/m,
+  );
+  assert.match(
+    withNulls.stdout,
+    /^- Against chance, A->B \(standard SLM\): (beyond chance|not beyond chance|beyond chance at .*) \(layer1\.0 /m,
+  );
+  // --json (from the cache): the chance rows beside the verdicts.
+  const nullJson = runCli([...nullArgs, "--json"]);
+  assert.equal(nullJson.status, 0, nullJson.stderr);
+  const answered = JSON.parse(nullJson.stdout) as {
+    verdicts: { relation: string }[];
+    chance: { pair: string; point: string; null: { pair: string; n: number } }[];
+  };
+  assert.deepEqual(
+    answered.verdicts.map((v) => v.relation),
+    ["A->B", "identical"],
+  );
+  assert.deepEqual(
+    answered.chance.map((c) => [c.pair, c.point, c.null.pair, c.null.n]),
+    [
+      ["A->B", "layer1.0", "null:untrained", 3],
+      ["A->B", "layer4.1", "null:untrained", 3],
+    ],
+  );
 });
 
 test("README: the compare command as written, on torchvision-made checkpoints (with small sizes added)", {

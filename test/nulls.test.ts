@@ -21,6 +21,7 @@ import * as torch from "../torch/index.js";
 import { trainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+import { stitchRow } from "./helpers/rows.js";
 
 const dir = mkdtempSync(join(tmpdir(), "stitchlab-nulls-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -69,7 +70,7 @@ test("nulls become models and pairs: one model per recipe (the Pixel front's is 
       ["clean-s1~permuted", "clean-s0", "null:permuted", "pixel"],
     ],
   );
-  assert.equal(withNulls({ ...exp, nulls: [] }).experiment.pairs.length, 3, "none asked, none made");
+  assert.equal(withNulls({ ...exp, nulls: { kinds: [] } }).experiment.pairs.length, 3, "none asked, none made");
   assert.equal(withNulls(experiment).experiment, experiment, "expanded once");
   // Two pairs of one front and back with overlapping points: one null pair holding every point,
   // so that no null replicate is counted twice at a shared point.
@@ -121,42 +122,60 @@ test("nulls become models and pairs: one model per recipe (the Pixel front's is 
   ]);
 });
 
+test("nulls as {kinds, modes, replicates}: the null pairs take those, and a pair's own modes plan only those", () => {
+  const exp = parseExperiment(
+    DEMO_LIKE.replace(
+      "nulls: [untrained, permuted]",
+      "nulls: { kinds: [untrained], modes: [standard], replicates: 3 }",
+    ),
+    join(dir, "nulls.yaml"),
+  );
+  const { experiment } = withNulls(exp);
+  const nulls = experiment.pairs.filter((p) => p.relation.startsWith("null:"));
+  assert.deepEqual(
+    nulls.map((p) => [p.relation, p.modes, p.replicates, p.shortcut ?? "clean"]),
+    [
+      ["null:untrained", ["standard"], 3, "clean"],
+      ["null:untrained", ["standard"], 3, "pixel"],
+    ],
+  );
+  const plan = planExperiment(exp, join(dir, "nulls.yaml"));
+  const nullStitches = plan.stitches.filter((s) => s.relation.startsWith("null:"));
+  // Two stitching data x three replicates x one point, standard only; no IRI set for a null.
+  assert.equal(nullStitches.length, 2 * 3);
+  assert.ok(nullStitches.every((s) => s.mode === "standard" && s.irisKey === null));
+  assert.equal(plan.tasks.filter((t) => t.kind === "iris" && t.label.includes("~")).length, 0);
+  // The real pairs keep both modes.
+  assert.deepEqual([...new Set(plan.stitches.filter((s) => s.relation === "cross-seed").map((s) => s.mode))].sort(), [
+    "iris",
+    "standard",
+  ]);
+  assert.throws(
+    () =>
+      parseExperiment(
+        DEMO_LIKE.replace("nulls: [untrained, permuted]", "nulls: { kinds: [untrained], modes: [fast] }"),
+        join(dir, "n.yaml"),
+      ),
+    /nulls/,
+  );
+});
+
 /** Rows of a pair (or a null) with `values[replicate][point]` at layer2.1 and layer4.1, invariance-aware SLM. */
 function rows(pair: string, values: number[][], front = pair): StitchRow[] {
   const points = ["layer2.1", "layer4.1"];
   return values.flatMap((perPoint, replicate) =>
-    perPoint.map(
-      (v, i) =>
-        ({
-          front,
-          back: "clean-s0",
-          pair,
-          point: points[i],
-          pointIndex: i + 4,
-          objective: "slm",
-          mode: "iris",
-          accuracy: 0.9,
-          back_accuracy: 0.9,
-          hard_agreement: v,
-          agreement_prob: v,
-          hard_error_consistency: 0.5,
-          soft_error_consistency: 0.5,
-          cka: 0.8,
-          excess_agreement: null,
-          test_data: "clean",
-          iri_residual: 0.2,
-          bn_mode: "eval",
-          epochs: 1,
-          seed: 0,
-          replicate,
-          front_accuracy: 0.9,
-          train_steps: 1,
-          threads: "1",
-          robust_accuracy: null,
-          robust_agreement_prob: null,
-          front_alone_accuracy: null,
-          front_alone_agreement_prob: null,
-        }) as StitchRow,
+    perPoint.map((v, i) =>
+      stitchRow({
+        front,
+        pair,
+        point: points[i],
+        pointIndex: i + 4,
+        objective: "slm",
+        mode: "iris",
+        hard_agreement: v,
+        agreement_prob: v,
+        replicate,
+      }),
     ),
   );
 }

@@ -14,6 +14,7 @@ import { fileURLToPath } from "node:url";
 import * as ort from "onnxruntime-node";
 import { isStitchlabCheckpoint, loadCheckpoint } from "../models/checkpoint.js";
 import { importModel } from "../models/import.js";
+import { blockedNodes } from "../models/onnx/blocked.js";
 import { OnnxModel } from "../models/onnx/model.js";
 import { OPS, type OpCall, type OpFn } from "../models/onnx/ops.js";
 import { onnx } from "../models/onnx/proto.js";
@@ -166,6 +167,64 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
       }
     });
   }
+
+  test("a forward pass with no gradient runs convolutions blocked (oneDNN's layout): the dense path's values, packed weights renewed when written", () => {
+    const model = new OnnxModel(join(dir(), "resnet18.onnx"));
+    const dense = <T>(f: () => T): T => {
+      process.env.STITCHLAB_ONNX_BLOCKED = "0";
+      try {
+        return f();
+      } finally {
+        delete process.env.STITCHLAB_ONNX_BLOCKED;
+      }
+    };
+    try {
+      model.eval();
+      const x = torch.rand([4, 3, 32, 32]);
+      const run = () => torch.noGrad(() => model.forwardIntermediates(x, ["layer2.1"]));
+      const before = blockedNodes.count;
+      const fast = run();
+      assert.ok(blockedNodes.count - before >= 20, `${blockedNodes.count - before} nodes ran blocked`);
+      const slow = dense(run);
+      assert.ok(relError(values(fast.logits), values(slow.logits)) < 1e-5, "logits");
+      const f = fast.features["layer2.1"] as Tensor;
+      assert.equal(f.isMkldnn(), false, "a point leaves the graph dense");
+      assert.ok(relError(values(f), values(slow.features["layer2.1"] as Tensor)) < 1e-5, "layer2.1");
+      // A weight written in place (an optimiser's step, a loaded state dict) is packed again.
+      const conv = model.namedParameters().find(([, w]) => w.shape.length === 4)?.[1];
+      assert.ok(conv);
+      torch.noGrad(() => conv.mul_(0.5));
+      const written = torch.noGrad(() => model.forward(x));
+      const writtenDense = dense(() => torch.noGrad(() => model.forward(x)));
+      assert.ok(relError(values(written), values(writtenDense)) < 1e-5, "after an in-place write");
+      assert.ok(relError(values(written), values(slow.logits)) > 1e-3, "the write changed the logits");
+      // With a gradient, or batch norm on batch statistics (standard stitching's adapt), the dense path.
+      const counted = blockedNodes.count;
+      const xg = x.detach().requiresGrad_(true);
+      const withGrad = model.forward(xg);
+      assert.equal(blockedNodes.count, counted, "nothing blocked where autograd records");
+      assert.ok(relError(values(withGrad), values(writtenDense)) < 1e-5);
+      model.train();
+      const adapt = torch.noGrad(() => model.forward(x));
+      const adaptDense = dense(() => torch.noGrad(() => model.forward(x)));
+      assert.ok(relError(values(adapt), values(adaptDense)) < 1e-5, "batch statistics");
+      torch.dispose([
+        x,
+        fast.logits,
+        fast.features,
+        slow.logits,
+        slow.features,
+        written,
+        writtenDense,
+        xg,
+        withGrad,
+        adapt,
+        adaptDense,
+      ]);
+    } finally {
+      model.dispose();
+    }
+  });
 
   test("an exported torchvision ResNet-18 has the zoo's stitch points", () => {
     const model = new OnnxModel(join(dir(), "resnet18.onnx"));

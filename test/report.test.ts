@@ -58,6 +58,7 @@ const ALL_COLUMNS = [
   "front_alone_agreement_prob",
   "agreement_prob_se",
   "threads",
+  "front_reliance",
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {

@@ -279,6 +279,7 @@ const EXTRAS: Record<string, Record<string, Extra>> = {
     "robustEval.stepSize": EVALUATED,
     imageSize: { value: { argv: ["--image-size", "28"], value: 28 } },
     markerScale: { ...MARKED, parts: { model: { shortcut: "pixel" } } },
+    markerAgreement: { ...MARKED, parts: { model: { shortcut: "pixel" } } },
     "simclr.epochs": { argv: ["--method", "simclr"], parts: { model: { method: "simclr" } } },
     "simclr.temperature": { argv: ["--method", "simclr"], parts: { model: { method: "simclr" } } },
   },

@@ -24,6 +24,8 @@ export interface NativeAddon {
   shape(h: Handle): number[];
   strides(h: Handle): number[];
   isContiguous(h: Handle): boolean;
+  tensorVersion(h: Handle): number;
+  isMkldnn(h: Handle): boolean;
   dtype(h: Handle): number;
   device(h: Handle): string;
   item(h: Handle): number | boolean;

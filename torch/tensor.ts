@@ -328,6 +328,14 @@ export class Tensor implements Disposable {
   isContiguous(): boolean {
     return native.isContiguous(this.handle);
   }
+  /** The in-place version counter (tensor._version): changes with every in-place write. */
+  version(): number {
+    return native.tensorVersion(this.handle);
+  }
+  /** Whether the tensor is in oneDNN's opaque blocked layout (tensor.is_mkldnn; models/onnx/blocked.ts). */
+  isMkldnn(): boolean {
+    return native.isMkldnn(this.handle);
+  }
   /** Element strides per dimension (tensor.stride()). */
   stride(): number[] {
     return native.strides(this.handle);

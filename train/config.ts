@@ -83,6 +83,14 @@ export const trainSettingsSchema = z
       .nullable()
       .default(null)
       .describe("train with this pixel shortcut in the images"),
+    markerAgreement: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(1)
+      .describe(
+        "with a pixel or pixel-loc shortcut: the fraction of training images whose marker is their class's; the rest carry a class drawn at random (1: the protocol's shortcut; lower grades the front's reliance on it, as the grounding study does)",
+      ),
     adversarial: pgdRecipeSchema.nullable().default(null).describe("Madry adversarial training (pixel units)"),
     robustEval: robustEvalSchema
       .omit({ eps: true })
@@ -139,6 +147,8 @@ export interface TrainConfig extends TrainData {
   model: string;
   modelOptions: ModelOptions;
   shortcut: ShortcutKind | null;
+  /** The fraction of training markers that agree with the label (data/shortcuts.ts); absent at 1, so earlier keys stand. */
+  markerAgreement?: number;
   adversarial: AdversarialConfig | null;
   seed: number;
   epochs: number;
@@ -186,6 +196,10 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
     throw new Error(
       "permuted labels make a front of another task on the clean images: it takes neither a shortcut (its markers would follow the shuffled labels) nor SimCLR",
     );
+  if (s.markerAgreement < 1 && s.shortcut !== "pixel" && s.shortcut !== "pixel-loc")
+    throw new Error(
+      `markerAgreement ${s.markerAgreement} grades a pixel or pixel-loc shortcut; this model has ${s.shortcut ? `a ${s.shortcut} shortcut, whose markers carry no class` : "no shortcut"}`,
+    );
   if (s.method === "simclr" && (s.adversarial || s.shortcut))
     throw new Error(
       "SimCLR pre-training takes neither adversarial training nor a shortcut (the paper's fronts have neither)",
@@ -198,6 +212,7 @@ export function resolveTrainConfig(s: TrainSettings, data: TrainData, device: De
     model: s.arch,
     modelOptions: { ...(s.options as ModelOptions), ...(s.width !== undefined ? { width: s.width } : {}) },
     shortcut: s.shortcut,
+    ...(s.markerAgreement < 1 ? { markerAgreement: s.markerAgreement } : {}),
     adversarial: s.adversarial,
     seed: s.seed,
     epochs: s.epochs,

@@ -267,6 +267,7 @@ function saveTrained(
     dataset: cfg.dataset,
     shortcut: cfg.shortcut,
     ...(cfg.shortcut ? { markerScale: cfg.markerScale } : {}),
+    ...(cfg.markerAgreement !== undefined ? { markerAgreement: cfg.markerAgreement } : {}),
     // randomStart is a boolean: CheckpointMeta types `adversarial` as numbers only.
     adversarial: cfg.adversarial ? { ...cfg.adversarial } : null,
     seed: cfg.seed,
@@ -321,7 +322,12 @@ export async function trainModel(
     // (dataloaders/shortcut_markers.py), seeded by (seed, epoch); it is painted onto the batch
     // after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
     const markers = cfg.shortcut
-      ? markerDraws(trainSet, { kind: cfg.shortcut, seed: cfg.seed, scale: cfg.markerScale })
+      ? markerDraws(trainSet, {
+          kind: cfg.shortcut,
+          seed: cfg.seed,
+          scale: cfg.markerScale,
+          ...(cfg.markerAgreement !== undefined ? { agreement: cfg.markerAgreement } : {}),
+        })
       : null;
     const model = own(buildModel(cfg, trainSet));
     if (cfg.simclr) simclrPhase(model, trainSet, { ...cfg, simclr: cfg.simclr }, norm, onProgress);

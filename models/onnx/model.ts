@@ -13,6 +13,7 @@ import { BatchNorm2d } from "../../nn/layers.js";
 import { inEvalMode, Module } from "../../nn/module.js";
 import * as torch from "../../torch/index.js";
 import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
+import { blockedReaders, blockedUsable, PackedWeights, runBlocked, toDense } from "./blocked.js";
 import { fuseGelu, graphScalars } from "./fuse.js";
 import { analyseGraph, type Cut, type GraphFacts, type GraphNode } from "./graph.js";
 import { isSupported, OPS, type OpCall, type OpFn } from "./ops.js";
@@ -52,6 +53,12 @@ class OnnxHead extends GraphTensors {
   }
 }
 
+/** A forward pass's blocked tensors (models/onnx/blocked.ts), and the dense copies made of them. */
+interface Blocked {
+  tensors: Set<Tensor>;
+  dense: Map<Tensor, Tensor>;
+}
+
 /** What the probe records: every tensor made, and every Shape node's values. */
 interface Hooks {
   onTensor?: (name: string, t: Tensor) => void;
@@ -83,6 +90,14 @@ export class OnnxModel extends StitchableModel {
   private readonly holder = new Map<string, GraphTensors>();
   /** BatchNormalization node index -> its module. */
   private readonly batchNorms = new Map<number, BatchNorm2d>();
+  /** Convolution weights packed for the blocked inference path (models/onnx/blocked.ts). */
+  private readonly packed = new PackedWeights();
+  /** Nodes whose every reader runs blocked (blocked.ts blockedReaders): where a blocked run may start. */
+  private get readersBlocked(): Set<number> {
+    this.#readersBlocked ??= blockedReaders(this.facts.nodes);
+    return this.#readersBlocked;
+  }
+  #readersBlocked: Set<number> | undefined;
   private readonly attrs: Record<string, AttrValue>[];
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
@@ -228,6 +243,11 @@ export class OnnxModel extends StitchableModel {
       this.dispose();
       throw e;
     }
+  }
+
+  /** A blocked stage output (models/onnx/blocked.ts) leaves the model dense; anything else as it is. */
+  protected override leaving(t: Tensor): Tensor {
+    return t.isMkldnn() ? toDense(t) : t;
   }
 
   /** A point by name; a module scope that ends at a point (layers lists it "also named") says which. */
@@ -435,6 +455,19 @@ export class OnnxModel extends StitchableModel {
     this.takeShapes(from.tensor, h, env, hooks, shapes);
     // Tensors made here, with how many names hold each (Identity and Dropout pass their input on as is).
     const made = new Map<Tensor, number>();
+    // A forward pass with no gradient on the CPU keeps runs of convolutions blocked (blocked.ts):
+    // the blocked tensors, and the dense copies made of them for other nodes (freed at the end).
+    const blocked: Blocked | null = useCache && blockedUsable(h) ? { tensors: new Set(), dense: new Map() } : null;
+    // A stage before this one may hand on a blocked tensor (StitchableModel.leaving turns it back
+    // for callers): read as blocked, or, where this run cannot be, as a dense copy.
+    if (h.isMkldnn()) {
+      if (blocked) blocked.tensors.add(h);
+      else {
+        h = toDense(h);
+        env.set(from.tensor, h);
+        made.set(h, 1);
+      }
+    }
     const nodes = this.facts.nodes.filter((n) => n.live && n.index > from.after && n.index <= to.after);
     const lastRead = new Map<string, number>();
     for (const n of nodes) for (const t of n.inputs) lastRead.set(t, n.index);
@@ -462,12 +495,12 @@ export class OnnxModel extends StitchableModel {
         env.set(name, t);
         return this.remember(shapes, node, name, t, env, made);
       }
-      this.runNode(node, value, env, made, hooks, shapes);
+      this.runNode(node, value, env, made, hooks, shapes, blocked);
       const t = env.get(name) ?? null;
       return t && this.remember(shapes, node, name, t, env, made);
     };
     for (const n of nodes) {
-      this.runNode(n, value, env, made, hooks, shapes);
+      this.runNode(n, value, env, made, hooks, shapes, blocked);
       for (const t of n.inputs) {
         const v = env.get(t);
         if (lastRead.get(t) !== n.index || !v || !made.has(v) || t === to.tensor) continue;
@@ -482,6 +515,14 @@ export class OnnxModel extends StitchableModel {
     }
     const out = env.get(to.tensor);
     if (!out) throw new Error(`${this.file}: no node between '${from.name}' and '${to.name}' made '${to.tensor}'`);
+    // The output stays blocked for the next stage, except at a cut the graph holds channels last
+    // (runBetween permutes it); the dense copies made on the way are freed.
+    if (blocked) for (const d of blocked.dense.values()) if (d !== out) d.dispose();
+    if (blocked?.tensors.has(out) && this.channelsLast.has(to.tensor)) {
+      const dense = toDense(out);
+      if (made.has(out)) out.dispose();
+      return dense;
+    }
     return out === h ? h.clone() : out;
   }
 
@@ -492,18 +533,37 @@ export class OnnxModel extends StitchableModel {
     made: Map<Tensor, number>,
     hooks: Hooks,
     cache: Map<string, Tensor> | undefined,
+    blocked: Blocked | null = null,
   ): void {
     const where = `node '${n.name}' (${n.opType})`;
     const bn = this.batchNorms.get(n.index);
     // A batch norm's weights and statistics are its module's; only its first input is read here.
-    const inputs = (bn ? n.inputs.slice(0, 1) : n.inputs).map(value);
+    let inputs = (bn ? n.inputs.slice(0, 1) : n.inputs).map(value);
     let outs: (Tensor | null)[];
     try {
-      if (bn) outs = [bn.forward(inputs[0] as Tensor)];
-      else {
-        const call: OpCall = { inputs, attrs: { ...this.attrs[n.index], __outputs: n.outputs.length }, where };
-        const r = (OPS[n.opType] as (c: OpCall) => Tensor | (Tensor | null)[])(call);
-        outs = Array.isArray(r) ? r : [r];
+      const call: OpCall = { inputs, attrs: { ...this.attrs[n.index], __outputs: n.outputs.length }, where };
+      const fast = blocked
+        ? torch.tidy(() =>
+            runBlocked(n, call, (t) => blocked.tensors.has(t), bn, this.packed, this.readersBlocked.has(n.index)),
+          )
+        : null;
+      if (fast && blocked) {
+        blocked.tensors.add(fast);
+        outs = [fast];
+      } else {
+        // Any other node reads dense tensors: a blocked input's dense copy, made once.
+        if (blocked)
+          inputs = inputs.map((t) => {
+            if (!t || !blocked.tensors.has(t)) return t;
+            const d = blocked.dense.get(t) ?? toDense(t);
+            blocked.dense.set(t, d);
+            return d;
+          });
+        if (bn) outs = [bn.forward(inputs[0] as Tensor)];
+        else {
+          const r = (OPS[n.opType] as (c: OpCall) => Tensor | (Tensor | null)[])({ ...call, inputs });
+          outs = Array.isArray(r) ? r : [r];
+        }
       }
     } catch (e) {
       const m = (e as Error).message;
@@ -581,6 +641,7 @@ export class OnnxModel extends StitchableModel {
   override dispose(): void {
     for (const c of this.byBatch.values()) torch.dispose([...c.values()]);
     this.byBatch.clear();
+    this.packed.dispose();
     super.dispose();
   }
 

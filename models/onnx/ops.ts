@@ -33,10 +33,10 @@ function need(c: OpCall, i: number): Tensor {
 export function ints(t: Tensor): number[] {
   return Array.from(t.toTypedArray() as ArrayLike<number | bigint>, Number);
 }
-const attrInt = (c: OpCall, k: string, d: number): number =>
+export const attrInt = (c: OpCall, k: string, d: number): number =>
   typeof c.attrs[k] === "number" ? (c.attrs[k] as number) : d;
 const attrFloat = attrInt;
-const attrInts = (c: OpCall, k: string): number[] | null =>
+export const attrInts = (c: OpCall, k: string): number[] | null =>
   Array.isArray(c.attrs[k]) ? (c.attrs[k] as number[]) : null;
 const attrString = (c: OpCall, k: string, d: string): string =>
   typeof c.attrs[k] === "string" ? (c.attrs[k] as string) : d;
@@ -59,20 +59,17 @@ const binary =
     call(aten, need(c, 0), need(c, 1));
 
 /**
- * The spatial padding of Conv and the pools: ONNX gives begin and end per axis (pads: [x1_begin,
- * x2_begin, ..., x1_end, x2_end, ...]) or auto_pad; ATen takes one symmetric value per axis. A
- * symmetric one is passed through; an asymmetric one pads explicitly first (with `fill`).
+ * The spatial padding of Conv and the pools as ONNX gives it, begin and end per axis (pads: [x1_begin,
+ * x2_begin, ..., x1_end, x2_end, ...]) or auto_pad, for input size `spatial`.
  */
-function spatialPadding(
+export function padsOf(
   c: OpCall,
-  x: Tensor,
+  spatial: number[],
   kernel: number[],
   strides: number[],
   dilations: number[],
-  fill: number,
-): { x: Tensor; padding: number[] } {
+): { begin: number[]; end: number[] } {
   const rank = kernel.length;
-  const spatial = x.shape.slice(2) as number[];
   let pads = attrInts(c, "pads") ?? new Array(2 * rank).fill(0);
   const auto = attrString(c, "auto_pad", "NOTSET");
   if (auto === "SAME_UPPER" || auto === "SAME_LOWER") {
@@ -86,8 +83,23 @@ function spatialPadding(
       pads[i + rank] = total - (pads[i] as number);
     }
   } else if (auto === "VALID") pads = new Array(2 * rank).fill(0);
-  const begin = pads.slice(0, rank);
-  const end = pads.slice(rank);
+  return { begin: pads.slice(0, rank), end: pads.slice(rank) };
+}
+
+/**
+ * The padding ATen takes, one symmetric value per axis: ONNX's (padsOf) where it is symmetric;
+ * an asymmetric one pads explicitly first (with `fill`).
+ */
+function spatialPadding(
+  c: OpCall,
+  x: Tensor,
+  kernel: number[],
+  strides: number[],
+  dilations: number[],
+  fill: number,
+): { x: Tensor; padding: number[] } {
+  const rank = kernel.length;
+  const { begin, end } = padsOf(c, x.shape.slice(2) as number[], kernel, strides, dilations);
   if (begin.every((b, i) => b === end[i])) return { x, padding: begin };
   // constant_pad_nd takes (last axis begin, last axis end, previous axis begin, ...).
   const torchPad: number[] = [];

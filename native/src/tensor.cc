@@ -326,6 +326,16 @@ static Napi::Value IsContiguous(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), unwrapTensor(info.Env(), info[0], "isContiguous").is_contiguous());
 }
 
+// The in-place version counter: bumped by every in-place write (an optimiser's step, copy_), so a
+// cache derived from a tensor (models/onnx/blocked.ts's packed weights) knows when it is stale.
+static Napi::Value Version(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(unwrapTensor(info.Env(), info[0], "version")._version()));
+}
+
+static Napi::Value IsMkldnn(const Napi::CallbackInfo& info) {
+  return Napi::Boolean::New(info.Env(), unwrapTensor(info.Env(), info[0], "isMkldnn").is_mkldnn());
+}
+
 static Napi::Value Dtype(const Napi::CallbackInfo& info) {
   at::Tensor& t = unwrapTensor(info.Env(), info[0], "dtype");
   return Napi::Number::New(info.Env(), static_cast<int>(t.scalar_type()));
@@ -370,6 +380,8 @@ void initTensor(Napi::Env env, Napi::Object exports) {
   exports.Set("shape", Napi::Function::New(env, Shape));
   exports.Set("strides", Napi::Function::New(env, Strides));
   exports.Set("isContiguous", Napi::Function::New(env, IsContiguous));
+  exports.Set("tensorVersion", Napi::Function::New(env, Version));
+  exports.Set("isMkldnn", Napi::Function::New(env, IsMkldnn));
   exports.Set("dtype", Napi::Function::New(env, Dtype));
   exports.Set("device", Napi::Function::New(env, Device));
   exports.Set("item", Napi::Function::New(env, Item));

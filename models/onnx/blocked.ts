@@ -1,0 +1,177 @@
+// Inference in oneDNN's blocked layout (issue 39: a graph's forward no slower than onnxruntime's).
+// Eager libtorch hands oneDNN each convolution's input in NCHW (or NHWC) and takes its output
+// back in the same layout, reordering both, and reorders the weights on every call; onnxruntime
+// keeps activations in a blocked layout (NCHWc) from one convolution to the next and its weights
+// packed once. PyTorch's own answer is torch.utils.mkldnn / optimize_for_inference: activations as
+// mkldnn tensors (oneDNN's opaque blocked layout) through convolution, batch norm, ReLU, addition
+// and pooling, and convolution weights reordered once. Measured on torchvision's ResNet-18 at 32 px,
+// batch 64, one thread (Zen 4, AVX-512): eager 33.7 ms, mkldnn tensors 21.6-22.3 ms, onnxruntime 28.3.
+//
+// Here the same, for a graph's forward pass where nothing needs a gradient (no autograd graph is
+// recorded: IRIs and stitching training take the ordinary path) on the CPU in float32: a run of
+// nodes the blocked layout serves (Conv in 2-d with symmetric padding, BatchNormalization in eval
+// mode, Relu, Add of two maps of one shape, MaxPool in 2-d, GlobalAveragePool) keeps its tensors
+// blocked; any other node gets its inputs back in the dense layout first, and so does the run's
+// output. The same oneDNN kernels compute the same sums (the zoo checks it against the dense path,
+// test/onnx.test.ts). STITCHLAB_ONNX_BLOCKED=0 turns it off (for comparisons).
+import type { BatchNorm2d } from "../../nn/layers.js";
+import * as torch from "../../torch/index.js";
+import type { GraphNode } from "./graph.js";
+import { attrInt, attrInts, type OpCall, padsOf } from "./ops.js";
+
+type Tensor = torch.Tensor;
+
+/** The nodes this path runs blocked (each with its own conditions: runBlocked). */
+const BLOCKED_OPS = new Set(["Conv", "BatchNormalization", "Relu", "Add", "MaxPool", "GlobalAveragePool"]);
+
+let built: boolean | undefined;
+/** Whether this libtorch has oneDNN (a build without it has no mkldnn tensors). */
+const mkldnnBuilt = (): boolean => (built ??= torch.buildInfo().mkldnn);
+
+/** The nodes whose every live reader is one this path serves (a graph with no reader: the output, dense). */
+export function blockedReaders(nodes: GraphNode[]): Set<number> {
+  const readers = new Map<string, GraphNode[]>();
+  for (const n of nodes) if (n.live) for (const t of n.inputs) readers.set(t, [...(readers.get(t) ?? []), n]);
+  const out = new Set<number>();
+  for (const n of nodes) {
+    const rs = n.outputs.flatMap((o) => readers.get(o) ?? []);
+    if (rs.length > 0 && rs.every((r) => BLOCKED_OPS.has(r.opType))) out.add(n.index);
+  }
+  return out;
+}
+
+/** Whether a forward pass from `x` may run blocked: the CPU, float32, no gradient recorded, not turned off. */
+export function blockedUsable(x: Tensor): boolean {
+  return (
+    process.env.STITCHLAB_ONNX_BLOCKED !== "0" &&
+    !torch.isGradEnabled() &&
+    x.device === "cpu" &&
+    x.dtype === "float32" &&
+    mkldnnBuilt()
+  );
+}
+
+/** A graph's convolution weights reordered for oneDNN, each kept until its source changes. */
+export class PackedWeights {
+  private readonly packed = new Map<string, { src: Tensor; version: number; packed: Tensor }>();
+
+  /** `w` (the node's weight tensor) packed for a convolution with these settings. */
+  get(name: string, w: Tensor, padding: number[], strides: number[], dilations: number[], groups: number): Tensor {
+    const had = this.packed.get(name);
+    // The same tensor object, not written in place since it was packed (an optimiser's step or a
+    // state dict's copy_ bumps its version); moved or replaced weights are other objects.
+    if (had && had.src === w && had.version === w.version()) return had.packed;
+    if (had) had.packed.dispose();
+    const packed = torch.keep(
+      torch.tidy(
+        () =>
+          torch.call(
+            "mkldnn_reorder_conv2d_weight",
+            torch.call("to_mkldnn", w.contiguous(), null),
+            padding,
+            strides,
+            dilations,
+            groups,
+          ) as Tensor,
+      ),
+    );
+    this.packed.set(name, { src: w, version: w.version(), packed });
+    return packed;
+  }
+
+  dispose(): void {
+    for (const p of this.packed.values()) p.packed.dispose();
+    this.packed.clear();
+  }
+}
+
+/** Nodes run blocked in this process (tests check that the path is taken). */
+export const blockedNodes = { count: 0 };
+
+export const toBlocked = (t: Tensor): Tensor => torch.call("to_mkldnn", t, null) as Tensor;
+export const toDense = (t: Tensor): Tensor => torch.call("to_dense", t, null) as Tensor;
+
+/**
+ * Node n run blocked, or null when this path does not serve it here (the caller runs it densely).
+ * `inputs` are the node's inputs as at hand (blocked or dense); `isBlocked` says which are blocked;
+ * `readersBlocked`: every node that reads n's output is one this path serves (blockedReaders).
+ */
+export function runBlocked(
+  n: GraphNode,
+  call: OpCall,
+  isBlocked: (t: Tensor) => boolean,
+  bn: BatchNorm2d | undefined,
+  weights: PackedWeights,
+  readersBlocked: boolean,
+): Tensor | null {
+  const out = blockedNode(n, call, isBlocked, bn, weights, readersBlocked);
+  if (out) blockedNodes.count++;
+  return out;
+}
+
+function blockedNode(
+  n: GraphNode,
+  call: OpCall,
+  isBlocked: (t: Tensor) => boolean,
+  bn: BatchNorm2d | undefined,
+  weights: PackedWeights,
+  readersBlocked: boolean,
+): Tensor | null {
+  if (!BLOCKED_OPS.has(n.opType)) return null;
+  const x = call.inputs[0];
+  if (x?.shape.length !== 4) return null;
+  // Only where the run is already blocked, or starts at a convolution whose every reader is run
+  // blocked too (where blocking pays for its reorders): a lone ReLU on a dense tensor stays dense,
+  // and so does a convolution read by a transpose (a ConvNeXt's stem and depthwise convolutions).
+  if (!isBlocked(x) && !(n.opType === "Conv" && readersBlocked)) return null;
+  const blocked = (t: Tensor) => (isBlocked(t) ? t : toBlocked(t));
+  switch (n.opType) {
+    case "Conv": {
+      const w = call.inputs[1];
+      if (w?.shape.length !== 4 || w.dtype !== "float32") return null;
+      const kernel = attrInts(call, "kernel_shape") ?? (w.shape.slice(2) as number[]);
+      const strides = attrInts(call, "strides") ?? [1, 1];
+      const dilations = attrInts(call, "dilations") ?? [1, 1];
+      const { begin, end } = padsOf(call, x.shape.slice(2) as number[], kernel, strides, dilations);
+      if (begin.some((b, i) => b !== end[i])) return null;
+      const groups = attrInt(call, "group", 1);
+      // Grouped (depthwise) convolutions stay dense: oneDNN's blocked ones were slower there (a
+      // small ConvNeXt's forward took 34.7 ms blocked against 10.4 dense, bench onnx).
+      if (groups !== 1) return null;
+      const packed = weights.get(n.inputs[1] as string, w, begin, strides, dilations, groups);
+      return torch.call(
+        "mkldnn_convolution",
+        blocked(x),
+        packed,
+        call.inputs[2] ?? null,
+        begin,
+        strides,
+        dilations,
+        groups,
+      ) as Tensor;
+    }
+    case "BatchNormalization":
+      // Eval mode only: batch statistics (standard stitching's adapt) take the dense path.
+      return bn && !bn.training ? bn.forward(x) : null;
+    case "Relu":
+      return torch.call("relu", x) as Tensor;
+    case "Add": {
+      const y = call.inputs[1];
+      if (y?.shape.length !== 4 || y.shape.some((d, i) => d !== x.shape[i])) return null;
+      return torch.call("add.Tensor", x, blocked(y), 1) as Tensor;
+    }
+    case "MaxPool": {
+      const kernel = attrInts(call, "kernel_shape");
+      if (kernel?.length !== 2 || n.outputs.filter(Boolean).length > 1) return null;
+      const strides = attrInts(call, "strides") ?? [1, 1];
+      const dilations = attrInts(call, "dilations") ?? [1, 1];
+      const { begin, end } = padsOf(call, x.shape.slice(2) as number[], kernel, strides, dilations);
+      if (begin.some((b, i) => b !== end[i])) return null;
+      const ceil = attrInt(call, "ceil_mode", 0) === 1;
+      return torch.call("max_pool2d", x, kernel, strides, begin, dilations, ceil) as Tensor;
+    }
+    case "GlobalAveragePool":
+      return torch.call("adaptive_avg_pool2d", x, [1, 1]) as Tensor;
+  }
+  return null;
+}

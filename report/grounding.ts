@@ -1,0 +1,181 @@
+// The grounding study (issue 40; presets/grounding.yaml): fronts whose reliance on a Pixel marker
+// is graded by construction (train setting markerAgreement), each stitched into one clean back.
+// The answer is known: more reliance on the marker means less functional similarity to a back
+// that never saw it. So a faithful measure ranks the fronts in the opposite order of their
+// reliance, and its rank correlation with reliance is negative. This follows the design of
+// ReSi's grounding tests (Klabunde et al., ICLR 2025: models made to differ by construction,
+// each measure scored by how well it orders them), with the reliance measured on each front, not
+// assumed from p: a front trained at a lower agreement may still rely on its marker.
+//
+// A front's reliance is its own accuracy on the test set with class-consistent markers minus that
+// with rolled markers (every class carrying another class's), the measure the demo's reading
+// uses (experiments/reading.ts relianceLine). Spearman's rho is taken within each replicate, over
+// the fronts of that replicate (each replicate trains its own fronts), and summarised over
+// replicates with the Student-t interval every other score gets (metrics/interval.ts).
+import { type Interval, interval } from "../metrics/interval.js";
+import { isNullRelation } from "./chance.js";
+import { csvField } from "./csv.js";
+import type { StitchRow } from "./types.js";
+
+/** Fronts a replicate needs before its rank correlation means something (2 give only +-1). */
+export const GROUNDING_MIN_FRONTS = 3;
+
+/** One measure's rank correlation with reliance at one point. */
+export interface GroundingRow {
+  back: string;
+  point: string;
+  pointIndex: number;
+  test_data: string;
+  /** "standard slm", "iris fula", ... or "cka". */
+  measure: string;
+  /** Fronts per replicate (the fewest over replicates). */
+  fronts: number;
+  /** Spearman's rho per replicate, in replicate order (NaN where a replicate's scores were all tied). */
+  rhos: number[];
+  rho: Interval;
+}
+
+/** Ranks from 1, ties given their average rank. */
+function ranks(xs: readonly number[]): number[] {
+  const order = xs.map((v, i) => [v, i] as const).sort((a, b) => a[0] - b[0]);
+  const r = new Array<number>(xs.length);
+  for (let i = 0; i < order.length; ) {
+    let j = i;
+    while (j + 1 < order.length && order[j + 1]?.[0] === order[i]?.[0]) j++;
+    for (let k = i; k <= j; k++) r[order[k]?.[1] as number] = (i + j) / 2 + 1;
+    i = j + 1;
+  }
+  return r;
+}
+
+/** Spearman's rank correlation (Pearson's on average ranks); NaN when either side is all ties. */
+export function spearman(a: readonly number[], b: readonly number[]): number {
+  if (a.length !== b.length) throw new RangeError(`spearman: ${a.length} against ${b.length} values`);
+  const ra = ranks(a);
+  const rb = ranks(b);
+  const mean = (a.length + 1) / 2;
+  let sab = 0;
+  let saa = 0;
+  let sbb = 0;
+  for (let i = 0; i < a.length; i++) {
+    const da = (ra[i] as number) - mean;
+    const db = (rb[i] as number) - mean;
+    sab += da * db;
+    saa += da * da;
+    sbb += db * db;
+  }
+  return saa > 0 && sbb > 0 ? sab / Math.sqrt(saa * sbb) : Number.NaN;
+}
+
+/**
+ * Each measure's rank correlation with the fronts' reliance, per back, point and test data, where
+ * every replicate has at least GROUNDING_MIN_FRONTS fronts with a measured reliance (shortcut
+ * fronts with a rolled accuracy). Null and identical pairs take no part. Empty where no group has
+ * enough: an experiment that is not a grounding study gets no rows.
+ */
+export function groundingRows(rows: StitchRow[]): GroundingRow[] {
+  const usable = rows.filter(
+    (r) => !isNullRelation(r.pair) && r.pair !== "identical" && Number.isFinite(r.front_reliance ?? Number.NaN),
+  );
+  // (back, point, test data) -> measure -> replicate -> front -> [reliance, score]
+  const groups = new Map<string, { row: StitchRow; measures: Map<string, Map<number, Map<string, number[]>>> }>();
+  const add = (r: StitchRow, measure: string, score: number | null) => {
+    if (score === null || !Number.isFinite(score)) return;
+    const key = JSON.stringify([r.back, r.point, r.test_data]);
+    const g = groups.get(key) ?? { row: r, measures: new Map() };
+    groups.set(key, g);
+    const byRep = g.measures.get(measure) ?? new Map<number, Map<string, number[]>>();
+    g.measures.set(measure, byRep);
+    const byFront = byRep.get(r.replicate) ?? new Map<string, number[]>();
+    byRep.set(r.replicate, byFront);
+    // A front's CKA is the same in every row of its point (it compares the two models, not T): the first stands.
+    if (!byFront.has(r.front)) byFront.set(r.front, [r.front_reliance as number, score]);
+  };
+  for (const r of usable) {
+    add(r, `${r.mode} ${r.objective}`, r.agreement_prob);
+    add(r, "cka", r.cka);
+  }
+  const out: GroundingRow[] = [];
+  for (const { row, measures } of groups.values()) {
+    for (const [measure, byRep] of measures) {
+      const reps = [...byRep.entries()].sort((a, b) => a[0] - b[0]);
+      const fronts = Math.min(...reps.map(([, f]) => f.size));
+      if (fronts < GROUNDING_MIN_FRONTS) continue;
+      const rhos = reps.map(([, f]) => {
+        const v = [...f.values()];
+        return spearman(
+          v.map((x) => x[0] as number),
+          v.map((x) => x[1] as number),
+        );
+      });
+      out.push({
+        back: row.back,
+        point: row.point,
+        pointIndex: row.pointIndex,
+        test_data: row.test_data,
+        measure,
+        fronts,
+        rhos,
+        rho: interval(rhos),
+      });
+    }
+  }
+  return out.sort((a, b) => a.pointIndex - b.pointIndex || a.measure.localeCompare(b.measure));
+}
+
+/** grounding.csv: one row per back, point, test data and measure; rho per replicate joined by ";". */
+export function groundingCsv(rows: GroundingRow[]): string {
+  const head = "back,point,test_data,measure,fronts,n,rho_mean,rho_lo,rho_hi,rho_per_replicate";
+  const cell = (x: number) => (Number.isFinite(x) ? String(x) : "");
+  const lines = rows.map((r) =>
+    [
+      r.back,
+      r.point,
+      r.test_data,
+      r.measure,
+      r.fronts,
+      r.rho.n,
+      cell(r.rho.mean),
+      cell(r.rho.lo),
+      cell(r.rho.hi),
+      r.rhos.map(cell).join(";"),
+    ]
+      .map((v) => csvField(v))
+      .join(","),
+  );
+  return `${[head, ...lines].join("\n")}\n`;
+}
+
+const f2 = (x: number) => (x >= 0 ? "+" : "") + x.toFixed(2);
+const inWords = (x: Interval) =>
+  Number.isFinite(x.halfWidth) ? `${f2(x.mean)} [${f2(x.lo)}, ${f2(x.hi)}]` : `${f2(x.mean)} (one replicate)`;
+
+/**
+ * The reading's lines: per point, each measure's rho with its interval, and which measures order
+ * the fronts as the ground truth says (the interval wholly below 0) and which rank best. None
+ * where there is no grounding study.
+ */
+export function groundingLines(rows: GroundingRow[]): string[] {
+  if (rows.length === 0) return [];
+  const reps = Math.max(...rows.map((r) => r.rho.n));
+  const lines = [
+    `Grounding: how each measure orders the fronts by their reliance on the marker (accuracy on marked minus rolled test images, measured on each front). The ground truth: more reliance, less similar, so a faithful measure's rank correlation is negative. Spearman's rho over the ${Math.min(...rows.map((r) => r.fronts))} or more fronts of each replicate, mean and 95% interval over ${reps} replicates:`,
+  ];
+  const points = [...new Set(rows.map((r) => r.point))];
+  for (const point of points) {
+    const at = rows.filter((r) => r.point === point).sort((a, b) => a.rho.mean - b.rho.mean);
+    const right = at.filter((r) => r.rho.hi < 0).map((r) => r.measure);
+    const best = at[0] as GroundingRow;
+    // The best is told apart from the runner-up only where their intervals do not overlap.
+    const second = at[1];
+    const apart = second !== undefined && Number.isFinite(best.rho.hi) && best.rho.hi < second.rho.lo;
+    lines.push(
+      `- ${point}: ${at.map((r) => `${r.measure} ${inWords(r.rho)}`).join("; ")}. ` +
+        (right.length
+          ? `Reliance ordered as expected (interval below 0): ${right.join(", ")}. `
+          : "No measure's interval lies below 0. ") +
+        `Lowest: ${best.measure}${second ? (apart ? ", told apart from the next" : `, not told apart from ${second.measure}`) : ""}.`,
+    );
+  }
+  return lines;
+}

@@ -1,0 +1,129 @@
+// The grounding study (issue 40): graded marker agreement in training, Spearman's rho of each
+// measure with the fronts' measured reliance, and its wording in the reading.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { planMarkers } from "../data/shortcuts.js";
+import { reading } from "../experiments/reading.js";
+import { groundingCsv, groundingLines, groundingRows, spearman } from "../report/grounding.js";
+import type { StitchRow } from "../report/types.js";
+import { resolveTrainConfig, trainSettingsSchema } from "../train/config.js";
+import { stitchRow } from "./helpers/rows.js";
+
+test("spearman: monotone orders give +1 and -1; ties take their average rank (closed form)", () => {
+  assert.equal(spearman([1, 2, 3, 4], [10, 20, 30, 40]), 1);
+  assert.equal(spearman([1, 2, 3, 4], [0.9, 0.5, 0.4, 0.1]), -1);
+  // b's ranks with the tie at 7: [1, 2, 3.5, 5, 3.5]; Pearson with [1..5] is 8 / sqrt(10 * 9.5).
+  assert.ok(Math.abs(spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) - 8 / Math.sqrt(95)) < 1e-12);
+  assert.ok(Number.isNaN(spearman([1, 2, 3], [4, 4, 4])), "all ties: no rank correlation");
+  assert.throws(() => spearman([1, 2], [1]), /2 against 1/);
+});
+
+test("marker agreement: a fixed fraction of images carry their own class's marker, the rest a class at random", () => {
+  const K = 10;
+  const n = 4000;
+  const labels = Array.from({ length: n }, (_, i) => i % K);
+  const colourOf = (plan: ReturnType<typeof planMarkers>, i: number) =>
+    Array.from(plan.colors.slice(3 * i, 3 * i + 3)).join();
+  const full = planMarkers(labels, K, 32, 32, { kind: "pixel", seed: 3 });
+  const own = (i: number) => colourOf(full, i);
+  const share = (plan: ReturnType<typeof planMarkers>) =>
+    labels.filter((_, i) => colourOf(plan, i) === own(i)).length / n;
+  // At 1 the plan is the protocol's, draw for draw (earlier cache entries stand).
+  assert.deepEqual(planMarkers(labels, K, 32, 32, { kind: "pixel", seed: 3, agreement: 1 }), full);
+  for (const p of [0, 0.25, 0.5, 0.75]) {
+    const plan = planMarkers(labels, K, 32, 32, { kind: "pixel", seed: 3, agreement: p });
+    // Agreeing by construction (p) or by chance (1/K of the rest); 4000 images: sd about 0.008.
+    const want = p + (1 - p) / K;
+    assert.ok(Math.abs(share(plan) - want) < 0.035, `p ${p}: own-class share ${share(plan)} vs ${want}`);
+    // Locations are drawn as without agreement: only the colours differ.
+    assert.deepEqual(plan.ys, full.ys);
+  }
+  // Which images agree is the seed's, not the read's: an agreeing image agrees at every draw.
+  const reads = [0, 1, 2].map((draw) =>
+    planMarkers(labels, K, 32, 32, { kind: "pixel", seed: 3, agreement: 0.5, draw }),
+  );
+  const agreeAll = labels.filter((_, i) => reads.every((r) => colourOf(r, i) === own(i))).length / n;
+  // Fixed agreeing half (0.5) plus the rest agreeing by chance at all three reads (0.5 / 1000).
+  assert.ok(agreeAll > 0.45 && agreeAll < 0.56, `agree at every read: ${agreeAll}`);
+  assert.throws(() => planMarkers(labels, K, 32, 32, { kind: "rand", agreement: 0.5 }), /pixel and pixel-loc/);
+  assert.throws(() => planMarkers(labels, K, 32, 32, { kind: "pixel", agreement: 1.5 }), /not in \[0, 1\]/);
+});
+
+test("markerAgreement: in the config (and its key) only below 1, and only with a class marker", () => {
+  const data = { dataset: "fashion-mnist", root: null, imageSize: null, limit: null, testLimit: null, markerScale: 2 };
+  const settings = (o: Record<string, unknown>) => trainSettingsSchema.parse({ arch: "resnet18", ...o });
+  assert.equal("markerAgreement" in resolveTrainConfig(settings({ shortcut: "pixel" }), data), false);
+  assert.equal(resolveTrainConfig(settings({ shortcut: "pixel", markerAgreement: 0.25 }), data).markerAgreement, 0.25);
+  assert.throws(
+    () => resolveTrainConfig(settings({ markerAgreement: 0.5 }), data),
+    /markerAgreement 0.5 .*no shortcut/,
+  );
+  assert.throws(() => resolveTrainConfig(settings({ shortcut: "rand", markerAgreement: 0.5 }), data), /rand shortcut/);
+});
+
+/** Five fronts per replicate: reliance r, an invariance-aware score falling with it, a standard one that does not. */
+function study(replicates: number): StitchRow[] {
+  const out: StitchRow[] = [];
+  for (let rep = 0; rep < replicates; rep++)
+    for (const [k, p] of [0, 25, 50, 75, 100].entries()) {
+      const reliance = 0.1 * k + 0.01 * rep;
+      const base = {
+        front: `pixel-p${p}`,
+        pair: `agree-${p}`,
+        replicate: rep,
+        front_reliance: reliance,
+        test_data: "pixel",
+      };
+      out.push(stitchRow({ ...base, mode: "iris", agreement_prob: 0.9 - reliance, cka: 0.5 + 0.01 * ((k + rep) % 3) }));
+      // Standard stitching: high everywhere, in an order unrelated to reliance.
+      out.push(stitchRow({ ...base, mode: "standard", agreement_prob: 0.9 + 0.01 * ((k * 2 + rep) % 5) }));
+    }
+  return out;
+}
+
+test("grounding: rho per replicate over its fronts, its interval over replicates, and the reading's words", () => {
+  const rows = study(3);
+  const g = groundingRows(rows);
+  const by = new Map(g.map((r) => [r.measure, r]));
+  assert.deepEqual([...by.keys()].sort(), ["cka", "iris slm", "standard slm"]);
+  const ia = by.get("iris slm");
+  assert.ok(ia);
+  assert.deepEqual(ia.rhos, [-1, -1, -1]);
+  assert.equal(ia.fronts, 5);
+  assert.equal(ia.rho.mean, -1);
+  const std = by.get("standard slm");
+  assert.ok(std && std.rho.hi > 0, "standard's order is unrelated to reliance: its interval reaches above 0");
+  const lines = groundingLines(g);
+  assert.match(lines[0] ?? "", /^Grounding: .*more reliance, less similar.*5 or more fronts.*3 replicates/);
+  assert.match(
+    lines[1] ?? "",
+    /^- layer2\.1: iris slm -1\.00 \[-1\.00, -1\.00\]; .*Reliance ordered as expected \(interval below 0\): iris slm\. Lowest: iris slm, told apart from the next\.$/,
+  );
+  // The reading carries them; the CSV has one line per measure.
+  const said = reading(rows);
+  assert.ok(said.some((l) => l.startsWith("Grounding: ")));
+  assert.equal(groundingCsv(g).trim().split("\n").length, 4);
+  assert.match(groundingCsv(g), /layer2\.1,pixel,iris slm,5,3,-1,-1,-1,-1;-1;-1/);
+});
+
+test("grounding: none without three fronts of measured reliance; null and identical pairs take no part", () => {
+  // The demo's shape: one shortcut front beside a clean one.
+  const demo = [
+    stitchRow({ front: "pixel-s1", pair: "cross-bias", front_reliance: 0.6 }),
+    stitchRow({ front: "clean-s1", pair: "cross-seed", front_reliance: null }),
+  ];
+  assert.deepEqual(groundingRows(demo), []);
+  assert.equal(groundingLines([]).length, 0);
+  assert.ok(!reading(demo).some((l) => l.startsWith("Grounding")));
+  // Two real fronts and a null and an identical one with reliance: still fewer than three.
+  const mixed = [
+    stitchRow({ front: "a", pair: "agree-0", front_reliance: 0 }),
+    stitchRow({ front: "b", pair: "agree-100", front_reliance: 0.5 }),
+    stitchRow({ front: "n", pair: "null:untrained", front_reliance: 0.2 }),
+    stitchRow({ front: "clean-s0", pair: "identical", front_reliance: 0.1 }),
+  ];
+  assert.deepEqual(groundingRows(mixed), []);
+  // One replicate: a rho without an interval, said so.
+  const one = groundingLines(groundingRows(study(1)));
+  assert.match(one[1] ?? "", /iris slm -1\.00 \(one replicate\)/);
+});
