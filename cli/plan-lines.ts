@@ -38,10 +38,11 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
   for (const t of of("train")) {
     const c = (t.spec as TrainTask).config;
     const width = c.modelOptions.width !== undefined ? ` width ${c.modelOptions.width}` : "";
+    // An epoch-0 model (a null front) is built, not trained.
     const r =
       c.epochs === 0
-        ? `${c.model}${width} at its initialisation (a null front)`
-        : `${c.model}${width}, ${c.epochs} epochs on ${c.limit ?? "all"} ${c.dataset} images, batch ${c.batchSize}`;
+        ? `build: ${c.model}${width} at its initialisation (a null front)`
+        : `train: ${c.model}${width}, ${c.epochs} epochs on ${c.limit ?? "all"} ${c.dataset} images, batch ${c.batchSize}`;
     recipes.set(r, (recipes.get(r) ?? 0) + 1);
   }
   const iri = of("iris")[0]?.spec as IrisTask | undefined;
@@ -51,11 +52,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
   const modes = [...new Set(plan.stitches.map((s) => stitchModeWords(s.mode)))];
   return [
     `${title}: ${pairs.join("; ")}`,
-    ...(recipes.size
-      ? [
-          `  models     ${[...recipes].map(([r, n]) => `${n} to ${r.includes("initialisation") ? "build" : "train"}: ${r}`).join("; ")}`,
-        ]
-      : []),
+    ...(recipes.size ? [`  models     ${[...recipes].map(([r, n]) => `${n} to ${r}`).join("; ")}`] : []),
     `  points     ${points.join(", ")} (${points.length})`,
     ...pairedByDepth(plan),
     `  modes      ${modes.join(", ")}; objectives ${e.objectives.join(", ")}`,

@@ -6,8 +6,17 @@
 import { existsSync, statSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { stringify } from "yaml";
+import { readJsonFile } from "../io/files.js";
 import { compareIntervals, type Interval } from "../metrics/interval.js";
-import { asModelSource, loadCheckpoint, type ModelSourceLike } from "../models/checkpoint.js";
+import {
+  asModelSource,
+  type CheckpointMeta,
+  isOnnxFile,
+  isStitchlabCheckpoint,
+  loadCheckpoint,
+  type ModelSourceLike,
+  sidecarPath,
+} from "../models/checkpoint.js";
 import { modelNames } from "../models/registry.js";
 import { HEAD_POINT, type PointKind } from "../models/stitchable.js";
 import { isNullRelation } from "../report/chance.js";
@@ -332,7 +341,7 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
     models: {
       [names.a]: entry(a),
       [names.b]: entry(b),
-      ...(input.nulls ? { [nullName]: untrainedRecipe(a) } : {}),
+      ...(input.nulls ? { [nullName]: untrainedRecipe(a, seed) } : {}),
     },
     pairs: [
       { front: names.b, back: names.b, relation: "identical", replicates: 1 },
@@ -392,25 +401,47 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
  * stitching's "similar" stitching alone gives (docs/method.md, "Null fronts and chance"). Three
  * replicates, so that the null's band is its spread over initialisations, not over test images;
  * no IRI sets, so it adds stitches only. The permuted-label null needs a training run on A's data
- * and recipe, which a checkpoint does not carry: experiment files offer it (nulls: [permuted]).
+ * and recipe, which a checkpoint does not carry: an experiment file whose fronts it trains itself
+ * offers it (nulls: [permuted]); for checkpoint fronts withNulls makes none and says so.
  */
 export const COMPARE_NULLS = { modes: ["standard"], replicates: 3 } as const;
 
+/** Recipes already read, by source: a budget builds the study once per candidate. */
+const recipesRead = new Map<string, Record<string, unknown>>();
+
 /**
  * A's architecture and options, for its untrained null: a zoo architecture that stitchlab builds
- * (a stitchlab checkpoint, weights made elsewhere with their arch, a hub name). An ONNX graph has
- * no initialiser to start from: refused, naming it.
+ * (a stitchlab checkpoint's sidecar; weights made elsewhere or a hub name, read once to learn
+ * their options). An ONNX graph has no initialiser to start from: refused before it is read.
  */
-function untrainedRecipe(a: ModelSourceLike): Record<string, unknown> {
-  const { model, meta, file } = loadCheckpoint(a);
-  model.dispose();
-  if (!modelNames().includes(meta.arch))
+function untrainedRecipe(a: ModelSourceLike, seed: number): Record<string, unknown> {
+  const src = asModelSource(a);
+  if (isOnnxFile(src.checkpoint))
     throw new Error(
-      `--nulls: A (${file}) is ${meta.arch === "onnx" ? "an ONNX graph" : `a ${meta.arch}`}, which stitchlab cannot start from its initialisation; the untrained null needs a zoo architecture (${modelNames().join(", ")})`,
+      `--nulls: A (${src.checkpoint}) is an ONNX graph, which stitchlab cannot start from its initialisation; the untrained null needs a zoo architecture (${modelNames().join(", ")})`,
     );
-  // Built for the compare's data as a training run builds it: classes and image size from the data.
-  const { numClasses: _n, imageSize: _i, ...options } = meta.options as Record<string, unknown>;
-  return { arch: meta.arch, ...(Object.keys(options).length ? { options } : {}), seed: 0, epochs: 0 };
+  const key = JSON.stringify(src);
+  let recipe = recipesRead.get(key);
+  if (!recipe) {
+    let meta: CheckpointMeta;
+    if (isStitchlabCheckpoint(src.checkpoint))
+      meta = readJsonFile<CheckpointMeta>(sidecarPath(src.checkpoint), "a checkpoint's sidecar");
+    else {
+      const loaded = loadCheckpoint(a);
+      loaded.model.dispose();
+      meta = loaded.meta;
+    }
+    if (!modelNames().includes(meta.arch))
+      throw new Error(
+        `--nulls: A (${src.checkpoint}) is a ${meta.arch}, which stitchlab cannot start from its initialisation; the untrained null needs a zoo architecture (${modelNames().join(", ")})`,
+      );
+    // Built for the compare's data as a training run builds it: classes and image size from the data.
+    const { numClasses: _n, imageSize: _i, ...options } = (meta.options ?? {}) as Record<string, unknown>;
+    recipe = { arch: meta.arch, ...(Object.keys(options).length ? { options } : {}), epochs: 0 };
+    recipesRead.set(key, recipe);
+  }
+  // --seed shifts the nulls' initialisations too (another draw of the whole study).
+  return { ...recipe, seed };
 }
 
 /** How standard and invariance-aware agreement compare at one point. */
@@ -445,7 +476,7 @@ export function closeness(standard: Interval, iris: Interval): "close" | "apart"
 
 /** The verdicts of a compare run, per direction and objective, from its summary rows and IRI sets. */
 export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): DirectionVerdict[] {
-  // Null fronts are read against, not judged (compareChance).
+  // Null fronts are read against, not judged (report/chance.ts beyondChance reads them).
   const clean = summary.filter((s) => s.test_data === "clean" && !isNullRelation(s.pair));
   const groups = new Map<string, SummaryRow[]>();
   for (const s of clean) {

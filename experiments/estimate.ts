@@ -323,6 +323,8 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
   const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
   const iris = { tasks: 0, seconds: 0 };
   const stitch = { tasks: 0, seconds: 0 };
+  // Null fronts' builds (compare --nulls): in the total, under neither kind.
+  let builds = 0;
   const irisSize = new Map<string, number>();
   for (const t of plan.tasks)
     if (t.spec.kind === "iris") irisSize.set(t.key, Math.min(t.spec.limit ?? trainCount, trainCount));
@@ -354,11 +356,10 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
         p.scorePerImage * test;
     } else if (s.kind === "train" && s.config.epochs === 0) {
       // A null front at its initialisation: built, and scored once on the test set.
-      stitch.seconds +=
-        p.loadModel + p.loadTrain + p.loadTest + p.scorePerImage * (s.config.testLimit ?? ALL_TEST_IMAGES);
+      builds += p.loadModel + p.loadTrain + p.loadTest + p.scorePerImage * (s.config.testLimit ?? ALL_TEST_IMAGES);
     } else throw new Error("the estimate covers checkpoints only (this plan trains models)");
   }
-  return { seconds: iris.seconds + stitch.seconds, iris, stitch, probe: p };
+  return { seconds: iris.seconds + stitch.seconds + builds, iris, stitch, probe: p };
 }
 
 /** The probe's times kept for these models, settings and machine, or null (experiments/estimate.ts's header). */

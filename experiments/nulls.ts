@@ -26,7 +26,8 @@ export const nullRelation = (kind: NullKind): string => `${NULL_PREFIX}${kind}`;
 function nullSpec(front: TrainedModelSpec, kind: NullKind): TrainedModelSpec {
   // Supervised on clean images: a Pixel, adversarial or SimCLR front's nulls are its architecture's.
   const { robustEval: _robustEval, simclr: _simclr, ...rest } = front;
-  const base = { ...rest, shortcut: null, adversarial: null, method: "supervised" as const };
+  // A graded marker (markerAgreement) goes with the shortcut: one null for every grade.
+  const base = { ...rest, shortcut: null, markerAgreement: 1, adversarial: null, method: "supervised" as const };
   return kind === "untrained" ? { ...base, epochs: 0 } : { ...base, labels: "permuted" };
 }
 
@@ -86,6 +87,12 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
         had.points = mine && theirs ? [...new Set([...theirs, ...mine])] : "all";
         if (replicates === undefined)
           had.replicates = Math.max(had.replicates ?? exp.replicates, pair.replicates ?? exp.replicates);
+        // Modes: the nulls' own where given; else the union of the pairs' (the experiment's where either takes those).
+        if (modes === undefined)
+          had.modes =
+            had.modes === undefined || pair.modes === undefined
+              ? undefined
+              : [...new Set([...had.modes, ...pair.modes])];
         continue;
       }
       nullPairs.set(key, {

@@ -616,8 +616,11 @@ export function relianceLine(models: ModelRow[]): string | null {
 
 /** A warning naming each shortcut front that does not rely on its marker. */
 export function relianceWarnings(models: ModelRow[]): Warning[] {
+  // A front trained with markers that agree on only part of its images (markerAgreement < 1, the
+  // grounding study's) is meant to rely on them less: no warning.
+  const graded = new Set(models.filter((m) => (m.markerAgreement ?? 1) < 1).map((m) => m.name));
   return shortcutFronts(models)
-    .filter((f) => f.rolled > MARKER_RELIANCE_MAX_ROLLED)
+    .filter((f) => f.rolled > MARKER_RELIANCE_MAX_ROLLED && !graded.has(f.name))
     .map((f) => ({
       where: f.name,
       what: `does not rely on its marker: rolled accuracy ${f.rolled.toFixed(2)} > ${MARKER_RELIANCE_MAX_ROLLED} (clean ${f.clean.toFixed(2)}, marked ${f.marked.toFixed(2)}), so its pair is not the cross-bias pair it claims to be`,

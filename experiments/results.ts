@@ -164,6 +164,7 @@ export function modelRows(plan: Plan, cache: string): ModelRow[] {
       arch: string;
       dataset?: string;
       shortcut?: string | null;
+      markerAgreement?: number;
       adversarial?: unknown;
       seed?: number;
       accuracies?: Record<string, number>;
@@ -173,6 +174,7 @@ export function modelRows(plan: Plan, cache: string): ModelRow[] {
       arch: m.arch,
       dataset: m.dataset ?? "",
       shortcut: m.shortcut ?? null,
+      ...(m.markerAgreement !== undefined ? { markerAgreement: m.markerAgreement } : {}),
       adversarial: Boolean(m.adversarial),
       seed: m.seed ?? 0,
       accuracies: m.accuracies ?? {},

@@ -4,7 +4,7 @@
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
 import { beyondChance, nullBand as nullBandOf } from "./chance.js";
-import { groundingRows } from "./grounding.js";
+import { groundingRows, measureWords } from "./grounding.js";
 import { groupKey, rowKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
@@ -331,14 +331,11 @@ function groundingFigure(rows: StitchRow[]): Figure | null {
   const values = g.map((r) => ({
     point: r.point,
     pointIndex: r.pointIndex,
-    measure:
-      r.measure === "cka"
-        ? "CKA"
-        : `${MODE_LABELS[r.measure.split(" ")[0] as string] ?? ""} ${r.measure.split(" ")[1]?.toUpperCase()}`,
+    measure: measureWords(r.measure),
     rho: r.rho.mean,
     // One replicate has no interval: its bar is its point.
-    lo: Number.isFinite(r.rho.lo) ? Math.max(-1, r.rho.lo) : r.rho.mean,
-    hi: Number.isFinite(r.rho.hi) ? Math.min(1, r.rho.hi) : r.rho.mean,
+    lo: Number.isFinite(r.rho.lo) ? r.rho.lo : r.rho.mean,
+    hi: Number.isFinite(r.rho.hi) ? r.rho.hi : r.rho.mean,
   }));
   const points = distinct(values.sort((a, b) => a.pointIndex - b.pointIndex).map((v) => v.point));
   return {

@@ -13,6 +13,7 @@
 // the fronts of that replicate (each replicate trains its own fronts), and summarised over
 // replicates with the Student-t interval every other score gets (metrics/interval.ts).
 import { type Interval, interval } from "../metrics/interval.js";
+import { stitchModeWords } from "../stitch/config.js";
 import { isNullRelation } from "./chance.js";
 import { csvField } from "./csv.js";
 import type { StitchRow } from "./types.js";
@@ -77,37 +78,49 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
   const usable = rows.filter(
     (r) => !isNullRelation(r.pair) && r.pair !== "identical" && Number.isFinite(r.front_reliance ?? Number.NaN),
   );
-  // (back, point, test data) -> measure -> replicate -> front -> [reliance, score]
-  const groups = new Map<string, { row: StitchRow; measures: Map<string, Map<number, Map<string, number[]>>> }>();
+  // (back, point, test data) -> measure -> replicate -> front -> reliance and its scores
+  type Front = { reliance: number; scores: number[] };
+  const groups = new Map<string, { row: StitchRow; measures: Map<string, Map<number, Map<string, Front>>> }>();
   const add = (r: StitchRow, measure: string, score: number | null) => {
     if (score === null || !Number.isFinite(score)) return;
     const key = JSON.stringify([r.back, r.point, r.test_data]);
     const g = groups.get(key) ?? { row: r, measures: new Map() };
     groups.set(key, g);
-    const byRep = g.measures.get(measure) ?? new Map<number, Map<string, number[]>>();
+    const byRep = g.measures.get(measure) ?? new Map<number, Map<string, Front>>();
     g.measures.set(measure, byRep);
-    const byFront = byRep.get(r.replicate) ?? new Map<string, number[]>();
+    const byFront = byRep.get(r.replicate) ?? new Map<string, Front>();
     byRep.set(r.replicate, byFront);
-    // A front's CKA is the same in every row of its point (it compares the two models, not T): the first stands.
-    if (!byFront.has(r.front)) byFront.set(r.front, [r.front_reliance as number, score]);
+    // Accuracies are counts over the test images, and their difference is ranked: rounded so that
+    // float noise (0.95 - 0.10 against 0.96 - 0.11) does not break a tie.
+    const f = byFront.get(r.front) ?? { reliance: Math.round((r.front_reliance as number) * 1e9) / 1e9, scores: [] };
+    byFront.set(r.front, f);
+    f.scores.push(score);
   };
   for (const r of usable) {
     add(r, `${r.mode} ${r.objective}`, r.agreement_prob);
+    // A front's CKA compares the two models, not T: the same in every row of its point (the mean of equal values).
     add(r, "cka", r.cka);
   }
   const out: GroundingRow[] = [];
   for (const { row, measures } of groups.values()) {
     for (const [measure, byRep] of measures) {
       const reps = [...byRep.entries()].sort((a, b) => a[0] - b[0]);
-      const fronts = Math.min(...reps.map(([, f]) => f.size));
-      if (fronts < GROUNDING_MIN_FRONTS) continue;
+      // A replicate with too few fronts (a failed task) has no rho; the others stand.
+      const full = reps.filter(([, f]) => f.size >= GROUNDING_MIN_FRONTS);
+      if (full.length === 0) continue;
+      const fronts = Math.min(...full.map(([, f]) => f.size));
       const rhos = reps.map(([, f]) => {
+        if (f.size < GROUNDING_MIN_FRONTS) return Number.NaN;
         const v = [...f.values()];
+        // Several rows of one front in a replicate (stitching seeds): their mean.
         return spearman(
-          v.map((x) => x[0] as number),
-          v.map((x) => x[1] as number),
+          v.map((x) => x.reliance),
+          v.map((x) => x.scores.reduce((a, b) => a + b, 0) / x.scores.length),
         );
       });
+      // rho lives in [-1, 1]: the Student-t interval is clipped to it.
+      const t = interval(rhos);
+      const rho = Number.isFinite(t.halfWidth) ? { ...t, lo: Math.max(-1, t.lo), hi: Math.min(1, t.hi) } : t;
       out.push({
         back: row.back,
         point: row.point,
@@ -116,7 +129,7 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
         measure,
         fronts,
         rhos,
-        rho: interval(rhos),
+        rho,
       });
     }
   }
@@ -146,6 +159,14 @@ export function groundingCsv(rows: GroundingRow[]): string {
   return `${[head, ...lines].join("\n")}\n`;
 }
 
+/** A measure in a reader's words: "standard SLM", "invariance-aware FuLA", "CKA". */
+export function measureWords(measure: string): string {
+  if (measure === "cka") return "CKA";
+  const [mode, objective] = measure.split(" ");
+  const name = (objective ?? "").toUpperCase().replace("FULA", "FuLA");
+  return `${stitchModeWords(mode ?? "")} ${name}`;
+}
+
 const f2 = (x: number) => (x >= 0 ? "+" : "") + x.toFixed(2);
 const inWords = (x: Interval) =>
   Number.isFinite(x.halfWidth) ? `${f2(x.mean)} [${f2(x.lo)}, ${f2(x.hi)}]` : `${f2(x.mean)} (one replicate)`;
@@ -161,20 +182,24 @@ export function groundingLines(rows: GroundingRow[]): string[] {
   const lines = [
     `Grounding: how each measure orders the fronts by their reliance on the marker (accuracy on marked minus rolled test images, measured on each front). The ground truth: more reliance, less similar, so a faithful measure's rank correlation is negative. Spearman's rho over the ${Math.min(...rows.map((r) => r.fronts))} or more fronts of each replicate, mean and 95% interval over ${reps} replicates:`,
   ];
-  const points = [...new Set(rows.map((r) => r.point))];
-  for (const point of points) {
-    const at = rows.filter((r) => r.point === point).sort((a, b) => a.rho.mean - b.rho.mean);
-    const right = at.filter((r) => r.rho.hi < 0).map((r) => r.measure);
+  const where = (r: GroundingRow) => JSON.stringify([r.back, r.point, r.test_data]);
+  const several = (k: keyof GroundingRow) => new Set(rows.map((r) => r[k])).size > 1;
+  const [backs, data] = [several("back"), several("test_data")];
+  for (const key of [...new Set(rows.map(where))]) {
+    const at = rows.filter((r) => where(r) === key).sort((a, b) => a.rho.mean - b.rho.mean);
+    const first = at[0] as GroundingRow;
+    const point = `${first.point}${backs ? ` into ${first.back}` : ""}${data ? ` (${first.test_data} data)` : ""}`;
+    const right = at.filter((r) => r.rho.hi < 0).map((r) => measureWords(r.measure));
     const best = at[0] as GroundingRow;
     // The best is told apart from the runner-up only where their intervals do not overlap.
     const second = at[1];
     const apart = second !== undefined && Number.isFinite(best.rho.hi) && best.rho.hi < second.rho.lo;
     lines.push(
-      `- ${point}: ${at.map((r) => `${r.measure} ${inWords(r.rho)}`).join("; ")}. ` +
+      `Grounding at ${point}: ${at.map((r) => `${measureWords(r.measure)} ${inWords(r.rho)}`).join("; ")}. ` +
         (right.length
           ? `Reliance ordered as expected (interval below 0): ${right.join(", ")}. `
           : "No measure's interval lies below 0. ") +
-        `Lowest: ${best.measure}${second ? (apart ? ", told apart from the next" : `, not told apart from ${second.measure}`) : ""}.`,
+        `Lowest: ${measureWords(best.measure)}${second ? (apart ? ", told apart from the next" : `, not told apart from ${measureWords(second.measure)}`) : ""}.`,
     );
   }
   return lines;

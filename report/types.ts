@@ -72,6 +72,8 @@ export interface ModelRow {
   arch: string;
   dataset: string;
   shortcut: string | null;
+  /** The fraction of its training markers that agreed with the label, where below 1 (train setting markerAgreement). */
+  markerAgreement?: number;
   adversarial: boolean;
   seed: number;
   accuracies: Record<string, number>;

@@ -423,12 +423,20 @@ test("the presets mark what the reference marks: the cross-bias pair's data, nev
     const path = join(root, "presets", file);
     const plan = planExperiment(readExperiment(path, scale), path);
     const byKey = new Map(plan.tasks.map((t) => [t.key, t]));
+    const nullData = new Set<string | null>();
     for (const s of plan.stitches) {
-      const want = s.relation === "cross-bias" ? "pixel" : null;
       const task = byKey.get(s.key)!.spec as StitchTask;
+      // A null front is stitched on each data of the pairs it stands beside (experiments/nulls.ts).
+      if (s.relation.startsWith("null:")) {
+        nullData.add(task.config.shortcut);
+        continue;
+      }
+      const want = s.relation === "cross-bias" ? "pixel" : null;
       assert.equal(task.config.shortcut, want, `${file} ${s.relation} stitch data`);
       if (s.irisKey) assert.equal((byKey.get(s.irisKey)!.spec as IrisTask).shortcut, want, `${file} IRI sources`);
     }
+    if (file === "demo.yaml")
+      assert.deepEqual([...nullData].sort(), [null, "pixel"].sort(), "the demo's nulls: clean and marked");
   }
   // Unseen information: clean models; only the stitching data are marked, each pair with its
   // own markers, and excess agreement is scored on them.

@@ -97,7 +97,7 @@ test("grounding: rho per replicate over its fronts, its interval over replicates
   assert.match(lines[0] ?? "", /^Grounding: .*more reliance, less similar.*5 or more fronts.*3 replicates/);
   assert.match(
     lines[1] ?? "",
-    /^- layer2\.1: iris slm -1\.00 \[-1\.00, -1\.00\]; .*Reliance ordered as expected \(interval below 0\): iris slm\. Lowest: iris slm, told apart from the next\.$/,
+    /^Grounding at layer2\.1: invariance-aware SLM -1\.00 \[-1\.00, -1\.00\]; .*Reliance ordered as expected \(interval below 0\): invariance-aware SLM\. Lowest: invariance-aware SLM, told apart from the next\.$/,
   );
   // The reading carries them; the CSV has one line per measure.
   const said = reading(rows);
@@ -125,5 +125,34 @@ test("grounding: none without three fronts of measured reliance; null and identi
   assert.deepEqual(groundingRows(mixed), []);
   // One replicate: a rho without an interval, said so.
   const one = groundingLines(groundingRows(study(1)));
-  assert.match(one[1] ?? "", /iris slm -1\.00 \(one replicate\)/);
+  assert.match(one[1] ?? "", /invariance-aware SLM -1\.00 \(one replicate\)/);
+});
+
+test("grounding: a replicate short of fronts has no rho and the others stand; seeds are averaged; the interval stays in [-1, 1]", () => {
+  // Replicate 2 loses a front's rows down to two fronts (failed tasks): NaN there, n = 2 from the rest.
+  const rows = study(3).filter((r) => !(r.replicate === 2 && ["pixel-p0", "pixel-p25", "pixel-p50"].includes(r.front)));
+  const ia = groundingRows(rows).find((g) => g.measure === "iris slm");
+  assert.ok(ia);
+  assert.deepEqual(ia.rhos.slice(0, 2), [-1, -1]);
+  assert.ok(Number.isNaN(ia.rhos[2]));
+  assert.equal(ia.rho.n, 2);
+  // Two stitching seeds of one front: their mean is ranked, not whichever row came first.
+  const seeded = study(1).flatMap((r) =>
+    r.mode === "iris" && r.front === "pixel-p0"
+      ? [
+          { ...r, agreement_prob: 0.1, seed: 0 },
+          { ...r, agreement_prob: 0.95, seed: 1 },
+        ]
+      : [r],
+  );
+  // pixel-p0 (least reliance) averages 0.525, below pixel-p25's 0.8: no longer a perfect -1.
+  const mixed = groundingRows(seeded).find((g) => g.measure === "iris slm");
+  assert.ok(mixed && mixed.rhos[0] !== undefined && mixed.rhos[0] > -1);
+  // Wide spreads: the bounds are clipped to rho's range.
+  for (const g of groundingRows(
+    study(3).map((r) =>
+      r.replicate === 1 && r.mode === "standard" ? { ...r, agreement_prob: 1 - r.agreement_prob } : r,
+    ),
+  ))
+    assert.ok(g.rho.lo >= -1 && g.rho.hi <= 1, `${g.measure}: [${g.rho.lo}, ${g.rho.hi}]`);
 });

@@ -160,6 +160,37 @@ test("nulls as {kinds, modes, replicates}: the null pairs take those, and a pair
   );
 });
 
+test("nulls of a graded-marker front and of pairs with their own modes: one plain null, the modes' union", () => {
+  const exp = parseExperiment(
+    DEMO_LIKE.replace(
+      "pixel-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1, shortcut: pixel }",
+      "pixel-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1, shortcut: pixel, markerAgreement: 0.5 }",
+    )
+      .replace("relation: cross-seed }", "relation: cross-seed, modes: [standard] }")
+      .replace("relation: cross-bias, shortcut: pixel }", "relation: cross-bias, shortcut: pixel, modes: [iris] }")
+      .replace(
+        "  - { front: clean-s0",
+        "  - { front: pixel-s1, back: clean-s0, relation: graded-clean, modes: [iris] }\n  - { front: clean-s0",
+      ),
+    join(dir, "nulls.yaml"),
+  );
+  const { experiment } = withNulls(exp);
+  // The graded front's null sets its marker aside with its shortcut: one null per kind for all three fronts.
+  const nulls = Object.entries(experiment.models).filter(([m]) => m.includes("~"));
+  assert.equal(nulls.length, 2);
+  for (const [, spec] of nulls) {
+    assert.equal((spec as Record<string, unknown>).shortcut, null);
+    assert.equal((spec as Record<string, unknown>).markerAgreement, 1);
+  }
+  // On clean data, the null stands beside a standard-only and an iris-only pair: both modes.
+  const clean = experiment.pairs.filter((p) => p.relation === "null:untrained" && p.shortcut === undefined);
+  assert.deepEqual(
+    clean.map((p) => [...(p.modes ?? [])].sort()),
+    [["iris", "standard"]],
+  );
+  assert.doesNotThrow(() => planExperiment(exp, join(dir, "nulls.yaml")));
+});
+
 /** Rows of a pair (or a null) with `values[replicate][point]` at layer2.1 and layer4.1, invariance-aware SLM. */
 function rows(pair: string, values: number[][], front = pair): StitchRow[] {
   const points = ["layer2.1", "layer4.1"];

@@ -37,61 +37,76 @@ const modelFlags = (role: "front" | "back", route: "pt" | "onnx") => [
   ...(route === "pt" ? [`--${role}-arch`, "resnet18"] : []),
 ];
 
-function iris(route: "pt" | "onnx"): string {
-  const out = file(`iris-${route}`);
-  const r = runCli([
-    "iris",
-    "--front",
-    file(`a.${route}`),
-    ...modelFlags("front", route),
-    "--point",
-    "layer2.1",
-    "--dataset",
-    "fashion-mnist",
-    "--limit",
-    "32",
-    "--steps",
-    "30",
-    "--out",
-    out,
-  ]);
+/** The environment of a run: the graph's no-gradient passes on the blocked path (the default) or the dense one. */
+const envOf = (blocked: boolean) => (blocked ? process.env : { ...process.env, STITCHLAB_ONNX_BLOCKED: "0" });
+
+/** IRI sets made, by folder: each route's made once. */
+const irisMade = new Set<string>();
+
+function iris(route: "pt" | "onnx", blocked = true): string {
+  const out = file(`iris-${route}${blocked ? "" : "-dense"}`);
+  if (irisMade.has(out)) return out;
+  irisMade.add(out);
+  const r = runCli(
+    [
+      "iris",
+      "--front",
+      file(`a.${route}`),
+      ...modelFlags("front", route),
+      "--point",
+      "layer2.1",
+      "--dataset",
+      "fashion-mnist",
+      "--limit",
+      "32",
+      "--steps",
+      "30",
+      "--out",
+      out,
+    ],
+    { env: envOf(blocked) },
+  );
   assert.equal(r.status, 0, r.stderr);
   return out;
 }
 
 /** scores.json's scores and CKA of one stitch a.ROUTE -> b.ROUTE at layer2.1. */
-function stitch(route: "pt" | "onnx", mode: "standard" | "iris"): Record<string, number> {
-  const out = file(`stitch-${mode}-${route}`);
-  const r = runCli([
-    "stitch",
-    "--front",
-    file(`a.${route}`),
-    ...modelFlags("front", route),
-    "--back",
-    file(`b.${route}`),
-    ...modelFlags("back", route),
-    "--point",
-    "layer2.1",
-    "--mode",
-    mode,
-    ...(mode === "iris" ? ["--iris", file(`iris-${route}`)] : ["--limit", "128"]),
-    "--objective",
-    "slm",
-    "--dataset",
-    "fashion-mnist",
-    "--test-limit",
-    "128",
-    "--epochs",
-    "2",
-    "--batch-size",
-    "16",
-    "--init-images",
-    "64",
-    "--cka-images",
-    "32",
-    "--out",
-    out,
-  ]);
+function stitch(route: "pt" | "onnx", mode: "standard" | "iris", blocked = true): Record<string, number> {
+  const out = file(`stitch-${mode}-${route}${blocked ? "" : "-dense"}`);
+  const env = envOf(blocked);
+  const r = runCli(
+    [
+      "stitch",
+      "--front",
+      file(`a.${route}`),
+      ...modelFlags("front", route),
+      "--back",
+      file(`b.${route}`),
+      ...modelFlags("back", route),
+      "--point",
+      "layer2.1",
+      "--mode",
+      mode,
+      ...(mode === "iris" ? ["--iris", iris(route, blocked)] : ["--limit", "128"]),
+      "--objective",
+      "slm",
+      "--dataset",
+      "fashion-mnist",
+      "--test-limit",
+      "128",
+      "--epochs",
+      "2",
+      "--batch-size",
+      "16",
+      "--init-images",
+      "64",
+      "--cka-images",
+      "32",
+      "--out",
+      out,
+    ],
+    { env },
+  );
   assert.equal(r.status, 0, r.stderr);
   const s = JSON.parse(readFileSync(join(out, "scores.json"), "utf8"));
   return { ...s.scores, cka: s.cka };
@@ -99,7 +114,7 @@ function stitch(route: "pt" | "onnx", mode: "standard" | "iris"): Record<string,
 
 describe("a torchvision ResNet-18 as a state dict in the zoo's resnet18, and exported to ONNX", { skip }, () => {
   test("gives the same IRIs: every stored pixel and every residual", () => {
-    const [a, b] = [loadIriSet(iris("pt")), loadIriSet(iris("onnx"))];
+    const [a, b] = [loadIriSet(iris("pt")), loadIriSet(iris("onnx", false))];
     try {
       const x = a.dataset.images.toTypedArray() as Uint8Array;
       const y = b.dataset.images.toTypedArray() as Uint8Array;
@@ -120,13 +135,20 @@ describe("a torchvision ResNet-18 as a state dict in the zoo's resnet18, and exp
 
   test("gives the same stitched scores, standard (batch norm adapted) and invariance-aware", () => {
     for (const mode of ["standard", "iris"] as const) {
-      const [zoo, graph] = [stitch("pt", mode), stitch("onnx", mode)];
+      // The graph on the dense path runs the zoo's kernels: the same numbers.
+      const [zoo, graph] = [stitch("pt", mode), stitch("onnx", mode, false)];
+      // With no gradient the graph's convolutions run in oneDNN's blocked layout (models/onnx/
+      // blocked.ts): the same sums in another order, and T's training amplifies the difference
+      // in the front's features, and the IRIs' targets are features too (measured: 2e-5 standard,
+      // 3e-4 invariance-aware agreement).
+      const blocked = stitch("onnx", mode);
       for (const k of ["agreementProbability", "hardAgreement", "accuracy", "softErrorConsistency", "cka"]) {
         assert.equal(typeof zoo[k], "number", k);
-        // Scored in eval mode with no gradient, the graph's convolutions run in oneDNN's blocked
-        // layout (models/onnx/blocked.ts) and the zoo's channels-last: the same sums in another
-        // order, which moved the standard agreement by 2e-5 here. Within 1e-4.
-        assert.ok(Math.abs((zoo[k] as number) - (graph[k] as number)) < 1e-4, `${mode} ${k}: ${zoo[k]} vs ${graph[k]}`);
+        assert.ok(Math.abs((zoo[k] as number) - (graph[k] as number)) < 1e-5, `${mode} ${k}: ${zoo[k]} vs ${graph[k]}`);
+        assert.ok(
+          Math.abs((zoo[k] as number) - (blocked[k] as number)) < 2e-3,
+          `${mode} ${k}, blocked: ${zoo[k]} vs ${blocked[k]}`,
+        );
       }
     }
   });

@@ -31,6 +31,7 @@ import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import { runTs } from "./helpers/cli.js";
 import { REQUIRED_COLUMNS } from "./helpers/csv.js";
 import { findChromium, skipUnless } from "./helpers/requirements.js";
+import { stitchRow } from "./helpers/rows.js";
 
 /**
  * results.csv's whole header, written out here rather than taken from report/csv.ts's
@@ -62,38 +63,23 @@ const ALL_COLUMNS = [
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
-  return {
-    front: "clean-s1",
+  return stitchRow({
     back: "clean-s2",
-    pair: "cross-seed",
     point: "layer1.0",
     pointIndex: 1,
-    objective: "slm",
     mode: "standard",
-    accuracy: 0.9,
     back_accuracy: 0.92,
     hard_agreement: 0.95,
     agreement_prob: 0.93,
     hard_error_consistency: 0.6,
-    soft_error_consistency: 0.5,
-    cka: 0.8,
-    excess_agreement: null,
-    test_data: "clean",
     iri_residual: null,
-    bn_mode: "eval",
     epochs: 3,
-    seed: 0,
-    replicate: 0,
-    front_accuracy: 0.9,
     train_steps: 300,
-    threads: "1",
-    robust_accuracy: null,
-    robust_agreement_prob: null,
     front_alone_accuracy: 0.88,
     front_alone_agreement_prob: 0.8,
     agreement_prob_se: 0.01,
     ...over,
-  };
+  });
 }
 
 /** Splits CSV text per RFC 4180 (quoted fields may hold commas, quotes and line breaks). */

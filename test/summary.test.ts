@@ -23,6 +23,7 @@ import {
 import { parseExperiment } from "../experiments/spec.js";
 import { compareIntervals, interval, tQuantile975 } from "../metrics/interval.js";
 import { type ModelRow, rowKey, type StitchRow, summarize, summaryCsv } from "../report/index.js";
+import { stitchRow } from "./helpers/rows.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-summary-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -134,37 +135,18 @@ test("replicates: each trains its own fronts (seed + 1000 r), shares the back, a
 
 /** A made-up row. */
 function row(over: Partial<StitchRow>): StitchRow {
-  return {
+  return stitchRow({
     front: "f",
     back: "b",
-    pair: "cross-seed",
     point: "layer1.0",
     pointIndex: 1,
-    objective: "slm",
-    mode: "iris",
-    accuracy: 0.9,
-    back_accuracy: 0.9,
     hard_agreement: 0.9,
     agreement_prob: 0.9,
-    hard_error_consistency: 0.5,
-    soft_error_consistency: 0.5,
-    cka: 0.8,
-    excess_agreement: null,
-    test_data: "clean",
     iri_residual: 0.05,
-    bn_mode: "eval",
     epochs: 30,
-    seed: 0,
-    replicate: 0,
-    front_accuracy: 0.9,
     train_steps: 300,
-    threads: "1",
-    robust_accuracy: null,
-    robust_agreement_prob: null,
-    front_alone_accuracy: null,
-    front_alone_agreement_prob: null,
     ...over,
-  };
+  });
 }
 
 /** Rows of two pairs at two points over replicates with the given agreements. */

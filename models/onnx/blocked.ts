@@ -28,16 +28,30 @@ let built: boolean | undefined;
 /** Whether this libtorch has oneDNN (a build without it has no mkldnn tensors). */
 const mkldnnBuilt = (): boolean => (built ??= torch.buildInfo().mkldnn);
 
-/** The nodes whose every live reader is one this path serves (a graph with no reader: the output, dense). */
-export function blockedReaders(nodes: GraphNode[]): Set<number> {
+/**
+ * For each node whose every live reader is of a kind this path serves, those readers (a node with
+ * none, or with another reader, is absent: the graph's output and a ConvNeXt's convolutions).
+ * Whether they run blocked also depends on their batch norms' mode at the time (blockedReadersNow).
+ */
+export function blockedReaders(nodes: GraphNode[]): Map<number, GraphNode[]> {
   const readers = new Map<string, GraphNode[]>();
   for (const n of nodes) if (n.live) for (const t of n.inputs) readers.set(t, [...(readers.get(t) ?? []), n]);
-  const out = new Set<number>();
+  const out = new Map<number, GraphNode[]>();
   for (const n of nodes) {
     const rs = n.outputs.flatMap((o) => readers.get(o) ?? []);
-    if (rs.length > 0 && rs.every((r) => BLOCKED_OPS.has(r.opType))) out.add(n.index);
+    if (rs.length > 0 && rs.every((r) => BLOCKED_OPS.has(r.opType))) out.set(n.index, rs);
   }
   return out;
+}
+
+/** Whether n's readers (blockedReaders) all run blocked now: none is a batch norm on batch statistics. */
+export function blockedReadersNow(
+  readers: Map<number, GraphNode[]>,
+  n: GraphNode,
+  batchNorm: (index: number) => BatchNorm2d | undefined,
+): boolean {
+  const rs = readers.get(n.index);
+  return rs?.every((r) => r.opType !== "BatchNormalization" || !batchNorm(r.index)?.training) ?? false;
 }
 
 /** Whether a forward pass from `x` may run blocked: the CPU, float32, no gradient recorded, not turned off. */
@@ -47,7 +61,12 @@ export function blockedUsable(x: Tensor): boolean {
     !torch.isGradEnabled() &&
     x.device === "cpu" &&
     x.dtype === "float32" &&
-    mkldnnBuilt()
+    mkldnnBuilt() &&
+    // Under AVX2, oneDNN 2.6's channels-last convolutions corrupted the heap at narrow channel
+    // counts (torch/layout.ts); its blocked ones there were never put through that harness, so
+    // this path runs only where oneDNN runs AVX-512 kernels (and convolutions keep their guarded
+    // dense path elsewhere).
+    torch.onednnAvx512()
   );
 }
 
@@ -57,7 +76,9 @@ export class PackedWeights {
 
   /** `w` (the node's weight tensor) packed for a convolution with these settings. */
   get(name: string, w: Tensor, padding: number[], strides: number[], dilations: number[], groups: number): Tensor {
-    const had = this.packed.get(name);
+    // Keyed by the settings too: a weight two convolutions share with other strides is packed for each.
+    const key = JSON.stringify([name, padding, strides, dilations, groups]);
+    const had = this.packed.get(key);
     // The same tensor object, not written in place since it was packed (an optimiser's step or a
     // state dict's copy_ bumps its version); moved or replaced weights are other objects.
     if (had && had.src === w && had.version === w.version()) return had.packed;
@@ -75,7 +96,7 @@ export class PackedWeights {
           ) as Tensor,
       ),
     );
-    this.packed.set(name, { src: w, version: w.version(), packed });
+    this.packed.set(key, { src: w, version: w.version(), packed });
     return packed;
   }
 
@@ -122,7 +143,8 @@ function blockedNode(
   if (x?.shape.length !== 4) return null;
   // Only where the run is already blocked, or starts at a convolution whose every reader is run
   // blocked too (where blocking pays for its reorders): a lone ReLU on a dense tensor stays dense,
-  // and so does a convolution read by a transpose (a ConvNeXt's stem and depthwise convolutions).
+  // and so does a convolution on a dense input read by a transpose (a ConvNeXt's stem). One whose
+  // input is blocked already runs blocked whatever reads it (its output is made dense once).
   if (!isBlocked(x) && !(n.opType === "Conv" && readersBlocked)) return null;
   const blocked = (t: Tensor) => (isBlocked(t) ? t : toBlocked(t));
   switch (n.opType) {
@@ -166,7 +188,8 @@ function blockedNode(
       const strides = attrInts(call, "strides") ?? [1, 1];
       const dilations = attrInts(call, "dilations") ?? [1, 1];
       const { begin, end } = padsOf(call, x.shape.slice(2) as number[], kernel, strides, dilations);
-      if (begin.some((b, i) => b !== end[i])) return null;
+      // oneDNN's pooling takes no dilation (mkldnn_max_pool2d refuses it).
+      if (begin.some((b, i) => b !== end[i]) || dilations.some((d) => d !== 1)) return null;
       const ceil = attrInt(call, "ceil_mode", 0) === 1;
       return torch.call("max_pool2d", x, kernel, strides, begin, dilations, ceil) as Tensor;
     }

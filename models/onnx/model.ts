@@ -13,7 +13,7 @@ import { BatchNorm2d } from "../../nn/layers.js";
 import { inEvalMode, Module } from "../../nn/module.js";
 import * as torch from "../../torch/index.js";
 import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
-import { blockedReaders, blockedUsable, PackedWeights, runBlocked, toDense } from "./blocked.js";
+import { blockedReaders, blockedReadersNow, blockedUsable, PackedWeights, runBlocked, toDense } from "./blocked.js";
 import { fuseGelu, graphScalars } from "./fuse.js";
 import { analyseGraph, type Cut, type GraphFacts, type GraphNode } from "./graph.js";
 import { isSupported, OPS, type OpCall, type OpFn } from "./ops.js";
@@ -93,11 +93,11 @@ export class OnnxModel extends StitchableModel {
   /** Convolution weights packed for the blocked inference path (models/onnx/blocked.ts). */
   private readonly packed = new PackedWeights();
   /** Nodes whose every reader runs blocked (blocked.ts blockedReaders): where a blocked run may start. */
-  private get readersBlocked(): Set<number> {
+  private get readersBlocked(): Map<number, GraphNode[]> {
     this.#readersBlocked ??= blockedReaders(this.facts.nodes);
     return this.#readersBlocked;
   }
-  #readersBlocked: Set<number> | undefined;
+  #readersBlocked: Map<number, GraphNode[]> | undefined;
   private readonly attrs: Record<string, AttrValue>[];
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
@@ -544,7 +544,14 @@ export class OnnxModel extends StitchableModel {
       const call: OpCall = { inputs, attrs: { ...this.attrs[n.index], __outputs: n.outputs.length }, where };
       const fast = blocked
         ? torch.tidy(() =>
-            runBlocked(n, call, (t) => blocked.tensors.has(t), bn, this.packed, this.readersBlocked.has(n.index)),
+            runBlocked(
+              n,
+              call,
+              (t) => blocked.tensors.has(t),
+              bn,
+              this.packed,
+              n.opType === "Conv" && blockedReadersNow(this.readersBlocked, n, (i) => this.batchNorms.get(i)),
+            ),
           )
         : null;
       if (fast && blocked) {
