@@ -31,7 +31,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
       : [];
   const pairs = e.pairs.map(
     (p) =>
-      `${p.front} -> ${p.back}${relationWords(p.relation)}, ${plural(p.replicates ?? e.replicates, "replicate")}${p.modes ? `, ${p.modes.map(stitchModeWords).join(" and ")} only` : ""}`,
+      `${p.front} -> ${p.back}${relationWords(p.relation)}, ${plural(p.replicates ?? e.replicates, "replicate")}${p.modes ? `, ${p.modes.map(stitchModeWords).join(" and ")} only` : ""}${p.shortcut ? `, ${p.shortcut}-marked data` : ""}`,
   );
   // The models to train, grouped by recipe (seeds and shortcuts aside).
   const recipes = new Map<string, number>();

@@ -5,6 +5,7 @@
 import type { TopLevelSpec } from "vega-lite";
 import { beyondChance, nullBand as nullBandOf } from "./chance.js";
 import { groundingRows, measureWords } from "./grounding.js";
+import { MODE_LABELS } from "./modes.js";
 import { groupKey, rowKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
@@ -19,8 +20,6 @@ export interface Figure {
 
 const SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json";
 const MODES = ["standard", "iris"];
-/** The legend's words for the modes: "iris" (the data's and the CLI's name) is shown as "invariance-aware". */
-export const MODE_LABELS: Record<string, string> = { standard: "standard", iris: "invariance-aware" };
 const MODE_LABEL_EXPR = Object.entries(MODE_LABELS)
   .map(([mode, label]) => `datum.value === ${JSON.stringify(mode)} ? ${JSON.stringify(label)} : `)
   .join("")

@@ -146,12 +146,20 @@ test("demo --dry-run prints its plan and an estimate from timed training steps, 
   assert.equal(r.status, 0, r.stderr);
   const s = r.stdout;
   assert.match(s, /^demo: clean-s0 -> clean-s0 \(the control\), 1 replicate; .*cross-seed.*cross-bias/m);
-  assert.match(s, /^ {2}models {5}13 to train: resnet18 width 0\.125, \d+ epochs on \d+ fashion-mnist images/m);
-  assert.match(s, /^ {2}points {5}layer2\.1, layer4\.1 \(2\)$/m);
-  assert.match(s, /^ {2}tasks {6}13 models \(0 cached\), 26 IRI sets \(0 cached\), 52 stitches \(0 cached\)/m);
   assert.match(
     s,
-    /^estimate {3}\d.* on this machine with 2 workers \(13 models .*from 8 training steps timed here.*26 IRI sets and 52 stitches .*share of a model's time/m,
+    /^ {2}models {5}13 to train: resnet18 width 0\.125, \d+ epochs on \d+ fashion-mnist images, batch 64; 3 to build: resnet18 width 0\.125 at its initialisation \(a null front\)$/m,
+  );
+  // The untrained null, once on clean data and once on the cross-bias pair's marked data.
+  assert.match(
+    s,
+    /clean-s1~untrained -> clean-s0 \(null:untrained\), 3 replicates, standard only; clean-s1~untrained -> clean-s0 \(null:untrained\), 3 replicates, standard only, pixel-marked data$/m,
+  );
+  assert.match(s, /^ {2}points {5}layer2\.1, layer4\.1 \(2\)$/m);
+  assert.match(s, /^ {2}tasks {6}16 models \(0 cached\), 26 IRI sets \(0 cached\), 64 stitches \(0 cached\)/m);
+  assert.match(
+    s,
+    /^estimate {3}\d.* on this machine with 2 workers \(16 models .*from 8 training steps timed here.*26 IRI sets and 64 stitches .*share of a model's time/m,
   );
   assert.ok(!existsSync(out), "a dry run writes nothing");
 });

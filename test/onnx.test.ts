@@ -28,6 +28,7 @@ type Tensor = torch.Tensor;
 const SCRIPT = join(dirname(fileURLToPath(import.meta.url)), "helpers", "onnx_models.py");
 const MODELS = [
   "resnet18",
+  "resnet18_bn",
   "resnet50",
   "vgg16_bn",
   "mobilenet_v3_small",
@@ -169,7 +170,9 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
   }
 
   test("a forward pass with no gradient runs convolutions blocked (oneDNN's layout): the dense path's values, packed weights renewed when written", () => {
-    const model = new OnnxModel(join(dir(), "resnet18.onnx"));
+    // Batch norms kept as nodes, their statistics away from the identity (onnx_models.py), so that
+    // one folded into its convolution (blocked.ts), or applied twice, shows.
+    const model = new OnnxModel(join(dir(), "resnet18_bn.onnx"));
     const dense = <T>(f: () => T): T => {
       process.env.STITCHLAB_ONNX_BLOCKED = "0";
       try {
@@ -181,6 +184,11 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
     try {
       model.eval();
       const x = torch.rand([4, 3, 32, 32]);
+      // A point at a convolution's output is the convolution's, never its batch norm's.
+      const conv1 = torch.noGrad(() => model.forwardTo(x, "conv1"));
+      const conv1Dense = dense(() => torch.noGrad(() => model.forwardTo(x, "conv1")));
+      assert.ok(relError(values(conv1), values(conv1Dense)) < 1e-5, "conv1");
+      torch.dispose([conv1, conv1Dense]);
       const run = () => torch.noGrad(() => model.forwardIntermediates(x, ["layer2.1"]));
       const before = blockedNodes.count;
       const fast = run();
@@ -192,23 +200,33 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
       assert.ok(relError(values(f), values(slow.features["layer2.1"] as Tensor)) < 1e-5, "layer2.1");
       // A weight written in place (an optimiser's step, a loaded state dict) is packed again.
       const conv = model.namedParameters().find(([, w]) => w.shape.length === 4)?.[1];
-      assert.ok(conv);
+      assert.ok(conv, "a convolution's weight");
       torch.noGrad(() => conv.mul_(0.5));
       const written = torch.noGrad(() => model.forward(x));
       const writtenDense = dense(() => torch.noGrad(() => model.forward(x)));
       assert.ok(relError(values(written), values(writtenDense)) < 1e-5, "after an in-place write");
       assert.ok(relError(values(written), values(slow.logits)) > 1e-3, "the write changed the logits");
+      // A batch norm's statistics written in place: the convolution it was folded into is folded again.
+      const variance = model.namedBuffers().find(([k]) => k.endsWith("running_var"))?.[1];
+      assert.ok(variance, "a running variance");
+      torch.noGrad(() => variance.mul_(2));
+      const rescaled = torch.noGrad(() => model.forward(x));
+      const rescaledDense = dense(() => torch.noGrad(() => model.forward(x)));
+      assert.ok(relError(values(rescaled), values(rescaledDense)) < 1e-5, "after a batch norm's statistics change");
+      assert.ok(relError(values(rescaled), values(written)) > 1e-4, "the statistics changed the logits");
       // With a gradient, or batch norm on batch statistics (standard stitching's adapt), the dense path.
       const counted = blockedNodes.count;
       const xg = x.detach().requiresGrad_(true);
       const withGrad = model.forward(xg);
       assert.equal(blockedNodes.count, counted, "nothing blocked where autograd records");
-      assert.ok(relError(values(withGrad), values(writtenDense)) < 1e-5);
+      assert.ok(relError(values(withGrad), values(rescaledDense)) < 1e-5, "with a gradient");
       model.train();
       const adapt = torch.noGrad(() => model.forward(x));
       const adaptDense = dense(() => torch.noGrad(() => model.forward(x)));
       assert.ok(relError(values(adapt), values(adaptDense)) < 1e-5, "batch statistics");
       torch.dispose([
+        rescaled,
+        rescaledDense,
         x,
         fast.logits,
         fast.features,

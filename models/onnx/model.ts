@@ -53,10 +53,11 @@ class OnnxHead extends GraphTensors {
   }
 }
 
-/** A forward pass's blocked tensors (models/onnx/blocked.ts), and the dense copies made of them. */
+/** A forward pass's blocked tensors (models/onnx/blocked.ts), the dense copies made of them, and those with a batch norm folded in. */
 interface Blocked {
   tensors: Set<Tensor>;
   dense: Map<Tensor, Tensor>;
+  folded: Set<Tensor>;
 }
 
 /** What the probe records: every tensor made, and every Shape node's values. */
@@ -243,6 +244,17 @@ export class OnnxModel extends StitchableModel {
       this.dispose();
       throw e;
     }
+  }
+
+  /** A convolution's batch norm to fold in (blocked.ts): its one reader, a batch norm in eval mode. */
+  private foldable(n: GraphNode): BatchNorm2d | undefined {
+    // Not where the convolution's output is a cut: a stage may end there (the batch norm would
+    // run in the next pass, not knowing it was folded) and a point there is the convolution's own.
+    if (this.facts.cuts.some((c) => c.tensor === n.outputs[0])) return undefined;
+    const readers = this.readersBlocked.get(n.index);
+    const only = readers?.length === 1 ? readers[0] : undefined;
+    const bn = only?.opType === "BatchNormalization" ? this.batchNorms.get(only.index) : undefined;
+    return bn && !bn.training ? bn : undefined;
   }
 
   /** A blocked stage output (models/onnx/blocked.ts) leaves the model dense; anything else as it is. */
@@ -457,7 +469,8 @@ export class OnnxModel extends StitchableModel {
     const made = new Map<Tensor, number>();
     // A forward pass with no gradient on the CPU keeps runs of convolutions blocked (blocked.ts):
     // the blocked tensors, and the dense copies made of them for other nodes (freed at the end).
-    const blocked: Blocked | null = useCache && blockedUsable(h) ? { tensors: new Set(), dense: new Map() } : null;
+    const blocked: Blocked | null =
+      useCache && blockedUsable(h) ? { tensors: new Set(), dense: new Map(), folded: new Set() } : null;
     // A stage before this one may hand on a blocked tensor (StitchableModel.leaving turns it back
     // for callers): read as blocked, or, where this run cannot be, as a dense copy.
     if (h.isMkldnn()) {
@@ -547,10 +560,10 @@ export class OnnxModel extends StitchableModel {
             runBlocked(
               n,
               call,
-              (t) => blocked.tensors.has(t),
+              { isBlocked: (t) => blocked.tensors.has(t), weights: this.packed, folded: blocked.folded },
               bn,
-              this.packed,
               n.opType === "Conv" && blockedReadersNow(this.readersBlocked, n, (i) => this.batchNorms.get(i)),
+              n.opType === "Conv" ? this.foldable(n) : undefined,
             ),
           )
         : null;

@@ -1,0 +1,8 @@
+// The stitching modes in a reader's words. Here, in report/ (which loads without libtorch), so
+// that the report, the reading and the commands word a mode alike; stitch/config.ts re-exports it.
+
+/** The legend's words for the modes: "iris" (the data's and the CLI's name) is shown as "invariance-aware". */
+export const MODE_LABELS: Record<string, string> = { standard: "standard", iris: "invariance-aware" };
+
+/** A mode in a reader's words: "standard" or "invariance-aware". */
+export const stitchModeWords = (mode: string): string => MODE_LABELS[mode] ?? mode;
