@@ -84,7 +84,10 @@ export interface Packed {
  * input on. That saves a pass over every such activation (3-7% of a ResNet-18's forward).
  */
 export class PackedWeights {
-  private readonly packed = new Map<string, { sources: Tensor[]; versions: number[]; packed: Packed }>();
+  private readonly packed = new Map<
+    string,
+    { sources: Tensor[]; versions: number[]; stats: Tensor[]; packed: Packed }
+  >();
 
   get(
     name: string,
@@ -110,15 +113,18 @@ export class PackedWeights {
       : null;
     const sources = [w, ...(bias ? [bias] : []), ...(bn ? [bn.gamma, bn.beta, bn.mean, bn.variance] : [])];
     const had = this.packed.get(key);
-    // The same tensors, none written in place since (an optimiser's step, a state dict's copy_ or
-    // a batch norm's running statistics bump its version); moved or replaced ones are other objects.
+    // The same tensors, none written in place since: an optimiser's step or a state dict's copy_
+    // bumps a tensor's version; moved or replaced ones are other objects. A batch norm's running
+    // statistics are written by its training-mode kernel (ATen's, or native/src/batchnorm.cc),
+    // which bumps no version: those are compared by value with the copy the fold was made from.
     if (
       had &&
       had.sources.length === sources.length &&
-      had.sources.every((t, i) => t === sources[i] && had.versions[i] === t.version())
+      had.sources.every((t, i) => t === sources[i] && had.versions[i] === t.version()) &&
+      had.stats.every((c, i) => torch.call("equal", c, bn ? [bn.mean, bn.variance][i] : c) === true)
     )
       return had.packed;
-    if (had) torch.dispose([had.packed.weight, had.packed.bias]);
+    if (had) torch.dispose([had.packed.weight, had.packed.bias, ...had.stats]);
     const packed = torch.tidy((): Packed => {
       let weight = w.contiguous();
       // Unfolded, the graph's own bias is passed as it is (not held here: the model owns it).
@@ -142,12 +148,13 @@ export class PackedWeights {
     });
     torch.keep(packed.weight);
     if (packed.bias) torch.keep(packed.bias);
-    this.packed.set(key, { sources, versions: sources.map((t) => t.version()), packed });
+    const seen = bn ? [bn.mean, bn.variance].map((t) => torch.keep(torch.noGrad(() => t.clone()))) : [];
+    this.packed.set(key, { sources, versions: sources.map((t) => t.version()), stats: seen, packed });
     return packed;
   }
 
   dispose(): void {
-    for (const p of this.packed.values()) torch.dispose([p.packed.weight, p.packed.bias]);
+    for (const p of this.packed.values()) torch.dispose([p.packed.weight, p.packed.bias, ...p.stats]);
     this.packed.clear();
   }
 }
