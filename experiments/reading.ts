@@ -526,10 +526,14 @@ export function reading(
   }
   if (opts.reliance) out.push(opts.reliance);
   const curves = curveSummaries(rows);
+  // A pair scored on several test sets (a null beside a clean and a marked pair) names each.
+  const sets = new Map<string, Set<string>>();
+  for (const c of curves) sets.set(c.pair, (sets.get(c.pair) ?? new Set()).add(c.test_data));
+  const data = (c: CurveSummary) => ((sets.get(c.pair)?.size ?? 0) > 1 ? ` [${c.test_data}]` : "");
   if (curves.length)
     out.push(
       `rAuA (mean agreement over the points run, larger = more similar): ${curves
-        .map((c) => `${c.pair} ${c.objective} ${c.mode} ${formatInterval(c.rAuA, 2)}`)
+        .map((c) => `${c.pair}${data(c)} ${c.objective} ${c.mode} ${formatInterval(c.rAuA, 2)}`)
         .join("; ")}.`,
     );
   const robustCurves = curves.filter((c) => c.robustRAuA);

@@ -356,3 +356,13 @@ test("training at epoch 0 keeps the initialisation; on permuted labels, the test
   assert.ok(truth.accuracies.clean > 0.5, `true labels: ${truth.accuracies.clean}`);
   assert.ok(shuffled.accuracies.clean < 0.25, `shuffled labels: ${shuffled.accuracies.clean} (chance 0.1)`);
 });
+
+test("a null scored on clean and on marked data is named with each in the rAuA line", () => {
+  const rowsOf = (test_data: string) =>
+    [0, 1].map((replicate) =>
+      stitchRow({ front: "clean-s1~untrained", pair: "null:untrained", test_data, replicate, agreement_prob: 0.3 }),
+    );
+  const line = reading([...rowsOf("clean"), ...rowsOf("pixel"), stitchRow()]).find((l) => l.startsWith("rAuA"));
+  assert.match(line ?? "", /null:untrained \[clean\] slm iris 0\.30.*null:untrained \[pixel\] slm iris 0\.30/);
+  assert.match(line ?? "", /cross-seed slm iris/, "a pair on one test set keeps its plain name");
+});
