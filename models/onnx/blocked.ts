@@ -12,8 +12,9 @@
 // nodes the blocked layout serves (Conv in 2-d with symmetric padding, BatchNormalization in eval
 // mode, Relu, Add of two maps of one shape, MaxPool in 2-d, GlobalAveragePool) keeps its tensors
 // blocked; any other node gets its inputs back in the dense layout first, and so does the run's
-// output. The same oneDNN kernels compute the same sums (the zoo checks it against the dense path,
-// test/onnx.test.ts). STITCHLAB_ONNX_BLOCKED=0 turns it off (for comparisons).
+// output; a batch norm that is a convolution's one reader within a stage is folded into it
+// (PackedWeights). The same oneDNN kernels in another layout sum in another order: test/onnx.test.ts
+// holds the path to the dense one within 1e-5. STITCHLAB_ONNX_BLOCKED=0 turns it off.
 import type { BatchNorm2d } from "../../nn/layers.js";
 import * as torch from "../../torch/index.js";
 import type { GraphNode } from "./graph.js";

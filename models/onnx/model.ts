@@ -99,6 +99,8 @@ export class OnnxModel extends StitchableModel {
     return this.#readersBlocked;
   }
   #readersBlocked: Map<number, GraphNode[]> | undefined;
+  /** The tensors that are cuts, asked once per convolution per pass (foldable). */
+  #cutTensors: Set<string> | undefined;
   private readonly attrs: Record<string, AttrValue>[];
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
@@ -250,7 +252,8 @@ export class OnnxModel extends StitchableModel {
   private foldable(n: GraphNode): BatchNorm2d | undefined {
     // Not where the convolution's output is a cut: a stage may end there (the batch norm would
     // run in the next pass, not knowing it was folded) and a point there is the convolution's own.
-    if (this.facts.cuts.some((c) => c.tensor === n.outputs[0])) return undefined;
+    this.#cutTensors ??= new Set(this.facts.cuts.map((c) => c.tensor));
+    if (this.#cutTensors.has(n.outputs[0] as string)) return undefined;
     const readers = this.readersBlocked.get(n.index);
     const only = readers?.length === 1 ? readers[0] : undefined;
     const bn = only?.opType === "BatchNormalization" ? this.batchNorms.get(only.index) : undefined;
