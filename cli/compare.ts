@@ -117,7 +117,7 @@ export function registerCompareCommand(program: Command): void {
     .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
     .option(
       "--nulls",
-      `also stitch A's architecture at its initialisation into B (standard mode, ${COMPARE_NULLS.replicates} initialisations), and say where A -> B is beyond that chance level (a zoo architecture: not an ONNX graph)`,
+      `also stitch null fronts into B: A's architecture at its initialisation (a zoo architecture) and clustered noise at A's point shapes (standard mode, ${COMPARE_NULLS.replicates} replicates each), and say where A -> B is beyond that chance level`,
     );
   // The size flags: from the experiment's schema (COMPARE_FLAGS in cli/compare-study.ts).
   addSchemaFlags(cmd, experimentSchema, COMPARE_FLAGS)

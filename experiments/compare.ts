@@ -328,6 +328,17 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   const d = input.dataset;
   const entry = (s: ModelSourceLike) => (typeof s === "string" ? { checkpoint: s } : s);
   const nullName = `${names.a}~untrained`;
+  // The untrained null where A's architecture can be started; the noise null always (it reads A's
+  // point shapes only), so an ONNX graph or a foreign architecture still has a chance level.
+  const untrained = input.nulls ? untrainedRecipe(a, seed) : null;
+  const nullPair = (front: string, kind: "untrained" | "noise") => ({
+    front,
+    back: names.b,
+    relation: nullRelation(kind),
+    modes: [...COMPARE_NULLS.modes],
+    replicates: COMPARE_NULLS.replicates,
+    ...mapping(points, inA),
+  });
   const raw = {
     name: `compare-${names.a}-${names.b}`,
     description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at every point, with ${names.b} into itself as the control.${byDepth ? ` The two share no stitch point by name, so each of ${names.b}'s points is paired with ${names.a}'s at the same relative depth (frontPoints).` : ""}`,
@@ -341,7 +352,7 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
     models: {
       [names.a]: entry(a),
       [names.b]: entry(b),
-      ...(input.nulls ? { [nullName]: untrainedRecipe(a, seed) } : {}),
+      ...(untrained ? { [nullName]: untrained } : {}),
     },
     pairs: [
       { front: names.b, back: names.b, relation: "identical", replicates: 1 },
@@ -365,18 +376,8 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
             },
           ]
         : []),
-      ...(input.nulls
-        ? [
-            {
-              front: nullName,
-              back: names.b,
-              relation: nullRelation("untrained"),
-              modes: [...COMPARE_NULLS.modes],
-              replicates: COMPARE_NULLS.replicates,
-              ...mapping(points, inA),
-            },
-          ]
-        : []),
+      ...(untrained ? [nullPair(nullName, "untrained")] : []),
+      ...(input.nulls ? [nullPair(names.a, "noise")] : []),
     ],
     points,
     objectives: input.objectives ?? [...protocol.objectives],
@@ -397,10 +398,12 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
 
 /**
  * `compare --nulls`: A's architecture at its initialisation (epoch 0 of its recipe; a new seed per
- * replicate) stitched into B as A is, in standard mode, where the question is how much of
- * stitching's "similar" stitching alone gives (docs/method.md, "Null fronts and chance"). Three
- * replicates, so that the null's band is its spread over initialisations, not over test images;
- * no IRI sets, so it adds stitches only. The permuted-label null needs a training run on A's data
+ * replicate) and Smith et al.'s clustered noise at A's point shapes (stitch/noise.ts; new clusters
+ * per replicate), each stitched into B as A is, in standard mode, where the question is how much
+ * of stitching's "similar" stitching alone gives (docs/method.md, "Null fronts and chance"). Three
+ * replicates, so that a null's band is its spread over initialisations, not over test images;
+ * no IRI sets, so they add stitches only. A front stitchlab cannot start (an ONNX graph, an
+ * architecture outside the zoo) has the noise null alone. The permuted-label null needs a training run on A's data
  * and recipe, which a checkpoint does not carry: an experiment file whose fronts it trains itself
  * offers it (nulls: [permuted]); for checkpoint fronts withNulls makes none and says so.
  */
@@ -412,14 +415,12 @@ const recipesRead = new Map<string, Record<string, unknown>>();
 /**
  * A's architecture and options, for its untrained null: a zoo architecture that stitchlab builds
  * (a stitchlab checkpoint's sidecar; weights made elsewhere or a hub name, read once to learn
- * their options). An ONNX graph has no initialiser to start from: refused before it is read.
+ * their options). An ONNX graph has no initialiser to start from: null, before it is read; so is
+ * an architecture outside the zoo.
  */
-function untrainedRecipe(a: ModelSourceLike, seed: number): Record<string, unknown> {
+function untrainedRecipe(a: ModelSourceLike, seed: number): Record<string, unknown> | null {
   const src = asModelSource(a);
-  if (isOnnxFile(src.checkpoint))
-    throw new Error(
-      `--nulls: A (${src.checkpoint}) is an ONNX graph, which stitchlab cannot start from its initialisation; the untrained null needs a zoo architecture (${modelNames().join(", ")})`,
-    );
+  if (isOnnxFile(src.checkpoint)) return null;
   const key = JSON.stringify(src);
   let recipe = recipesRead.get(key);
   if (!recipe) {
@@ -431,10 +432,7 @@ function untrainedRecipe(a: ModelSourceLike, seed: number): Record<string, unkno
       loaded.model.dispose();
       meta = loaded.meta;
     }
-    if (!modelNames().includes(meta.arch))
-      throw new Error(
-        `--nulls: A (${src.checkpoint}) is a ${meta.arch}, which stitchlab cannot start from its initialisation; the untrained null needs a zoo architecture (${modelNames().join(", ")})`,
-      );
+    if (!modelNames().includes(meta.arch)) return null;
     // Built for the compare's data as a training run builds it: classes and image size from the data.
     const { numClasses: _n, imageSize: _i, ...options } = (meta.options ?? {}) as Record<string, unknown>;
     recipe = { arch: meta.arch, ...(Object.keys(options).length ? { options } : {}), epochs: 0 };

@@ -199,7 +199,9 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
     // Stitching steps, per mode, as the task trains: three steps of one epoch (the first not
     // counted); the least-squares start on as many images, scaled to the config's.
     const stepsOf = (mode: "standard" | "iris") => {
-      const ofMode = betweenCheckpoints(specs).filter((x) => stitchModeOf(x.config.mode) === mode);
+      // A noise-cluster null's steps skip the front: the probe times a real front's.
+      const all = betweenCheckpoints(specs).filter((x) => stitchModeOf(x.config.mode) === mode);
+      const ofMode = all.some((x) => !x.config.noiseClusters) ? all.filter((x) => !x.config.noiseClusters) : all;
       const task = ofMode.find((x) => x.front !== x.back) ?? ofMode[0];
       if (!task) return { step: 0, before: 0, lstsqImages: 1, images: 1, score: 0 };
       // The task's own config; its IRIs stand in as real images of the same shape (the probe
@@ -252,6 +254,7 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
         };
       } finally {
         s.layer.dispose();
+        s.noise?.dispose();
       }
     };
     const standard = stepsOf("standard");

@@ -5,11 +5,16 @@
 //   untrained  the front's recipe at epoch 0: the very initialisation the front was trained from;
 //   permuted   the front's recipe trained on the same (clean) images with their labels shuffled
 //              across images once (data/dataset.ts permuteLabels): another task, learnable only
-//              by memorising, that shares the images and nothing of the true task.
+//              by memorising, that shares the images and nothing of the true task;
+//   noise      no network: Smith et al.'s clustered random noise in the front's place, one cluster
+//              per class at the point's shape (stitch/noise.ts), a sender with the labels and
+//              nothing of the images. Standard stitching only: it has no IRIs (stitch/noise.ts
+//              says why), so its pairs are standard whatever the others' modes.
 // They are ordinary models and pairs after this expansion, so the planner, the cache, the runner
 // and the report take them as they take any other; the reading reads each real pair against them
-// (beyondChance). A null needs a recipe: a front loaded from a file has none, so it gets no nulls,
-// and the plan says so.
+// (beyondChance). An untrained or permuted null needs a recipe: a front loaded from a file has
+// none, so it gets only the noise null, which needs the front's point shapes alone, and the plan
+// says so.
 
 import { beyondChance, type ChanceRow, isNullRelation, NULL_PREFIX } from "../report/chance.js";
 import { formatInterval, type SummaryRow } from "../report/summary.js";
@@ -17,10 +22,13 @@ import { stitchModeWords } from "../stitch/config.js";
 // Types only from spec.ts, which imports NULL_KINDS from here for its schema.
 import type { Experiment, ModelSpec, TrainedModelSpec } from "./spec.js";
 
-export const NULL_KINDS = ["untrained", "permuted"] as const;
+export const NULL_KINDS = ["untrained", "permuted", "noise"] as const;
 export type NullKind = (typeof NULL_KINDS)[number];
 
 export const nullRelation = (kind: NullKind): string => `${NULL_PREFIX}${kind}`;
+
+/** A noise-cluster null's pairs: their stitches send clustered noise in the front's place. */
+export const isNoiseNull = (relation: string): boolean => relation === nullRelation("noise");
 
 /** A null front's training settings from its real front's: no shortcut, and the kind's change. */
 function nullSpec(front: TrainedModelSpec, kind: NullKind): TrainedModelSpec {
@@ -62,16 +70,27 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
     if (pair.front === pair.back) continue;
     const front = exp.models[pair.front];
     if (!front) continue; // the planner names the missing model
-    if ("checkpoint" in front) {
-      notes.push(
-        `${pair.front}: no null fronts, since a model loaded from a file has no recipe to start or retrain it from`,
-      );
-      continue;
-    }
     for (const kind of kinds) {
-      const spec = nullSpec(front, kind);
-      const specKey = JSON.stringify(spec);
+      if ("checkpoint" in front && kind !== "noise") {
+        notes.push(
+          `${pair.front}: no ${kind} null, since a model loaded from a file has no recipe to start or retrain it from`,
+        );
+        continue;
+      }
+      // The noise null's front is the real one, read for its point shapes only: one per architecture
+      // (the untrained null's recipe; a loaded model is its own), whichever front comes first.
+      const noise = kind === "noise";
+      if (noise && modes !== undefined && !modes.includes("standard")) {
+        notes.push("nulls.kinds: noise is stitched in standard mode only, and nulls.modes leaves it out");
+        continue;
+      }
+      const spec = "checkpoint" in front ? front : nullSpec(front, noise ? "untrained" : kind);
+      const specKey = JSON.stringify([noise, spec]);
       let name = modelOf.get(specKey);
+      if (noise && !name) {
+        name = pair.front;
+        modelOf.set(specKey, name);
+      }
       if (!name) {
         name = `${pair.front}~${kind}`;
         for (let i = 2; name in models; i++) name = `${pair.front}~${kind}${i}`;
@@ -88,7 +107,7 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
         if (replicates === undefined)
           had.replicates = Math.max(had.replicates ?? exp.replicates, pair.replicates ?? exp.replicates);
         // Modes: the nulls' own where given; else the union of the pairs' (the experiment's where either takes those).
-        if (modes === undefined)
+        if (modes === undefined && !noise)
           had.modes =
             had.modes === undefined || pair.modes === undefined
               ? undefined
@@ -106,7 +125,13 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
           : pair.replicates !== undefined
             ? { replicates: pair.replicates }
             : {}),
-        ...(modes !== undefined ? { modes } : pair.modes !== undefined ? { modes: pair.modes } : {}),
+        ...(noise
+          ? { modes: ["standard" as const] }
+          : modes !== undefined
+            ? { modes }
+            : pair.modes !== undefined
+              ? { modes: pair.modes }
+              : {}),
         ...(pair.shortcut !== undefined ? { shortcut: pair.shortcut } : {}),
       });
     }

@@ -26,7 +26,7 @@ import { stitchMismatch } from "../stitch/layer.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { checkBuildMemory } from "../train/memory.js";
 import { type TaskKind, taskKey } from "./cache.js";
-import { withNulls } from "./nulls.js";
+import { isNoiseNull, withNulls } from "./nulls.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
 export type { TaskKind } from "./cache.js";
@@ -261,9 +261,17 @@ export function checkExperiment(exp: Experiment, ctx: PlanContext): string[] {
       else seen.set(k, i);
     }
   };
-  // A pair's adversarial stitching is part of what it is: the same models at attack ratios 0 and 1 are two pairs.
+  // A pair's adversarial stitching is part of what it is: the same models at attack ratios 0 and 1
+  // are two pairs; so is a noise null beside its front's own pair (its front sends noise).
   twice("pairs", exp.pairs, (p) =>
-    JSON.stringify([p.front, p.back, p.shortcut ?? null, p.points ?? null, adversarialOf(p, exp)]),
+    JSON.stringify([
+      p.front,
+      p.back,
+      p.shortcut ?? null,
+      p.points ?? null,
+      adversarialOf(p, exp),
+      isNoiseNull(p.relation),
+    ]),
   );
   twice("seeds", exp.seeds, String);
   twice("objectives", exp.objectives, (o) => {
@@ -374,7 +382,11 @@ export function planReplicate(
   // The back is shared unless replicateBack; the front is the replicate's own, except in the
   // identical pair, whose front is its back (replicates then differ in IRI and stitching seeds).
   const backRef = replicaRef(m, ctx, pair.back, r, exp.replicateBack);
-  const frontRef = pair.front === pair.back ? backRef : replicaRef(m, ctx, pair.front, r, true);
+  // A noise-cluster null reads its front for the point shapes only: replicate 0's serves every
+  // replicate (each its own clusters, by the stitch's seed), and its rows name it apart.
+  const noise = isNoiseNull(pair.relation);
+  const frontName = noise ? `${pair.front}~noise` : pair.front;
+  const frontRef = pair.front === pair.back ? backRef : replicaRef(m, ctx, pair.front, noise ? 0 : r, true);
   const modelDeps = [
     ...new Set([frontRef, backRef].filter((x): x is { task: string } => "task" in x).map((x) => x.task)),
   ];
@@ -421,6 +433,7 @@ export function planReplicate(
               objective,
               mode,
               iris: mode === "iris" ? irisKey : null,
+              noiseClusters: noise,
             },
             {
               ...st,
@@ -434,12 +447,12 @@ export function planReplicate(
           const key = addTask(ctx, {
             kind: "stitch",
             deps: iris ? [...modelDeps, iris] : modelDeps,
-            label: `stitch ${pair.front} -> ${pair.back} @ ${at} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}${rep(r)}`,
+            label: `stitch ${frontName} -> ${pair.back} @ ${at} ${objective} ${mode}${exp.seeds.length > 1 ? ` seed ${seed}` : ""}${rep(r)}`,
             spec,
           });
           roles.push({
             key,
-            front: pair.front,
+            front: frontName,
             back: pair.back,
             relation: pair.relation,
             point,

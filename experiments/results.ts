@@ -114,8 +114,9 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       epochs: r.config.epochs,
       seed: s.seed,
       replicate: s.replicate,
-      front_accuracy: bestAccuracy(r.front.accuracies),
-      front_reliance: markerReliance(r.front.accuracies),
+      // A noise-cluster null's front sent nothing of its own: its checkpoint gave the shapes only.
+      front_accuracy: r.config.noiseClusters ? null : bestAccuracy(r.front.accuracies),
+      front_reliance: r.config.noiseClusters ? null : markerReliance(r.front.accuracies),
       front_alone_accuracy: r.frontAlone?.accuracy ?? null,
       front_alone_agreement_prob: r.frontAlone?.agreementProbability ?? null,
       agreement_prob_se: r.scores.agreementProbabilitySe ?? null,

@@ -251,6 +251,11 @@ export interface StitchConfig extends StitchData {
   /** Score the stitched model on adversarial test images made against it. */
   robustEval: RobustEvalConfig | null;
   device: Device;
+  /**
+   * Clustered noise in the front's place (stitch/noise.ts: the "noise" null front; standard mode
+   * only). Present only when set, so that every other stitch keeps its key.
+   */
+  noiseClusters?: true;
 }
 
 /** What a stitch is, beside its settings: the models, points, objective, mode and IRI set. */
@@ -263,6 +268,8 @@ export interface StitchWhat {
   objective: string;
   mode: StitchMode;
   iris?: string | null;
+  /** The front's features replaced by clustered noise of its point's shape (a null front). */
+  noiseClusters?: boolean;
 }
 
 /**
@@ -281,6 +288,10 @@ export function resolveStitchConfig(
   if (what.mode === "iris" && !iris)
     throw new Error("iris mode needs an IRI set (--iris DIR, made by `stitchlab iris`)");
   if (what.mode === "standard" && iris) throw new Error("--iris is for iris mode; standard mode trains on real images");
+  if (what.noiseClusters && (what.mode !== "standard" || s.adversarial || s.robustEval))
+    throw new Error(
+      "a noise-cluster front is stitched in standard mode only, without adversarial stitching or attacks: its features do not depend on the image, so it has no IRIs and no gradient to the input",
+    );
   return {
     ...data,
     // The markers' strength matters only where data are marked: unmarked stitches share keys.
@@ -317,6 +328,7 @@ export function resolveStitchConfig(
         })
       : null,
     device,
+    ...(what.noiseClusters ? { noiseClusters: true as const } : {}),
   };
 }
 

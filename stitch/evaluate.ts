@@ -26,7 +26,8 @@ export interface FrontAndBack {
  */
 export function frontAndBack(s: StitchedModel, test: Dataset, opts: EvalOptions & { ckaImages: number }): FrontAndBack {
   const [a, b] = [s.front.config.numClasses, s.back.config.numClasses];
-  const scored = a !== undefined && a === b;
+  // A noise-cluster front (stitch/noise.ts) has no head of its own: no front end, and its CKA is the noise's.
+  const scored = !s.noise && a !== undefined && a === b;
   const meter = new AgreementMeter();
   let finite = true;
   const backParts: torch.Tensor[] = [];
@@ -39,14 +40,17 @@ export function frontAndBack(s: StitchedModel, test: Dataset, opts: EvalOptions 
         const n = batch.x.shape[0] as number;
         const take = Math.max(0, Math.min(opts.ckaImages - seen, n));
         seen += n;
-        const front = s.front.forwardIntermediates(s.frontInput(batch.x), take ? [s.frontPoint] : []);
+        const front = s.noise ? null : s.front.forwardIntermediates(s.frontInput(batch.x), take ? [s.frontPoint] : []);
         const back = s.back.forwardIntermediates(s.backInput(batch.x), take ? [s.backPoint] : []);
         backParts.push(torch.keep(back.logits));
         if (take) {
-          fa.push(torch.keep((front.features[s.frontPoint] as torch.Tensor).narrow(0, 0, take)));
+          const features = front
+            ? (front.features[s.frontPoint] as torch.Tensor)
+            : s.frontFeatures(batch.x, { y: batch.y, indices: batch.indices, split: "test" });
+          fa.push(torch.keep(features.narrow(0, 0, take)));
           fb.push(torch.keep((back.features[s.backPoint] as torch.Tensor).narrow(0, 0, take)));
         }
-        if (!scored || !finite) return;
+        if (!front || !scored || !finite) return;
         try {
           meter.update(front.logits, back.logits, batch.y);
         } catch (e) {
@@ -83,7 +87,7 @@ export function evaluateStitch(
   const meter = new AgreementMeter();
   forEachEvalBatch(s.networks, test, opts, (b) => {
     const x = opts.attack ? opts.attack(b.x, b.y).detach() : b.x;
-    const logits = torch.noGrad(() => s.forward(x));
+    const logits = torch.noGrad(() => s.forward(x, { y: b.y, indices: b.indices, split: "test" }));
     // B's logits on these very images, when the caller has them: B is frozen in eval mode, so
     // they are what B would give again.
     const back =

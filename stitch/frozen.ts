@@ -162,7 +162,10 @@ export class FrozenOutputs {
       })) {
         torch.tidy(() => {
           const target = stitchTargets(s, b.x, opts.weights);
-          const named: Record<string, Tensor> = { front: s.frontFeatures(b.x), logits: target.logits };
+          const named: Record<string, Tensor> = {
+            front: s.frontFeatures(b.x, { y: b.y, indices: b.indices, split: "train" }),
+            logits: target.logits,
+          };
           for (const [p, f] of Object.entries(target.features)) named[`feature:${p}`] = f;
           if (!made.store) {
             const rowBytes = Object.values(named).reduce((sum, t) => sum + (t.numel() / (t.shape[0] as number)) * 4, 0);

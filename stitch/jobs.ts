@@ -37,7 +37,7 @@ import {
   modelFingerprint,
 } from "../models/checkpoint.js";
 import { type ModelRecord, requireNormalization } from "../models/record.js";
-import { checkInputSize, type StitchableModel } from "../models/stitchable.js";
+import { checkInputSize, pointShape, type StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
 import {
   backClassesProblem,
@@ -55,6 +55,7 @@ import {
   loadIriSet,
   type ResidualSummary,
 } from "./iriset.js";
+import { NoiseClusters } from "./noise.js";
 import { robustStitchScores, type StitchRobustResult } from "./robust.js";
 import { StitchedModel } from "./stitched.js";
 import { recipeOf, type StitchTrainOptions, type StitchTrainProgress, trainStitch } from "./train.js";
@@ -198,8 +199,13 @@ export function stitchedModelOf(
   const front = load(cfg.front);
   const back = sameSource(cfg.back, cfg.front) && !adapt ? front : load(cfg.back);
   const tail = adapt ? load(cfg.back) : back;
+  // A null front of clustered noise: the front gives its point's shape, the back its classes.
+  const point = cfg.noiseClusters ? front.model.stitchPoint(cfg.frontPoint) : null;
   const s = new StitchedModel(front.model, back.model, cfg.frontPoint, cfg.backPoint, {
     tail: tail.model,
+    noise: point
+      ? new NoiseClusters(pointShape(point, 1).slice(1), back.record.numClasses, cfg.seed, cfg.device)
+      : null,
     normalization: {
       front: requireNormalization(front.record, "the front"),
       back: requireNormalization(back.record, "the back"),
@@ -378,6 +384,7 @@ export async function runStitch(
   const owned: Dataset[] = [];
   const loaded: Loaded[] = [];
   let layer: { dispose(): void } | undefined;
+  let noise: { dispose(): void } | null = null;
   let backLogits: torch.Tensor | undefined;
   const load = (source: ModelSourceLike) => {
     const m = loadModel(source, cfg.device);
@@ -387,6 +394,7 @@ export async function runStitch(
   try {
     const { s, front, back } = stitchedModelOf(cfg, load);
     layer = s.layer;
+    noise = s.noise;
     const data = await stitchData(cfg, front, back, owned);
     // Every model normalises its own input (StitchedModel): batches are float pixels in [0, 1].
     const evalOpts = { normalization: pixelScale(data.test.images.shape[1]), device: cfg.device };
@@ -434,6 +442,7 @@ export async function runStitch(
   } finally {
     // T is freed whichever way the run ends (a diverged loss, a bad IRI set, a full disk).
     layer?.dispose();
+    noise?.dispose();
     backLogits?.dispose();
     for (const d of owned) disposeDataset(d);
     for (const m of loaded) m.model.dispose();

@@ -11,6 +11,7 @@
 // parseObjective, formatObjective) are settings, defined in stitch/config.ts.
 import * as torch from "../torch/index.js";
 import type { ObjectiveWeights } from "./config.js";
+import type { ImageIds } from "./noise.js";
 import type { StitchedModel } from "./stitched.js";
 
 type Tensor = torch.Tensor;
@@ -62,10 +63,18 @@ export function stitchTargets(s: StitchedModel, x: Tensor, weights: ObjectiveWei
 /**
  * The training loss of T on a batch: x is what both the stitched model and B see, labels are
  * HLM's targets. B runs without gradients (its targets); the stitched model runs A, T and B's
- * tail (s.tail, B's own layers or their adapting copy); the gradient reaches T only.
+ * tail (s.tail, B's own layers or their adapting copy); the gradient reaches T only. `indices`
+ * (the images' positions in the training set) are what a noise-cluster front reads with the labels.
  */
-export function stitchLoss(s: StitchedModel, x: Tensor, labels: Tensor, weights: ObjectiveWeights): Tensor {
-  return torch.tidy(() => stitchLossFrom(s, s.frontFeatures(x), stitchTargets(s, x, weights), labels, weights));
+export function stitchLoss(
+  s: StitchedModel,
+  x: Tensor,
+  labels: Tensor,
+  weights: ObjectiveWeights,
+  indices?: Int32Array,
+): Tensor {
+  const ids: ImageIds | undefined = indices ? { y: labels, indices, split: "train" } : undefined;
+  return torch.tidy(() => stitchLossFrom(s, s.frontFeatures(x, ids), stitchTargets(s, x, weights), labels, weights));
 }
 
 /**

@@ -16,6 +16,7 @@ import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
 import type { StitchInit } from "./config.js";
 import { leastSquaresInit, StitchingLayer } from "./layer.js";
+import type { ImageIds, NoiseClusters } from "./noise.js";
 
 type Tensor = torch.Tensor;
 
@@ -24,12 +25,19 @@ export interface StitchedModelOptions {
   tail?: StitchableModel;
   /** Per-network input statistics; inputs are then float pixels in [0, 1]. */
   normalization?: { front: Normalization; back: Normalization } | null;
+  /**
+   * A sender of clustered noise in A's place (stitch/noise.ts: a null front): A gives the point's
+   * shape only, and every method that runs the front then needs the images' ids (labels and
+   * positions), which the callers pass wherever they have a batch.
+   */
+  noise?: NoiseClusters | null;
 }
 
 export class StitchedModel {
   readonly layer: StitchingLayer;
   readonly tail: StitchableModel;
   readonly normalization: { front: Normalization; back: Normalization } | null;
+  readonly noise: NoiseClusters | null;
   constructor(
     readonly front: StitchableModel,
     readonly back: StitchableModel,
@@ -49,6 +57,7 @@ export class StitchedModel {
     const b = resolve(back, backPoint, "back");
     this.tail = opts.tail ?? back;
     this.normalization = opts.normalization ?? null;
+    this.noise = opts.noise ?? null;
     this.layer = new StitchingLayer(a, b);
   }
 
@@ -67,15 +76,24 @@ export class StitchedModel {
     return this.normalization ? normalizePixels(x, this.normalization.back) : x;
   }
 
-  /** A's features at the front point (no gradient to A's weights, which stay frozen). */
-  frontFeatures(x: Tensor): Tensor {
+  /**
+   * A's features at the front point (no gradient to A's weights, which stay frozen), or the noise
+   * sender's for these images (ids: their labels and positions, which only the sender reads).
+   */
+  frontFeatures(x: Tensor, ids?: ImageIds): Tensor {
+    if (this.noise) {
+      if (!ids) throw new Error("the noise-cluster front sends by label: it needs the images' labels and positions");
+      return this.noise.sample(ids);
+    }
     return torch.noGrad(() => this.front.forwardTo(this.frontInput(x), this.frontPoint));
   }
 
   /** Logits of the stitched model. Gradients flow to T (and to x when it requires them). */
-  forward(x: Tensor): Tensor {
+  forward(x: Tensor, ids?: ImageIds): Tensor {
     return torch.tidy(() => {
-      const h = x.requiresGrad ? this.front.forwardTo(this.frontInput(x), this.frontPoint) : this.frontFeatures(x);
+      if (x.requiresGrad && this.noise)
+        throw new Error("the noise-cluster front does not depend on the image: there is no gradient to the input");
+      const h = x.requiresGrad ? this.front.forwardTo(this.frontInput(x), this.frontPoint) : this.frontFeatures(x, ids);
       return this.tail.forwardFrom(this.layer.forward(h), this.backPoint);
     });
   }
@@ -86,7 +104,7 @@ export class StitchedModel {
   }
 
   /** Initialises T: least squares on images xs (B's own features as target), random, or identity. */
-  init(how: StitchInit, xs?: Tensor): { residual?: number } {
+  init(how: StitchInit, xs?: Tensor, ids?: ImageIds): { residual?: number } {
     if (how === "identity") {
       this.layer.setIdentity();
       return {};
@@ -95,7 +113,7 @@ export class StitchedModel {
     if (!xs) throw new Error("least-squares initialisation needs images");
 
     return torch.tidy(() => {
-      const fa = this.frontFeatures(xs);
+      const fa = this.frontFeatures(xs, ids);
       const fb = torch.noGrad(() => this.back.forwardTo(this.backInput(xs), this.backPoint));
       return leastSquaresInit(this.layer, fa, fb);
     });

@@ -174,7 +174,9 @@ export function trainStitch(
     // Initialisation features are B's own, so batch norm there uses running statistics.
     inEvalMode(s.networks, () => {
       for (const b of batches(part, { batchSize: k, normalization: opts.normalization, device: opts.device })) {
-        initResidual = s.init("lstsq", b.x).residual ?? null;
+        // A noise-cluster front sends each image's own noise: keyed by its place in the split.
+        const indices = Int32Array.from(b.indices, (i) => picked[i] as number);
+        initResidual = s.init("lstsq", b.x, { y: b.y, indices, split: "train" }).residual ?? null;
         torch.dispose(b);
       }
     });
@@ -222,6 +224,7 @@ export function trainStitch(
               : (x as Tensor),
             y,
             opts.objective,
+            indices,
           );
       const v = loss.item();
       if (!Number.isFinite(v))

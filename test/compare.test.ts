@@ -172,13 +172,15 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
   const again = runCli(["run", yaml, "--out", out, "--cache", cache]);
   assert.equal(again.status, 0, again.stderr);
   assert.equal(readFileSync(join(out, "results.csv"), "utf8"), results);
-  // --nulls: A's architecture at its initialisation into B, standard only, three initialisations;
-  // the reading reads A -> B against it; the verdicts stay A -> B's and the control's.
+  // --nulls: A's architecture at its initialisation and clustered noise at A's point shapes into B,
+  // standard only, three replicates each; the reading reads A -> B against the higher; the verdicts
+  // stay A -> B's and the control's.
   const nullOut = join(tmp, "out-nulls");
   const nullArgs = [...args.map((a) => (a === out ? nullOut : a)), "--nulls"];
   const withNulls = runCli(nullArgs);
   assert.equal(withNulls.status, 0, withNulls.stderr);
-  assert.match(withNulls.stdout, /mine~untrained -> theirs \(null:untrained\), 3 replicates, standard only$/m);
+  assert.match(withNulls.stdout, /mine~untrained -> theirs \(null:untrained\), 3 replicates, standard only; /m);
+  assert.match(withNulls.stdout, /mine~noise -> theirs \(null:noise\), 3 replicates, standard only$/m);
   assert.match(
     withNulls.stdout,
     /^ {2}models\s+3 to build: resnet18 width 0\.0625 at its initialisation \(a null front\)$/m,
@@ -199,12 +201,13 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
     ["A->B", "identical"],
   );
   assert.deepEqual(
-    answered.chance.map((c) => [c.pair, c.point, c.null.pair, c.null.n]),
+    answered.chance.map((c) => [c.pair, c.point, c.null.n]),
     [
-      ["A->B", "layer1.0", "null:untrained", 3],
-      ["A->B", "layer4.1", "null:untrained", 3],
+      ["A->B", "layer1.0", 3],
+      ["A->B", "layer4.1", 3],
     ],
   );
+  assert.ok(answered.chance.every((c) => ["null:untrained", "null:noise"].includes(c.null.pair)));
 });
 
 test("README: the compare command as written, on torchvision-made checkpoints (with small sizes added)", {

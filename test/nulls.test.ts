@@ -118,7 +118,8 @@ test("nulls become models and pairs: one model per recipe (the Pixel front's is 
     join(dir, "nulls.yaml"),
   );
   assert.deepEqual(withNulls(loaded).notes, [
-    "clean-s1: no null fronts, since a model loaded from a file has no recipe to start or retrain it from",
+    "clean-s1: no untrained null, since a model loaded from a file has no recipe to start or retrain it from",
+    "clean-s1: no permuted null, since a model loaded from a file has no recipe to start or retrain it from",
   ]);
 });
 

@@ -59,10 +59,11 @@ export function smallStitchConfig(
     device: _d,
     root: _r,
     imageSize: _i,
+    noiseClusters,
     ...settings
   } = over;
   return stitchConfig(
-    { front: f, back: b, frontPoint, backPoint, objective, mode, iris },
+    { front: f, back: b, frontPoint, backPoint, objective, mode, iris, noiseClusters },
     {
       limit: 64,
       epochs: 1,

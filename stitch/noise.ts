@@ -1,0 +1,80 @@
+// The noise-cluster sender (issue 40's third null front): Smith, Mannering & Marcu, "Functional
+// alignment can mislead: examining model stitching" (ICML 2025), stitched clustered random noise
+// into MNIST- and ImageNet-trained receivers with high accuracy. Here it takes the front's place
+// at a point: image i of class y sends
+//     center[y] + sigma * eps(seed, split, i)
+// at the point's shape, where each class's center is one draw of N(0, 1) per element (seeded by
+// the stitch's seed) and eps is N(0, 1) per element, fixed per image (keyed by the split and the
+// image's position, so an image sends the same noise in every epoch, at the least-squares start
+// and in training, and a re-scored test set scores the same): a dataset of clustered noise paired
+// with the images by their labels. sigma is 1: the clusters are as wide as their centers are
+// spread, and at any point's size (thousands of numbers) still linearly separable, which is the
+// case Smith et al. make: a sender with nothing of the images but their labels.
+//
+// It has no invariance-aware score: the invariance-aware method trains T on the front's IRIs,
+// images it cannot tell from a source image, found by following the gradient of the front's
+// features with respect to the image. The sender's features do not depend on the image, only on
+// its label, so there is no gradient to follow, and by the definition every image of the source's
+// class is its IRI: invariance-aware stitching would train on real images of each class with B's
+// labels, which is standard stitching again. Its standard score is the chance that the reading
+// needs: what a stitch reaches from the labels alone.
+import { Rng } from "../data/rng.js";
+import * as torch from "../torch/index.js";
+
+type Tensor = torch.Tensor;
+
+/** Which images a batch holds: their labels, positions in their dataset, and that dataset's split. */
+export interface ImageIds {
+  y: Tensor;
+  indices: Int32Array;
+  split: "train" | "test";
+}
+
+const SPLIT_STREAM = { train: 0x7a11, test: 0x7e57 } as const;
+
+/** Standard normal draws (Box-Muller), n of them, into out at offset. */
+function normals(rng: Rng, out: Float32Array, offset: number, n: number): void {
+  for (let k = 0; k < n; k += 2) {
+    // 1 - u keeps the logarithm's argument in (0, 1].
+    const r = Math.sqrt(-2 * Math.log(1 - rng.random()));
+    const t = 2 * Math.PI * rng.random();
+    out[offset + k] = r * Math.cos(t);
+    if (k + 1 < n) out[offset + k + 1] = r * Math.sin(t);
+  }
+}
+
+export class NoiseClusters {
+  readonly sigma = 1;
+  /** [classes, ...shape]: one center per class. */
+  readonly #centers: Tensor;
+  readonly #size: number;
+
+  /** shape: one image's features at the point ([C, H, W], [tokens, dim] or [D]). */
+  constructor(
+    readonly shape: number[],
+    readonly classes: number,
+    readonly seed: number,
+    readonly device: torch.Device = "cpu",
+  ) {
+    this.#size = shape.reduce((a, b) => a * b, 1);
+    const centers = new Float32Array(classes * this.#size);
+    normals(new Rng(seed, 0xc1a55), centers, 0, centers.length);
+    this.#centers = torch.keep(torch.tensor(centers, { shape: [classes, ...shape], device }));
+  }
+
+  /** What the sender sends for these images: their class's center plus their own noise. */
+  sample(ids: ImageIds): Tensor {
+    const n = ids.indices.length;
+    const eps = new Float32Array(n * this.#size);
+    for (let k = 0; k < n; k++)
+      normals(new Rng(this.seed, SPLIT_STREAM[ids.split], ids.indices[k] as number), eps, k * this.#size, this.#size);
+    return torch.tidy(() => {
+      const noise = torch.tensor(eps, { shape: [n, ...this.shape], device: this.device });
+      return this.#centers.indexSelect(0, ids.y.to(this.device)).add(noise.mul(this.sigma));
+    });
+  }
+
+  dispose(): void {
+    this.#centers.dispose();
+  }
+}

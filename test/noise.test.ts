@@ -1,0 +1,244 @@
+// The noise-cluster null front (issue 40; stitch/noise.ts): Smith et al.'s clustered random noise
+// sent in the front's place. Its draws (closed form: each image's features are its class's center
+// plus N(0, 1) noise, fixed per image and split), the stitched model's refusals (no gradient to the
+// input, no invariance-aware mode), a stitch that runs on it end to end, and its place in a plan
+// (one per architecture, standard only, named apart).
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { withNulls } from "../experiments/nulls.js";
+import { planExperiment, type StitchTask } from "../experiments/plan.js";
+import { parseExperiment } from "../experiments/spec.js";
+import { createModel } from "../models/registry.js";
+import { pointShape } from "../models/stitchable.js";
+import { resolveStitchConfig, stitchSettingsSchema } from "../stitch/config.js";
+import { runStitch } from "../stitch/jobs.js";
+import { NoiseClusters } from "../stitch/noise.js";
+import { StitchedModel } from "../stitch/stitched.js";
+import * as torch from "../torch/index.js";
+import { saveSmallPair } from "./helpers/checkpoints.js";
+import { skipUnlessFashionMnist } from "./helpers/requirements.js";
+import { smallStitchConfig } from "./helpers/stitch.js";
+
+const tmp = mkdtempSync(join(tmpdir(), "stitchlab-noise-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+const ids = (labels: number[], indices: number[], split: "train" | "test" = "train") => ({
+  y: torch.tensor(BigInt64Array.from(labels, (l) => BigInt(l))),
+  indices: Int32Array.from(indices),
+  split,
+});
+
+test("noise clusters: each image sends its class's center plus its own N(0, 1) noise, the same for the same seed, split and image", () => {
+  const shape = [4, 8, 8];
+  const n = new NoiseClusters(shape, 10, 3);
+  const again = new NoiseClusters(shape, 10, 3);
+  const other = new NoiseClusters(shape, 10, 4);
+  try {
+    torch.tidy(() => {
+      // 200 images of class 2, then the same positions as class 7.
+      const positions = Array.from({ length: 200 }, (_, i) => i);
+      const a = n.sample(
+        ids(
+          positions.map(() => 2),
+          positions,
+        ),
+      );
+      const b = n.sample(
+        ids(
+          positions.map(() => 7),
+          positions,
+        ),
+      );
+      assert.deepEqual(a.shape, [200, ...shape]);
+      // The same image's noise under either label: the difference is the two centers, at every image.
+      const centers = b.sub(a);
+      assert.ok(
+        centers
+          .sub(centers.narrow(0, 0, 1))
+          .abs()
+          .max()
+          .item() < 1e-5,
+      );
+      // Around its center, the noise is standard normal (256 numbers per image, 200 images).
+      const center2 = a.mean([0], true);
+      const eps = a.sub(center2);
+      assert.ok(Math.abs(eps.mean().item()) < 0.02, `noise mean ${eps.mean().item()}`);
+      assert.ok(Math.abs(eps.std().item() - 1) < 0.02, `noise sd ${eps.std().item()}`);
+      // The centers are N(0, 1) draws too: their distance is about sqrt(2 * 256), far above noise's spread.
+      const gap = centers.narrow(0, 0, 1).norm().item();
+      assert.ok(gap > 18 && gap < 28, `center distance ${gap}`);
+      // Reproducible by seed, split and position; another seed, split or position draws anew.
+      const same = again.sample(ids([2, 2], [5, 9]));
+      assert.equal(
+        same
+          .sub(a.narrow(0, 5, 1))
+          .narrow(0, 0, 1)
+          .abs()
+          .max()
+          .item(),
+        0,
+      );
+      assert.equal(
+        same
+          .sub(a.narrow(0, 9, 1))
+          .narrow(0, 1, 1)
+          .abs()
+          .max()
+          .item(),
+        0,
+      );
+      const test = n.sample(ids([2], [5], "test"));
+      assert.ok(
+        test
+          .sub(a.narrow(0, 5, 1))
+          .abs()
+          .max()
+          .item() > 0.5,
+        "the test split has its own noise",
+      );
+      assert.ok(
+        other
+          .sample(ids([2], [5]))
+          .sub(a.narrow(0, 5, 1))
+          .abs()
+          .max()
+          .item() > 0.5,
+        "another seed",
+      );
+    });
+  } finally {
+    for (const x of [n, again, other]) x.dispose();
+  }
+});
+
+test("a stitched model with a noise front needs the images' ids, has no gradient to the input, and is standard only", () => {
+  torch.manualSeed(0);
+  const front = createModel("resnet18", { numClasses: 10, imageSize: 28, width: 0.25 });
+  const noise = new NoiseClusters(pointShape(front.stitchPoint("layer1.0"), 1).slice(1), 10, 0);
+  const s = new StitchedModel(front, front, "layer1.0", "layer1.0", { noise });
+  try {
+    torch.tidy(() => {
+      const x = torch.rand([2, 1, 28, 28]);
+      assert.throws(
+        () => s.frontFeatures(x),
+        /the noise-cluster front sends by label: it needs the images' labels and positions/,
+      );
+      assert.throws(() => s.forward(x.requiresGrad_(true), ids([0, 1], [0, 1])), /no gradient to the input/);
+      assert.deepEqual(s.forward(torch.rand([2, 1, 28, 28]), ids([0, 1], [0, 1])).shape, [2, 10]);
+    });
+  } finally {
+    noise.dispose();
+    s.layer.dispose();
+    front.dispose();
+  }
+  const settings = stitchSettingsSchema.parse({});
+  const data = {
+    dataset: "fashion-mnist",
+    root: null,
+    imageSize: null,
+    testLimit: null,
+    shortcut: null,
+    excess: null,
+    markerScale: 1,
+  };
+  const what = { front: "a", back: "b", frontPoint: "layer1.0", objective: "slm", noiseClusters: true };
+  assert.throws(
+    () => resolveStitchConfig({ ...what, mode: "iris", iris: "x" }, settings, data),
+    /a noise-cluster front is stitched in standard mode only/,
+  );
+  assert.equal(resolveStitchConfig({ ...what, mode: "standard" }, settings, data).noiseClusters, true);
+  assert.ok(
+    !("noiseClusters" in resolveStitchConfig({ ...what, mode: "standard", noiseClusters: false }, settings, data)),
+    "other stitches keep their keys",
+  );
+});
+
+test("a noise-front stitch runs end to end: no front end, CKA of the noise, and at the head its labels are learnt", {
+  skip: skipUnlessFashionMnist(),
+}, async () => {
+  const pair = await saveSmallPair(tmp);
+  pair.a.dispose();
+  const { a, b } = pair.ckpt;
+  const at = (frontPoint: string, objective: string) =>
+    runStitch(
+      smallStitchConfig(a, b, { frontPoint, objective, noiseClusters: true, epochs: 6, lr: 0.01, limit: 512, initImages: 512, testLimit: 128 }),
+      join(tmp, `noise-${frontPoint}-${objective}`),
+    );
+  const mid = await at("layer1.0", "slm");
+  assert.equal(mid.frontAlone, null, "the sender has no head of its own");
+  assert.ok(mid.cka !== null && Number.isFinite(mid.cka));
+  assert.ok(Number.isFinite(mid.scores.agreementProbability));
+  assert.equal(mid.config.noiseClusters, true);
+  // At the head's input, T is a linear map of the noise into B's classifier: trained on the labels
+  // (HLM), it reads the class from the clusters, whatever the image.
+  const head = await at("head", "hlm");
+  assert.ok(head.scores.accuracy > 0.8, `noise at the head, HLM: accuracy ${head.scores.accuracy}`);
+});
+
+test("noise nulls in a plan: the front's point shapes only (replicate 0's model), one per architecture, standard only, named apart", () => {
+  const exp = parseExperiment(
+    `
+name: noise
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  clean-s0: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }
+  clean-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+  pixel-s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1, shortcut: pixel }
+  mine: { checkpoint: mine.safetensors }
+pairs:
+  - { front: clean-s0, back: clean-s0, relation: identical, replicates: 1 }
+  - { front: clean-s1, back: clean-s0, relation: cross-seed }
+  - { front: pixel-s1, back: clean-s0, relation: cross-bias }
+  - { front: mine, back: clean-s0, relation: loaded }
+points: [layer2.1]
+objectives: [slm]
+replicates: 2
+nulls: [untrained, noise]
+iris: { limit: 32, steps: 3, batchSize: 32 }
+stitch: { limit: 32, epochs: 1, batchSize: 32 }
+`,
+    join(tmp, "noise.yaml"),
+  );
+  const { experiment, notes } = withNulls(exp);
+  assert.deepEqual(
+    experiment.pairs.slice(4).map((p) => [p.front, p.relation, p.modes ?? "all"]),
+    [
+      ["clean-s1~untrained", "null:untrained", "all"],
+      ["clean-s1", "null:noise", ["standard"]],
+      ["mine", "null:noise", ["standard"]],
+    ],
+    "the Pixel front shares the clean one's architecture: one noise null; the loaded front has its own",
+  );
+  assert.deepEqual(notes, [
+    "mine: no untrained null, since a model loaded from a file has no recipe to start or retrain it from",
+  ]);
+  const irisOnly = withNulls({ ...exp, nulls: { kinds: ["noise"], modes: ["iris"] } });
+  assert.equal(irisOnly.experiment.pairs.length, 4, "no noise null where the nulls are invariance-aware only");
+  assert.deepEqual(irisOnly.notes, [
+    "nulls.kinds: noise is stitched in standard mode only, and nulls.modes leaves it out",
+  ]);
+  const exp2 = {
+    ...exp,
+    models: Object.fromEntries(Object.entries(exp.models).filter(([k]) => k !== "mine")),
+    pairs: exp.pairs.slice(0, 3),
+  };
+  const plan = planExperiment(exp2, join(tmp, "noise.yaml"));
+  const noise = plan.stitches.filter((s) => s.relation === "null:noise");
+  assert.deepEqual([...new Set(noise.map((s) => s.front))], ["clean-s1~noise"]);
+  assert.deepEqual([...new Set(noise.map((s) => s.mode))], ["standard"]);
+  assert.deepEqual(
+    noise.map((s) => s.replicate),
+    [0, 1],
+  );
+  const specs = noise.map((s) => plan.tasks.find((t) => t.key === s.key)?.spec as StitchTask);
+  assert.ok(specs.every((t) => t.config.noiseClusters === true));
+  // Both replicates read replicate 0's front (its shapes), with their own seeds (their own clusters).
+  assert.equal(JSON.stringify(specs[0]?.front), JSON.stringify(specs[1]?.front));
+  assert.notEqual(specs[0]?.config.seed, specs[1]?.config.seed);
+  const real = plan.stitches.filter((s) => s.relation === "cross-seed");
+  const realSpecs = real.map((s) => plan.tasks.find((t) => t.key === s.key)?.spec as StitchTask);
+  assert.ok(realSpecs.every((t) => !("noiseClusters" in t.config)));
+});
