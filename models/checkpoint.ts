@@ -186,15 +186,16 @@ export const isStitchlabCheckpoint = (path: string): boolean =>
  * Whether an .onnx file has the sidecar `stitchlab import` writes beside it: a JSON record of an
  * ONNX model, not any mine.json that happens to lie there (a label map, a config).
  */
-function importedOnnx(path: string): boolean {
-  if (!existsSync(sidecarPath(path))) return false;
+const importedOnnx = (path: string): boolean => importedOnnxMeta(path) !== null;
+
+/** The sidecar `stitchlab import` wrote beside an .onnx file, read once; null where there is none. */
+function importedOnnxMeta(path: string): CheckpointMeta | null {
+  if (!existsSync(sidecarPath(path))) return null;
   try {
-    return (
-      (readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar") as { arch?: unknown }).arch ===
-      ONNX_ARCH
-    );
+    const meta = readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar");
+    return (meta as { arch?: unknown }).arch === ONNX_ARCH ? meta : null;
   } catch {
-    return false;
+    return null;
   }
 }
 
@@ -409,6 +410,9 @@ function loadOnnx(src: ModelSource): LoadedCheckpoint {
     );
   if (src.inputChannels !== undefined && src.inputChannels !== 3)
     throw new Error(`${path}: inputChannels ${src.inputChannels}: stitchlab feeds 3-channel images`);
+  // An imported graph (stitchlab import) has a sidecar: its statistics and dataset, unless the
+  // source gives others. Read before the graph is.
+  const recorded: Partial<CheckpointMeta> = importedOnnxMeta(path) ?? {};
   const model = new OnnxModel(path, src.imageSize !== undefined ? { imageSize: src.imageSize } : {});
   try {
     const bad = firstNonFinite(model);
@@ -420,10 +424,6 @@ function loadOnnx(src: ModelSource): LoadedCheckpoint {
     model.dispose();
     throw e;
   }
-  // An imported graph (stitchlab import) has a sidecar: its statistics and dataset, unless the source gives others.
-  const recorded = isStitchlabCheckpoint(path)
-    ? readJsonFile<CheckpointMeta>(sidecarPath(path), "a checkpoint's sidecar")
-    : ({} as Partial<CheckpointMeta>);
   const normalization =
     resolveNormalization(src.normalization) ?? (recorded.normalization as Normalization | undefined);
   const meta: CheckpointMeta = {

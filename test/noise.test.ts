@@ -164,7 +164,16 @@ test("a noise-front stitch runs end to end: no front end, CKA of the noise, and 
   const { a, b } = pair.ckpt;
   const at = (frontPoint: string, objective: string) =>
     runStitch(
-      smallStitchConfig(a, b, { frontPoint, objective, noiseClusters: true, epochs: 6, lr: 0.01, limit: 512, initImages: 512, testLimit: 128 }),
+      smallStitchConfig(a, b, {
+        frontPoint,
+        objective,
+        noiseClusters: true,
+        epochs: 6,
+        lr: 0.01,
+        limit: 512,
+        initImages: 512,
+        testLimit: 128,
+      }),
       join(tmp, `noise-${frontPoint}-${objective}`),
     );
   const mid = await at("layer1.0", "slm");

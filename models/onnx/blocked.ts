@@ -17,8 +17,8 @@
 // holds the path to the dense one within 1e-5. STITCHLAB_ONNX_BLOCKED=0 turns it off.
 import type { BatchNorm2d } from "../../nn/layers.js";
 import * as torch from "../../torch/index.js";
-import type { GraphNode } from "./graph.js";
-import { attrInt, attrInts, type OpCall, padsOf } from "./ops.js";
+import { type GraphNode, tensorReaders } from "./graph.js";
+import { attrInt, attrInts, convGeometry, type OpCall, padsOf } from "./ops.js";
 
 type Tensor = torch.Tensor;
 
@@ -35,8 +35,10 @@ const mkldnnBuilt = (): boolean => (built ??= torch.buildInfo().mkldnn);
  * Whether they run blocked also depends on their batch norms' mode at the time (blockedReadersNow).
  */
 export function blockedReaders(nodes: GraphNode[]): Map<number, GraphNode[]> {
-  const readers = new Map<string, GraphNode[]>();
-  for (const n of nodes) if (n.live) for (const t of n.inputs) readers.set(t, [...(readers.get(t) ?? []), n]);
+  const readers = tensorReaders(
+    nodes.filter((n) => n.live),
+    (n) => n.inputs,
+  );
   const out = new Map<number, GraphNode[]>();
   for (const n of nodes) {
     const rs = n.outputs.flatMap((o) => readers.get(o) ?? []);
@@ -154,6 +156,11 @@ export class PackedWeights {
     return packed;
   }
 
+  /** How many weights are packed now. */
+  get size(): number {
+    return this.packed.size;
+  }
+
   dispose(): void {
     for (const p of this.packed.values()) torch.dispose([p.packed.weight, p.packed.bias, ...p.stats]);
     this.packed.clear();
@@ -209,12 +216,9 @@ function blockedNode(
     case "Conv": {
       const w = call.inputs[1];
       if (w?.shape.length !== 4 || w.dtype !== "float32") return null;
-      const kernel = attrInts(call, "kernel_shape") ?? (w.shape.slice(2) as number[]);
-      const strides = attrInts(call, "strides") ?? [1, 1];
-      const dilations = attrInts(call, "dilations") ?? [1, 1];
+      const { kernel, strides, dilations, groups } = convGeometry(call, w);
       const { begin, end } = padsOf(call, x.shape.slice(2) as number[], kernel, strides, dilations);
       if (begin.some((b, i) => b !== end[i])) return null;
-      const groups = attrInt(call, "group", 1);
       // Grouped (depthwise) convolutions stay dense: oneDNN's blocked ones were slower there (a
       // small ConvNeXt's forward took 34.7 ms blocked against 10.4 dense, bench onnx).
       if (groups !== 1) return null;

@@ -8,6 +8,7 @@
 // PyTorch's with them, bench onnx); ATen's gelu is one. The pattern is matched in either operand
 // order of the Add and the Muls, with 0.5 applied first or last, and every intermediate read by
 // the next node only.
+import { tensorReaders } from "./graph.js";
 import { type NodeProto, onnx, type TensorProto } from "./proto.js";
 
 /** A scalar constant's value by tensor name (a Constant node's or an initializer's), or undefined. */
@@ -17,8 +18,7 @@ const near = (v: number | undefined, want: number) => v !== undefined && Math.ab
 
 /** The nodes with each exporter-written GELU replaced by one Gelu node (approximate "none"). */
 export function fuseGelu(nodes: NodeProto[], scalar: ScalarOf): NodeProto[] {
-  const readers = new Map<string, number[]>();
-  for (const [i, n] of nodes.entries()) for (const t of n.input ?? []) readers.set(t, [...(readers.get(t) ?? []), i]);
+  const readers = tensorReaders([...nodes.keys()], (i) => nodes[i]?.input ?? []);
   const producer = new Map<string, number>();
   for (const [i, n] of nodes.entries()) for (const o of n.output ?? []) producer.set(o, i);
   /** The one node that reads t, or undefined when none or several do. */

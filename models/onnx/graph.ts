@@ -41,6 +41,22 @@ export interface Cut {
   aliases: string[];
 }
 
+/**
+ * Each tensor's readers in node order: the nodes that take it as an input (a node that takes it
+ * twice is there twice, so "its one reader" means one use). The one place a graph is read this way
+ * (the GELU fusion, the blocked path's runs, which initializers a model holds).
+ */
+export function tensorReaders<N>(nodes: readonly N[], inputsOf: (n: N) => readonly string[]): Map<string, N[]> {
+  const readers = new Map<string, N[]>();
+  for (const n of nodes)
+    for (const t of inputsOf(n)) {
+      const r = readers.get(t);
+      if (r) r.push(n);
+      else readers.set(t, [n]);
+    }
+  return readers;
+}
+
 /** "/layer2/layer2.1/conv1/Conv" or "layer2.1/conv1/Conv" to "layer2.1.conv1"; null without a scope. */
 export function scopeOfNodeName(name: string): string | null {
   const parts = name.split("/").filter((p) => p !== "");

@@ -15,7 +15,7 @@ import * as torch from "../../torch/index.js";
 import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
 import { blockedReaders, blockedReadersNow, blockedUsable, PackedWeights, runBlocked, toDense } from "./blocked.js";
 import { fuseGelu, graphScalars } from "./fuse.js";
-import { analyseGraph, type Cut, type GraphFacts, type GraphNode } from "./graph.js";
+import { analyseGraph, type Cut, type GraphFacts, type GraphNode, tensorReaders } from "./graph.js";
 import { isSupported, OPS, type OpCall, type OpFn } from "./ops.js";
 import { type AttrValue, attributeValue, num, onnx, readModelProto, type TensorProto, tensorOf } from "./proto.js";
 
@@ -92,7 +92,7 @@ export class OnnxModel extends StitchableModel {
   /** BatchNormalization node index -> its module. */
   private readonly batchNorms = new Map<number, BatchNorm2d>();
   /** Convolution weights packed for the blocked inference path (models/onnx/blocked.ts). */
-  private readonly packed = new PackedWeights();
+  readonly packed = new PackedWeights();
   /** Nodes whose every reader runs blocked (blocked.ts blockedReaders): where a blocked run may start. */
   private get readersBlocked(): Map<number, GraphNode[]> {
     this.#readersBlocked ??= blockedReaders(this.facts.nodes);
@@ -376,8 +376,7 @@ export class OnnxModel extends StitchableModel {
       this.batchNorms.set(n.index, bn);
       for (const t of n.inputs.slice(1)) bnInputs.add(t);
     }
-    const readers = new Map<string, GraphNode[]>();
-    for (const n of this.facts.nodes) for (const t of n.inputs) readers.set(t, [...(readers.get(t) ?? []), n]);
+    const readers = tensorReaders(this.facts.nodes, (n) => n.inputs);
     for (const [name, t] of initializers) {
       const used = readers.get(name) ?? [];
       if (used.length === 0 || used.every((n) => n.opType === "BatchNormalization" && bnInputs.has(name))) continue;
@@ -602,10 +601,16 @@ export class OnnxModel extends StitchableModel {
     }
   }
 
-  /** The values that depend on the batch size only, for one device and size (a few sizes are kept). */
+  /**
+   * The values that depend on the batch size only, for one device and size: the 8 most recently
+   * used are kept (a hit moves to the back, so a loop that alternates sizes keeps them all).
+   */
   private batchCache(key: string): Map<string, Tensor> {
     let c = this.byBatch.get(key);
-    if (!c) {
+    if (c) {
+      this.byBatch.delete(key);
+      this.byBatch.set(key, c);
+    } else {
       if (this.byBatch.size >= 8) {
         const [oldest, values] = this.byBatch.entries().next().value as [string, Map<string, Tensor>];
         torch.dispose([...values.values()]);
@@ -666,6 +671,15 @@ export class OnnxModel extends StitchableModel {
     this.byBatch.clear();
     this.packed.dispose();
     super.dispose();
+  }
+
+  /**
+   * A move frees the weights packed for the CPU's blocked path: on another device they would be
+   * copies of tensors left behind (a move to the CPU again packs them anew on the next pass).
+   */
+  override to(device: torch.Device): this {
+    this.packed.dispose();
+    return super.to(device);
   }
 
   /** The Shape nodes that read tensor `name`, run now: it may be freed before a later node reads them. */

@@ -107,19 +107,34 @@ function spatialPadding(
   return { x: call("constant_pad_nd", x, torchPad, fill), padding: new Array(rank).fill(0) };
 }
 
+/**
+ * A Conv's geometry with ONNX's defaults: the kernel (else the weight's spatial shape), strides and
+ * dilations (1 per axis), group (1). The one reading of them (the dense op here, blocked.ts).
+ */
+export function convGeometry(
+  c: OpCall,
+  w: Tensor,
+): { rank: number; kernel: number[]; strides: number[]; dilations: number[]; groups: number } {
+  const rank = w.shape.length - 2;
+  return {
+    rank,
+    kernel: attrInts(c, "kernel_shape") ?? (w.shape.slice(2) as number[]),
+    strides: attrInts(c, "strides") ?? new Array(rank).fill(1),
+    dilations: attrInts(c, "dilations") ?? new Array(rank).fill(1),
+    groups: attrInt(c, "group", 1),
+  };
+}
+
 function conv(c: OpCall): Tensor {
   const x = need(c, 0);
   const w = need(c, 1);
-  const rank = w.shape.length - 2;
+  const { rank, kernel, strides, dilations, groups } = convGeometry(c, w);
   if (rank < 1 || rank > 3) throw new Error(`${c.where}: Conv over ${rank} spatial axes is not supported`);
-  const kernel = attrInts(c, "kernel_shape") ?? (w.shape.slice(2) as number[]);
-  const strides = attrInts(c, "strides") ?? new Array(rank).fill(1);
-  const dilations = attrInts(c, "dilations") ?? new Array(rank).fill(1);
   const { x: padded, padding } = spatialPadding(c, x, kernel, strides, dilations, 0);
   // In the layout the zoo's convolutions run in (torch/layout.ts), which also keeps the ones oneDNN
   // gets wrong under AVX2 contiguous, whatever strides the graph's transposes left.
   const input = rank === 2 ? torch.toConvLayout(padded, w.shape[0] as number) : padded;
-  return call(`conv${rank}d`, input, w, c.inputs[2] ?? null, strides, padding, dilations, attrInt(c, "group", 1));
+  return call(`conv${rank}d`, input, w, c.inputs[2] ?? null, strides, padding, dilations, groups);
 }
 
 function pool(kind: "max" | "avg"): OpFn {
