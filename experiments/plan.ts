@@ -396,6 +396,7 @@ export function planReplicate(
     const frontPoint = frontPointOf(pair, point);
     const at = frontPoint === point ? point : `${frontPoint} -> ${point}`;
     let irisKey: string | null = null;
+    let iriCount: number | null = null;
     if (modes.includes("iris")) {
       // Resolved as the iris command resolves its flags (stitch/config.ts); replicate r's seed is
       // the resolved one (the schema's default where the file gives none) + REPLICATE_SEED_STRIDE r.
@@ -411,6 +412,7 @@ export function planReplicate(
       const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg, options };
       const deps = "task" in frontRef ? [frontRef.task] : [];
       irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${pair.front} @ ${frontPoint}${rep(r)}`, spec });
+      iriCount = cfg.limit;
     }
     for (const objective of objectives)
       for (const mode of modes)
@@ -443,6 +445,15 @@ export function planReplicate(
             { ...dataOf(exp), shortcut, excess },
           );
           const iris = mode === "iris" ? irisKey : null;
+          // T trains on full batches only (stitch/train.ts): a batch larger than what it trains on
+          // is refused here, before any model or IRI set is made for it.
+          const trainsOn = mode === "iris" ? iriCount : config.limit;
+          if (trainsOn !== null && trainsOn < config.batchSize)
+            ctx.problems.push(
+              mode === "iris"
+                ? `stitch.batchSize ${config.batchSize} is more than the ${trainsOn} IRIs per front and point (iris.limit): T would have no full batch to train on`
+                : `stitch.batchSize ${config.batchSize} is more than the ${trainsOn} real images standard stitching trains on (stitch.limit): T would have no full batch to train on`,
+            );
           const spec: StitchTask = { kind: "stitch", front: frontRef, back: backRef, iris, config };
           const key = addTask(ctx, {
             kind: "stitch",

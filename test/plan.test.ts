@@ -26,7 +26,7 @@ objectives: [slm, hlm]
 modes: [standard, iris]
 replicates: 2
 iris: { limit: 64, steps: 3, batchSize: 32 }
-stitch: { limit: 64, epochs: 1 }
+stitch: { limit: 64, epochs: 1, batchSize: 32 }
 `;
 
 const fresh = (): PlanContext => ({ tasks: new Map(), problems: [] });
@@ -125,4 +125,35 @@ test("planReplicate: per point an IRI set of the replicate's front, and a stitch
     else assert.equal(s.irisKey, null);
   }
   assert.deepEqual(ctx.problems, []);
+});
+
+test("planReplicate: a stitching batch larger than what T trains on (real images or IRIs) is a problem before anything runs", () => {
+  const problems = (yaml: string) => {
+    const exp = parseExperiment(yaml, "exp.yaml");
+    const ctx = fresh();
+    const m = planModels(exp, "/nowhere", ctx);
+    planReplicate(exp, exp.pairs[0] as (typeof exp.pairs)[number], 0, ["layer1.0"], ["slm"], m, ctx);
+    return [...new Set(ctx.problems)];
+  };
+  assert.deepEqual(
+    problems(EXP.replace("stitch: { limit: 64, epochs: 1, batchSize: 32 }", "stitch: { limit: 64, epochs: 1, batchSize: 64 }")),
+    [],
+  );
+  assert.deepEqual(
+    problems(EXP.replace("stitch: { limit: 64, epochs: 1, batchSize: 32 }", "stitch: { limit: 48, epochs: 1, batchSize: 64 }")),
+    [
+      "stitch.batchSize 64 is more than the 48 real images standard stitching trains on (stitch.limit): T would have no full batch to train on",
+    ],
+  );
+  assert.deepEqual(
+    problems(
+      EXP.replace("iris: { limit: 64,", "iris: { limit: 40,").replace(
+        "stitch: { limit: 64, epochs: 1, batchSize: 32 }",
+        "stitch: { limit: 64, epochs: 1, batchSize: 64 }",
+      ),
+    ),
+    [
+      "stitch.batchSize 64 is more than the 40 IRIs per front and point (iris.limit): T would have no full batch to train on",
+    ],
+  );
 });
