@@ -184,8 +184,13 @@ export function modelRows(plan: Plan, cache: string): ModelRow[] {
   return rows;
 }
 
+/**
+ * Every IRI set of the plan with its residuals and preview, named by front (and replicate) and
+ * point; where one front has sets at a point on clean and on marked images (a null front standing
+ * beside a clean and a marked pair), each name says which ("[clean]", "[pixel]").
+ */
 export function irisSummaries(plan: Plan, cache: string): (IriPreview & { key: string })[] {
-  const out: (IriPreview & { key: string })[] = [];
+  const out: (IriPreview & { key: string; data: string })[] = [];
   const seen = new Set<string>();
   for (const s of plan.stitches) {
     if (!s.irisKey || seen.has(s.irisKey)) continue;
@@ -195,6 +200,7 @@ export function irisSummaries(plan: Plan, cache: string): (IriPreview & { key: s
     const info = readJson<IriSetInfo>(join(dir, "iris.json"));
     out.push({
       key: s.irisKey,
+      data: info.shortcut ?? "clean",
       front: s.replicate > 0 ? `${s.front} (replicate ${s.replicate})` : s.front,
       point: s.point,
       residuals: info.residuals,
@@ -202,7 +208,10 @@ export function irisSummaries(plan: Plan, cache: string): (IriPreview & { key: s
       png: readFileSync(join(dir, "preview.png")),
     });
   }
-  return out;
+  const named = (x: IriPreview) => `${x.front}\u0000${x.point}`;
+  const sets = new Map<string, number>();
+  for (const x of out) sets.set(named(x), (sets.get(named(x)) ?? 0) + 1);
+  return out.map(({ data, ...x }) => ((sets.get(named(x)) ?? 0) > 1 ? { ...x, front: `${x.front} [${data}]` } : x));
 }
 
 function gitCommit(): string {

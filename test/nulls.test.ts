@@ -3,14 +3,15 @@
 // recipes coincide; each real pair is read against them ("beyond chance" only where its lower
 // bound clears the highest null's upper bound); and the two training settings they rest on.
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { type Dataset, datasetSize, permuteLabels } from "../data/index.js";
 import { chanceLines, withNulls } from "../experiments/nulls.js";
-import { planExperiment, type TrainTask } from "../experiments/plan.js";
+import { type Plan, planExperiment, type TrainTask } from "../experiments/plan.js";
 import { reading, warnings } from "../experiments/reading.js";
+import { irisSummaries } from "../experiments/results.js";
 import { parseExperiment } from "../experiments/spec.js";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
@@ -366,4 +367,46 @@ test("a null scored on clean and on marked data is named with each in the rAuA l
   const line = reading([...rowsOf("clean"), ...rowsOf("pixel"), stitchRow()]).find((l) => l.startsWith("rAuA"));
   assert.match(line ?? "", /null:untrained \[clean\] slm iris 0\.30.*null:untrained \[pixel\] slm iris 0\.30/);
   assert.match(line ?? "", /cross-seed slm iris/, "a pair on one test set keeps its plain name");
+});
+
+test("IRI sets of one front at one point on clean and on marked images are named apart; a front's only set keeps its plain name", () => {
+  const cache = mkdtempSync(join(dir, "cache-"));
+  const set = (key: string, shortcut: string | null, mean: number) => {
+    const d = join(cache, "iris", key);
+    mkdirSync(d, { recursive: true });
+    const residuals = { mean, median: mean, p90: mean, below01: 0 };
+    writeFileSync(join(d, "iris.json"), JSON.stringify({ shortcut, residuals }));
+    writeFileSync(join(d, "preview.png"), "");
+  };
+  set("iris-a", null, 0.1);
+  set("iris-b", "pixel", 0.2);
+  set("iris-c", "pixel", 0.3);
+  const role = (key: string, front: string, irisKey: string) => ({
+    key,
+    front,
+    back: "clean-s0",
+    relation: "x",
+    point: "layer2.1",
+    pointIndex: 0,
+    objective: "slm",
+    mode: "iris" as const,
+    seed: 0,
+    replicate: 0,
+    irisKey,
+  });
+  const plan = {
+    stitches: [
+      role("s1", "clean-s1~permuted", "iris-a"),
+      role("s2", "clean-s1~permuted", "iris-b"),
+      role("s3", "pixel-s1", "iris-c"),
+    ],
+  } as unknown as Plan;
+  assert.deepEqual(
+    irisSummaries(plan, cache).map((s) => [s.front, s.residuals.mean]),
+    [
+      ["clean-s1~permuted [clean]", 0.1],
+      ["clean-s1~permuted [pixel]", 0.2],
+      ["pixel-s1", 0.3],
+    ],
+  );
 });
