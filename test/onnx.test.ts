@@ -15,9 +15,10 @@ import * as ort from "onnxruntime-node";
 import { isStitchlabCheckpoint, loadCheckpoint } from "../models/checkpoint.js";
 import { importModel } from "../models/import.js";
 import { blockedNodes } from "../models/onnx/blocked.js";
+import { fuseLinear } from "../models/onnx/fuse.js";
 import { OnnxModel } from "../models/onnx/model.js";
 import { OPS, type OpCall, type OpFn } from "../models/onnx/ops.js";
-import { onnx } from "../models/onnx/proto.js";
+import { type NodeProto, onnx } from "../models/onnx/proto.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import * as torch from "../torch/index.js";
 import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
@@ -121,6 +122,12 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
         model.eval();
         assert.equal(model.config.imageSize, ref.side);
         assert.equal(model.config.numClasses, 10);
+        // A ViT's and a ConvNeXt's linear layers (MatMul and Add as exported) run as one linear each.
+        if (/vit|convnext/.test(name))
+          assert.ok(
+            model.facts.nodes.some((n) => n.opType === "MatMul" && n.inputs.length === 3),
+            "MatMul and Add fused",
+          );
         // Three images: the load probed one and two, so a shape read from the batch is tested here.
         const x = torch.tidy(() => torch.rand([3, 3, ref.side, ref.side]));
         const cuts = model.cutList();
@@ -607,5 +614,44 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
     const file = join(scratch, "junk.onnx");
     writeFileSync(file, "not a protobuf at all \u0000\u0001");
     assert.throws(() => new OnnxModel(file), /is not an ONNX model/);
+  });
+});
+
+test("MatMul by a 2-D initializer then Add of its 1-D bias becomes one MatMul with the bias, only where nothing else reads the product", () => {
+  const node = (opType: string, input: string[], output: string[], name = `${opType}_${output[0]}`) =>
+    onnx.NodeProto.create({ name, opType, domain: "", input, output });
+  const dims = (name: string) => ({ W: [4, 3], b: [3], b2: [1, 3], b4: [4] })[name];
+  const show = (nodes: NodeProto[]) =>
+    nodes.map((n) => `${n.opType}(${(n.input ?? []).join(",")})->${(n.output ?? []).join(",")}`);
+  const fused = fuseLinear(
+    [node("MatMul", ["x", "W"], ["p"]), node("Add", ["p", "b"], ["y"]), node("Relu", ["y"], ["z"])],
+    dims,
+    new Set(["z"]),
+  );
+  assert.deepEqual(show(fused), ["MatMul(x,W,b)->y", "Relu(y)->z"]);
+  assert.equal(fused[0]?.name, "MatMul_p", "the MatMul's name (its module scope) is kept");
+  assert.deepEqual(
+    show(fuseLinear([node("MatMul", ["x", "W"], ["p"]), node("Add", ["b", "p"], ["y"])], dims, new Set(["y"]))),
+    ["MatMul(x,W,b)->y"],
+    "either operand order",
+  );
+  const kept = [
+    // the product read twice; a bias that is not 1-D, or not the output's width; a weight that is an input; the product an output
+    [node("MatMul", ["x", "W"], ["p"]), node("Add", ["p", "b"], ["y"]), node("Relu", ["p"], ["z"])],
+    [node("MatMul", ["x", "W"], ["p"]), node("Add", ["p", "b2"], ["y"])],
+    [node("MatMul", ["x", "W"], ["p"]), node("Add", ["p", "b4"], ["y"])],
+    [node("MatMul", ["x", "v"], ["p"]), node("Add", ["p", "b"], ["y"])],
+  ];
+  for (const nodes of kept) assert.deepEqual(show(fuseLinear(nodes, dims, new Set(["y"]))), show(nodes));
+  const asOutput = [node("MatMul", ["x", "W"], ["p"]), node("Add", ["p", "b"], ["y"])];
+  assert.deepEqual(show(fuseLinear(asOutput, dims, new Set(["p", "y"]))), show(asOutput));
+  // And the fused op is ATen's linear: x W + b.
+  torch.tidy(() => {
+    const x = torch.rand([2, 5, 4]);
+    const w = torch.rand([4, 3]);
+    const b = torch.rand([3]);
+    const call = { inputs: [x, w, b], attrs: {}, where: "MatMul_p" } as unknown as OpCall;
+    const y = (OPS.MatMul as OpFn)(call) as Tensor;
+    assert.ok(relError(values(y), values(x.matmul(w).add(b))) < 1e-6);
   });
 });

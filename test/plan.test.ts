@@ -136,11 +136,15 @@ test("planReplicate: a stitching batch larger than what T trains on (real images
     return [...new Set(ctx.problems)];
   };
   assert.deepEqual(
-    problems(EXP.replace("stitch: { limit: 64, epochs: 1, batchSize: 32 }", "stitch: { limit: 64, epochs: 1, batchSize: 64 }")),
+    problems(
+      EXP.replace("stitch: { limit: 64, epochs: 1, batchSize: 32 }", "stitch: { limit: 64, epochs: 1, batchSize: 64 }"),
+    ),
     [],
   );
   assert.deepEqual(
-    problems(EXP.replace("stitch: { limit: 64, epochs: 1, batchSize: 32 }", "stitch: { limit: 48, epochs: 1, batchSize: 64 }")),
+    problems(
+      EXP.replace("stitch: { limit: 64, epochs: 1, batchSize: 32 }", "stitch: { limit: 48, epochs: 1, batchSize: 64 }"),
+    ),
     [
       "stitch.batchSize 64 is more than the 48 real images standard stitching trains on (stitch.limit): T would have no full batch to train on",
     ],

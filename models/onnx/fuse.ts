@@ -70,6 +70,46 @@ export function fuseGelu(nodes: NodeProto[], scalar: ScalarOf): NodeProto[] {
   return nodes.flatMap((n, i) => (replace.has(i) ? [replace.get(i) as NodeProto] : drop.has(i) ? [] : [n]));
 }
 
+/**
+ * The nodes with each MatMul by a 2-D initializer W followed by the Add of a 1-D initializer b
+ * (x W + b: nn.Linear on 3-D or 4-D input, which torch.onnx.export cannot write as Gemm) replaced
+ * by one MatMul given b as a third input, which the interpreter runs as ATen's `linear` (ops.ts):
+ * on a contiguous 3-D input (a ViT's tokens) one addmm adds the bias in the GEMM's own pass, where
+ * MatMul then Add read and write the product twice. The product must be read by the Add alone and
+ * not be a graph output. `dims` gives an initializer's dims, undefined for any other tensor.
+ */
+export function fuseLinear(
+  nodes: NodeProto[],
+  dims: (name: string) => number[] | undefined,
+  outputs: ReadonlySet<string>,
+): NodeProto[] {
+  const readers = tensorReaders([...nodes.keys()], (i) => nodes[i]?.input ?? []);
+  const drop = new Set<number>();
+  const replace = new Map<number, NodeProto>();
+  for (const [i, mm] of nodes.entries()) {
+    const [x, w] = mm.input ?? [];
+    const product = (mm.output ?? [])[0];
+    if (mm.opType !== "MatMul" || (mm.domain ?? "") !== "" || !x || !w || !product || outputs.has(product)) continue;
+    const wDims = dims(w);
+    if (wDims?.length !== 2) continue;
+    const r = readers.get(product);
+    const j = r?.length === 1 ? (r[0] as number) : undefined;
+    const add = j === undefined ? undefined : nodes[j];
+    if (j === undefined || add?.opType !== "Add" || (add.domain ?? "") !== "") continue;
+    const [p, q] = add.input ?? [];
+    const b = p === product ? q : p;
+    const bDims = b === undefined ? undefined : dims(b);
+    if (!b || bDims?.length !== 1 || bDims[0] !== wDims[1]) continue;
+    drop.add(i);
+    replace.set(
+      j,
+      onnx.NodeProto.create({ name: mm.name, opType: "MatMul", domain: "", input: [x, w, b], output: add.output }),
+    );
+  }
+  // The fused node stands where the Add stood, after everything it reads.
+  return nodes.flatMap((n, i) => (replace.has(i) ? [replace.get(i) as NodeProto] : drop.has(i) ? [] : [n]));
+}
+
 /** Scalars of a graph: its Constant nodes' values and its one-element initializers. */
 export function graphScalars(
   nodes: NodeProto[],

@@ -470,7 +470,9 @@ export const OPS: Record<string, OpFn> = {
   LessOrEqual: binary("le.Tensor"),
   Log: unary("log"),
   LogSoftmax: softmax("log_softmax.int"),
-  MatMul: binary("matmul"),
+  // A third input is fuse.ts's fusion of MatMul by a 2-D weight and Add of its bias: ATen's linear.
+  MatMul: (c) =>
+    c.inputs[2] ? call("linear", need(c, 0), need(c, 1).t(), c.inputs[2]) : call("matmul", need(c, 0), need(c, 1)),
   Max: variadic("max"),
   MaxPool: pool("max"),
   Mean: variadic("mean"),
