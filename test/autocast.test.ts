@@ -321,7 +321,7 @@ pairs:
 points: [layer1.0]
 objectives: [slm]
 iris: { limit: 64, steps: 3, batchSize: 32 }
-stitch: { limit: 64, epochs: 1 }
+stitch: { limit: 64, epochs: 1, batchSize: 32 }
 scales:
   small: {}
   paper: { models: { a: { autocast: bf16 } }, iris: { autocast: bf16 } }

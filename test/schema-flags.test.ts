@@ -259,6 +259,8 @@ const EXTRAS: Record<string, Record<string, Extra>> = {
     bnMode: { value: { argv: ["--bn-mode", "batch"], value: { standard: "batch" } } },
     imageSize: { value: { argv: ["--image-size", "28"], value: 28 } },
     markerScale: { ...MARKED, parts: { pair: { shortcut: "pixel" } } },
+    // At least one full batch of the default size (the planner refuses fewer images than a batch).
+    limit: { value: { argv: ["--limit", "256"], value: 256 } },
   },
   iris: {
     name: MNIST,
@@ -270,6 +272,8 @@ const EXTRAS: Record<string, Record<string, Extra>> = {
     },
     imageSize: { value: { argv: ["--image-size", "28"], value: 28 } },
     markerScale: { ...MARKED, parts: { pair: { shortcut: "pixel" } } },
+    // At least one full stitching batch of IRIs (the planner refuses fewer than a batch).
+    limit: { value: { argv: ["--limit", "256"], value: 256 } },
   },
   train: {
     name: MNIST,
