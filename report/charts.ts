@@ -264,7 +264,7 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
 const ENDS =
   "Black crosses mark the ends of the curves, as the reference draws them: B alone on the left (End) and A alone, with its own head and no T, on the right (Front).";
 const NULLS =
-  "Where the experiment has null fronts (nulls: untrained, permuted), the grey band in a pair's panel is the 95% interval of the highest null at each point: chance, which a score must clear to be beyond it.";
+  "Where the experiment has null fronts (nulls: untrained, permuted, noise), the grey band in a pair's panel is the 95% interval of the highest null at each point: chance, which a score must clear to be beyond it.";
 const SEVERAL =
   "Where several replicates share a panel, objective, mode and point, the line is their mean and the band its 95% Student-t interval.";
 
