@@ -198,15 +198,12 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
       torch.dispose([conv1, conv1Dense]);
       const run = () => torch.noGrad(() => model.forwardIntermediates(x, ["layer2.1"]));
       const before = blockedNodes.count;
-      const inPlaceBefore = blockedNodes.inPlace;
       const fast = run();
       // Under AVX2 (DNNL_MAX_CPU_ISA=AVX2, as `npm test` stands in for an AVX2 CPU) the path is off:
       // its convolutions keep the dense path's guard (blocked.ts blockedUsable).
-      if (torch.onednnAvx512()) {
+      if (torch.onednnAvx512())
         assert.ok(blockedNodes.count - before >= 20, `${blockedNodes.count - before} nodes ran blocked`);
-        // ReLUs and residual additions write into their input where nothing later reads it.
-        assert.ok(blockedNodes.inPlace - inPlaceBefore >= 10, `${blockedNodes.inPlace - inPlaceBefore} in place`);
-      } else assert.equal(blockedNodes.count, before, "nothing runs blocked where oneDNN runs AVX2 kernels");
+      else assert.equal(blockedNodes.count, before, "nothing runs blocked where oneDNN runs AVX2 kernels");
       const slow = dense(run);
       assert.ok(relError(values(fast.logits), values(slow.logits)) < 1e-5, "logits");
       const f = fast.features["layer2.1"] as Tensor;

@@ -173,22 +173,10 @@ export interface BlockedPass {
   weights: PackedWeights;
   /** Blocked convolution outputs with their batch norm folded in: that node passes them on. */
   folded: Set<Tensor>;
-  /**
-   * Whether the node may write its input i in place: the run made it, no later node reads it,
-   * and it is not the run's output (a cut). A ReLU or an addition then reuses its input's memory,
-   * as onnxruntime's memory planner does, where a new output would be allocated and written.
-   */
-  overwritable?: (input: number) => boolean;
 }
 
-/** Nodes run blocked in this process, and of those how many wrote an input in place (tests check that the paths are taken). */
-export const blockedNodes = { count: 0, inPlace: 0 };
-
-/** ReLU and Add write their input in place where the pass allows (BlockedPass.overwritable). */
-function inPlace(op: string, self: Tensor, ...rest: unknown[]): Tensor {
-  blockedNodes.inPlace++;
-  return torch.call(op, self, ...rest) as Tensor;
-}
+/** Nodes run blocked in this process (tests check that the path is taken). */
+export const blockedNodes = { count: 0 };
 
 export const toBlocked = (t: Tensor): Tensor => torch.call("to_mkldnn", t, null) as Tensor;
 export const toDense = (t: Tensor): Tensor => torch.call("to_dense", t, null) as Tensor;
@@ -263,12 +251,10 @@ function blockedNode(
       if (!bn || bn.training) return null;
       return pass.folded.has(x) ? x : bn.forward(x);
     case "Relu":
-      return pass.overwritable?.(0) ? inPlace("relu_", x) : (torch.call("relu", x) as Tensor);
+      return torch.call("relu", x) as Tensor;
     case "Add": {
       const y = call.inputs[1];
       if (y?.shape.length !== 4 || y.shape.some((d, i) => d !== x.shape[i])) return null;
-      if (pass.overwritable?.(0)) return inPlace("add_.Tensor", x, blocked(y), 1);
-      if (isBlocked(y) && pass.overwritable?.(1)) return inPlace("add_.Tensor", y, x, 1);
       return torch.call("add.Tensor", x, blocked(y), 1) as Tensor;
     }
     case "MaxPool": {

@@ -520,21 +520,8 @@ export class OnnxModel extends StitchableModel {
       const t = env.get(name) ?? null;
       return t && this.remember(shapes, node, name, t, env, made);
     };
-    // An input a node may write in place (blocked.ts BlockedPass.overwritable): made here, held by
-    // one name, read by no later node, not the run's output, and not read twice by this node.
-    const overwritable = (n: GraphNode) => (i: number) => {
-      const name = n.inputs[i] as string;
-      const v = env.get(name);
-      return (
-        v !== undefined &&
-        made.get(v) === 1 &&
-        lastRead.get(name) === n.index &&
-        name !== to.tensor &&
-        n.inputs.filter((t) => t === name).length === 1
-      );
-    };
     for (const n of nodes) {
-      this.runNode(n, value, env, made, hooks, shapes, blocked, overwritable(n));
+      this.runNode(n, value, env, made, hooks, shapes, blocked);
       for (const t of n.inputs) {
         const v = env.get(t);
         if (lastRead.get(t) !== n.index || !v || !made.has(v) || t === to.tensor) continue;
@@ -568,7 +555,6 @@ export class OnnxModel extends StitchableModel {
     hooks: Hooks,
     cache: Map<string, Tensor> | undefined,
     blocked: Blocked | null = null,
-    overwritable?: (input: number) => boolean,
   ): void {
     const where = `node '${n.name}' (${n.opType})`;
     const bn = this.batchNorms.get(n.index);
@@ -582,12 +568,7 @@ export class OnnxModel extends StitchableModel {
             runBlocked(
               n,
               call,
-              {
-                isBlocked: (t) => blocked.tensors.has(t),
-                weights: this.packed,
-                folded: blocked.folded,
-                ...(overwritable ? { overwritable } : {}),
-              },
+              { isBlocked: (t) => blocked.tensors.has(t), weights: this.packed, folded: blocked.folded },
               bn,
               n.opType === "Conv" && blockedReadersNow(this.readersBlocked, n, (i) => this.batchNorms.get(i)),
               n.opType === "Conv" ? this.foldable(n) : undefined,
