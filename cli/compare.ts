@@ -36,6 +36,7 @@ import {
   formatDuration,
   probeFor,
 } from "../experiments/estimate.js";
+import { nullRelation } from "../experiments/nulls.js";
 import { claimOut } from "../experiments/outdir.js";
 import { defaultCache } from "../experiments/run.js";
 import { experimentSchema } from "../experiments/spec.js";
@@ -189,7 +190,14 @@ export function registerCompareCommand(program: Command): void {
     // Refused now, before anything is written, when --out holds another experiment's run.
     claimOut(out, plan, Boolean(o.force), false);
 
-    console.log(planLines("compare", plan, cache, [intervalsLine(plan)]).join("\n"));
+    // --nulls on an A stitchlab cannot start (an ONNX graph, an architecture outside the zoo): the noise null alone, said.
+    const noUntrained =
+      o.nulls && !plan.experiment.pairs.some((p) => p.relation === nullRelation("untrained"))
+        ? [
+            "  note       --nulls: A is not a zoo architecture stitchlab can start, so it has no untrained null; the noise null stands alone",
+          ]
+        : [];
+    console.log(planLines("compare", plan, cache, [intervalsLine(plan), ...noUntrained]).join("\n"));
     if (slurm) console.log("estimate: none (Slurm jobs run on other machines)");
     else {
       est ??= await estimatePlan(plan, cache, device, announce);

@@ -78,25 +78,36 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
         continue;
       }
       // The noise null's front is the real one, read for its point shapes only: one per architecture
-      // (the untrained null's recipe; a loaded model is its own), whichever front comes first.
+      // (what sets the shapes: arch, width, options, data; a loaded model is its own), whichever
+      // front comes first. Seeds and recipes do not change a shape, so they share it.
       const noise = kind === "noise";
       if (noise && modes !== undefined && !modes.includes("standard")) {
         notes.push("nulls.kinds: noise is stitched in standard mode only, and nulls.modes leaves it out");
         continue;
       }
-      const spec = "checkpoint" in front ? front : nullSpec(front, noise ? "untrained" : kind);
-      const specKey = JSON.stringify([noise, spec]);
+      // Adversarial stitching trains T on attacks on the image, which the sender does not read:
+      // a noise null beside adversarially stitched pairs would be another method, not their chance.
+      if (noise && exp.stitch.adversarial) {
+        notes.push(
+          "nulls.kinds: noise is not stitched where stitch.adversarial is set (its features do not depend on the image)",
+        );
+        continue;
+      }
+      const shapes = "checkpoint" in front ? front : [front.arch, front.width, front.options, front.dataset];
+      const spec = "checkpoint" in front || noise ? null : nullSpec(front, kind);
+      const specKey = JSON.stringify(noise ? ["noise", shapes] : spec);
       let name = modelOf.get(specKey);
       if (noise && !name) {
         name = pair.front;
         modelOf.set(specKey, name);
       }
-      if (!name) {
+      if (!name && spec) {
         name = `${pair.front}~${kind}`;
         for (let i = 2; name in models; i++) name = `${pair.front}~${kind}${i}`;
         models[name] = spec;
         modelOf.set(specKey, name);
       }
+      if (!name) continue;
       const key = JSON.stringify([name, pair.back, pair.frontPoints ?? null, pair.shortcut ?? null]);
       const had = nullPairs.get(key);
       if (had) {

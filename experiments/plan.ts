@@ -419,7 +419,8 @@ export function planReplicate(
         for (const seed of exp.seeds) {
           // Resolved as the stitch command resolves its flags (stitch/config.ts). Adversarial
           // stitching trains on real images: standard runs only.
-          const { shortcut: _s, adversarial: _a, ...st } = exp.stitch;
+          // A noise null has no gradient to the image: no attacks on it (stitch/noise.ts).
+          const { shortcut: _s, adversarial: _a, robustEval, ...st } = exp.stitch;
           const {
             front: _f,
             back: _b,
@@ -439,6 +440,7 @@ export function planReplicate(
             },
             {
               ...st,
+              ...(robustEval && !noise ? { robustEval } : {}),
               ...(adversarial && mode === "standard" ? { adversarial } : {}),
               seed: seed + REPLICATE_SEED_STRIDE * r,
             },

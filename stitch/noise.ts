@@ -8,8 +8,15 @@
 // image's position, so an image sends the same noise in every epoch, at the least-squares start
 // and in training, and a re-scored test set scores the same): a dataset of clustered noise paired
 // with the images by their labels. sigma is 1: the clusters are as wide as their centers are
-// spread, and at any point's size (thousands of numbers) still linearly separable, which is the
-// case Smith et al. make: a sender with nothing of the images but their labels.
+// spread, and at a feature map's size (thousands of numbers; tens at a narrow model's head point)
+// still linearly separable, which is the case Smith et al. make: a sender with nothing of the
+// images but their labels.
+//
+// The draws come from data/rng.ts's Mulberry32, one stream per image: every stream is a stretch
+// of one cycle of 2^32, so over a large split two images' stretches can overlap (shifted, rarely
+// aligned). That leaves a faint correlation between some images' noise, which a null does not
+// need to be free of; the draws are made in JavaScript on every step (the frozen path makes them
+// once), cheap at the demo's sizes and a cost at ImageNet's.
 //
 // It has no invariance-aware score: the invariance-aware method trains T on the front's IRIs,
 // images it cannot tell from a source image, found by following the gradient of the front's

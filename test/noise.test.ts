@@ -224,6 +224,61 @@ stitch: { limit: 32, epochs: 1, batchSize: 32 }
   assert.deepEqual(notes, [
     "mine: no untrained null, since a model loaded from a file has no recipe to start or retrain it from",
   ]);
+  // Fronts of other seeds (or recipes) of one architecture share one noise null: it reads shapes only.
+  const SEEDS = `
+name: seeds
+dataset: { name: fashion-mnist, limit: 300, testLimit: 100 }
+models:
+  s0: { arch: resnet18, width: 0.0625, seed: 0, epochs: 1 }
+  s1: { arch: resnet18, width: 0.0625, seed: 1, epochs: 1 }
+  s2: { arch: resnet18, width: 0.0625, seed: 2, epochs: 3, lr: 0.05 }
+  wide: { arch: resnet18, width: 0.125, seed: 3, epochs: 1 }
+pairs:
+  - { front: s1, back: s0, relation: cross-seed-1 }
+  - { front: s2, back: s0, relation: cross-seed-2 }
+  - { front: wide, back: s0, relation: wider }
+points: [layer2.1]
+objectives: [slm]
+nulls: [noise]
+stitch: { limit: 32, epochs: 1, batchSize: 32 }
+`;
+  const seeds = parseExperiment(SEEDS, join(tmp, "seeds.yaml"));
+  assert.deepEqual(
+    withNulls(seeds)
+      .experiment.pairs.slice(3)
+      .map((p) => p.front),
+    ["s1", "wide"],
+    "one per architecture: s1 and s2 share theirs, the wider model has its own",
+  );
+  // Beside adversarial stitching the noise null is left out, and the plan says why.
+  const adversarial = withNulls({
+    ...seeds,
+    stitch: { ...seeds.stitch, adversarial: { eps: 0.03, step: 0.01, steps: 2, fraction: 1, randomStart: true } },
+  });
+  assert.equal(adversarial.experiment.pairs.length, 3);
+  assert.deepEqual(adversarial.notes, [
+    "nulls.kinds: noise is not stitched where stitch.adversarial is set (its features do not depend on the image)",
+  ]);
+  // Beside robust scores, the noise null is stitched and scored without attacks (it has no gradient to the image).
+  const robust = planExperiment(
+    parseExperiment(
+      SEEDS.replace(
+        "stitch: { limit: 32, epochs: 1, batchSize: 32 }",
+        "stitch: { limit: 32, epochs: 1, batchSize: 32, robustEval: { steps: 2 } }",
+      ),
+      join(tmp, "seeds.yaml"),
+    ),
+    join(tmp, "seeds.yaml"),
+  );
+  const configOf = (relation: string) =>
+    robust.stitches
+      .filter((s) => s.relation === relation)
+      .map((s) => ((robust.tasks.find((t) => t.key === s.key) as { spec: StitchTask }).spec as StitchTask).config);
+  const noiseConfigs = configOf("null:noise");
+  const realConfigs = configOf("cross-seed-1");
+  assert.ok(noiseConfigs.length > 0 && realConfigs.length > 0);
+  assert.ok(noiseConfigs.every((c) => c.robustEval === null && c.noiseClusters === true));
+  assert.ok(realConfigs.every((c) => c.robustEval !== null));
   const irisOnly = withNulls({ ...exp, nulls: { kinds: ["noise"], modes: ["iris"] } });
   assert.equal(irisOnly.experiment.pairs.length, 4, "no noise null where the nulls are invariance-aware only");
   assert.deepEqual(irisOnly.notes, [

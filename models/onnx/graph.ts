@@ -44,7 +44,7 @@ export interface Cut {
 /**
  * Each tensor's readers in node order: the nodes that take it as an input (a node that takes it
  * twice is there twice, so "its one reader" means one use). The one place a graph is read this way
- * (the GELU fusion, the blocked path's runs, which initializers a model holds).
+ * (the GELU and linear fusions, the blocked path's runs, which initializers a model holds).
  */
 export function tensorReaders<N>(nodes: readonly N[], inputsOf: (n: N) => readonly string[]): Map<string, N[]> {
   const readers = new Map<string, N[]>();

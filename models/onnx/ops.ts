@@ -128,8 +128,9 @@ export function convGeometry(
 function conv(c: OpCall): Tensor {
   const x = need(c, 0);
   const w = need(c, 1);
-  const { rank, kernel, strides, dilations, groups } = convGeometry(c, w);
+  const rank = w.shape.length - 2;
   if (rank < 1 || rank > 3) throw new Error(`${c.where}: Conv over ${rank} spatial axes is not supported`);
+  const { kernel, strides, dilations, groups } = convGeometry(c, w);
   const { x: padded, padding } = spatialPadding(c, x, kernel, strides, dilations, 0);
   // In the layout the zoo's convolutions run in (torch/layout.ts), which also keeps the ones oneDNN
   // gets wrong under AVX2 contiguous, whatever strides the graph's transposes left.
