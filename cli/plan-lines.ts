@@ -3,7 +3,7 @@
 // train, the points, modes and objectives, the data, the IRI recipe, T's recipe, and the tasks with
 // how many the cache holds. Read from the tasks' resolved settings, so the defaults are the schemas'.
 import { isDone } from "../experiments/cache.js";
-import { isNoiseNull } from "../experiments/nulls.js";
+import { pairFrontName } from "../experiments/nulls.js";
 import type { IrisTask, Plan, StitchTask, TrainTask } from "../experiments/plan.js";
 import { stitchModeWords } from "../stitch/config.js";
 import { iriStepCap } from "../stitch/iri-options.js";
@@ -32,7 +32,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
       : [];
   const pairs = e.pairs.map(
     (p) =>
-      `${isNoiseNull(p.relation) ? `${p.front}~noise` : p.front} -> ${p.back}${relationWords(p.relation)}, ${plural(p.replicates ?? e.replicates, "replicate")}${p.modes ? `, ${p.modes.map(stitchModeWords).join(" and ")} only` : ""}${p.shortcut ? `, ${p.shortcut}-marked data` : ""}`,
+      `${pairFrontName(p)} -> ${p.back}${relationWords(p.relation)}, ${plural(p.replicates ?? e.replicates, "replicate")}${p.modes ? `, ${p.modes.map(stitchModeWords).join(" and ")} only` : ""}${p.shortcut ? `, ${p.shortcut}-marked data` : ""}`,
   );
   // The models to train, grouped by recipe (seeds and shortcuts aside).
   const recipes = new Map<string, number>();

@@ -30,6 +30,13 @@ export const nullRelation = (kind: NullKind): string => `${NULL_PREFIX}${kind}`;
 /** A noise-cluster null's pairs: their stitches send clustered noise in the front's place. */
 export const isNoiseNull = (relation: string): boolean => relation === nullRelation("noise");
 
+/**
+ * The front a pair's rows and plan lines name: a noise null's pair holds its real front (read for
+ * the point shapes only), named apart as FRONT~noise.
+ */
+export const pairFrontName = (pair: { front: string; relation: string }): string =>
+  isNoiseNull(pair.relation) ? `${pair.front}~noise` : pair.front;
+
 /** A null front's training settings from its real front's: no shortcut, and the kind's change. */
 function nullSpec(front: TrainedModelSpec, kind: NullKind): TrainedModelSpec {
   // Supervised on clean images: a Pixel, adversarial or SimCLR front's nulls are its architecture's.

@@ -26,7 +26,7 @@ import { stitchMismatch } from "../stitch/layer.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { checkBuildMemory } from "../train/memory.js";
 import { type TaskKind, taskKey } from "./cache.js";
-import { isNoiseNull, withNulls } from "./nulls.js";
+import { isNoiseNull, pairFrontName, withNulls } from "./nulls.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
 export type { TaskKind } from "./cache.js";
@@ -385,7 +385,7 @@ export function planReplicate(
   // A noise-cluster null reads its front for the point shapes only: replicate 0's serves every
   // replicate (each its own clusters, by the stitch's seed), and its rows name it apart.
   const noise = isNoiseNull(pair.relation);
-  const frontName = noise ? `${pair.front}~noise` : pair.front;
+  const frontName = pairFrontName(pair);
   const frontRef = pair.front === pair.back ? backRef : replicaRef(m, ctx, pair.front, noise ? 0 : r, true);
   const modelDeps = [
     ...new Set([frontRef, backRef].filter((x): x is { task: string } => "task" in x).map((x) => x.task)),

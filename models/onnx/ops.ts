@@ -114,10 +114,9 @@ function spatialPadding(
 export function convGeometry(
   c: OpCall,
   w: Tensor,
-): { rank: number; kernel: number[]; strides: number[]; dilations: number[]; groups: number } {
+): { kernel: number[]; strides: number[]; dilations: number[]; groups: number } {
   const rank = w.shape.length - 2;
   return {
-    rank,
     kernel: attrInts(c, "kernel_shape") ?? (w.shape.slice(2) as number[]),
     strides: attrInts(c, "strides") ?? new Array(rank).fill(1),
     dilations: attrInts(c, "dilations") ?? new Array(rank).fill(1),
