@@ -10,7 +10,11 @@
 // layout (ImageNet stem, 10 classes) at layer2.1. Prints the ratios and writes
 // bench/results/onnx.json.
 //
-//   npm run bench -- onnx [--quick] [--batch N]   (default batch 64, one thread: a worker's)
+// --device cuda runs both sides' models and batches on the GPU (each timed step ends with a
+// synchronisation; both sides keep cuDNN's default TF32) and writes onnx-cuda.json. onnxruntime-node
+// is a CPU build, so the comparison with it is a CPU figure only and is left out there.
+//
+//   npm run bench -- onnx [--quick] [--batch N] [--device cpu|cuda|cuda:N]   (default batch 64, one thread: a worker's)
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -25,18 +29,20 @@ import { stitchLoss } from "../stitch/objectives.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
-import { parseDeviceOptions } from "./options.js";
+import { deviceLabel, parseDeviceOptions, requireBenchDevice } from "./options.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { alternate, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
+import { alternate, deviceSync, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MODELS = ["resnet18", "convnext", "vit"] as const;
 
-/** An in-process other side for alternate(): each request times one call of `run`. */
-const localPeer = (run: () => Promise<void> | void) => ({
+/** An in-process other side for alternate(): each request times one call of `run`, then `sync`. */
+const localPeer = (run: () => Promise<void> | void, sync: () => void = () => {}) => ({
   async request(): Promise<{ ms: number }> {
+    sync();
     const t0 = performance.now();
     await run();
+    sync();
     return { ms: performance.now() - t0 };
   },
 });
@@ -64,17 +70,22 @@ async function forwardAgainstOrt(file: string, model: OnnxModel, x: torch.Tensor
   }
 }
 
-/** One stitch training step between two copies of `make()` at layer2.1 (bench/stitch.ts's loop body, SLM). */
-function stitchStep(make: () => StitchableModel, batch: number): { step(): void; dispose(): void } {
+/** One stitch training step between two copies of `make()` at layer2.1 (bench/stitch.ts's loop body, SLM), on `device`. */
+function stitchStep(
+  make: () => StitchableModel,
+  batch: number,
+  device: torch.Device,
+): { step(): void; dispose(): void } {
   torch.manualSeed(0);
-  const front = make();
-  const back = make();
+  const front = make().to(device);
+  const back = make().to(device);
   const s = new StitchedModel(front, back, "layer2.1");
+  s.layer.to(device);
   setFrozenBnMode(front, "batch");
   setFrozenBnMode(back, "batch");
   const opt = new Adam(s.layer.parameters(), { lr: 1e-3, weightDecay: 1e-4 });
-  const x = torch.keep(torch.rand([batch, 3, 32, 32]));
-  const y = torch.keep(torch.randint(0, 10, [batch]));
+  const x = torch.keep(torch.rand([batch, 3, 32, 32]).to(device));
+  const y = torch.keep(torch.randint(0, 10, [batch]).to(device));
   return {
     step: () =>
       torch.tidy(() => {
@@ -112,6 +123,10 @@ function printTable(title: string, against: string, rows: Record<string, unknown
 
 export async function main(args: string[]): Promise<void> {
   const o = parseDeviceOptions("onnx", args);
+  requireBenchDevice("onnx", o.device);
+  const device = o.device;
+  const cuda = torch.isCuda(device);
+  const sync = deviceSync(device);
   const batch = o.batch ?? (o.quick ? 8 : 64);
   const protocol = o.quick ? { warmup: 1, iters: 3 } : { warmup: 3, iters: 15 };
   const forwardProtocol = { ...protocol, iters: 3 * protocol.iters };
@@ -123,8 +138,10 @@ export async function main(args: string[]): Promise<void> {
   process.env.TMPDIR = dir;
   const iriRows: Record<string, unknown>[] = [];
   const ortRows: Record<string, unknown>[] = [];
+  const forwardRows: Record<string, unknown>[] = [];
   let stitchRow: Record<string, unknown> = {};
   let pytorch = "";
+  let gpu: string | undefined;
   try {
     for (const name of MODELS) {
       const { peer, hello } = await PyTorchPeer.start(join(here, "onnx_torch.py"), [
@@ -132,26 +149,29 @@ export async function main(args: string[]): Promise<void> {
         `--batch=${batch}`,
         "--threads=1",
         `--out=${dir}`,
+        `--device=${device}`,
       ]);
-      const h = hello as { onnx: string; torch: string };
+      const h = hello as { onnx: string; torch: string; gpu?: string };
       pytorch = h.torch;
-      const model = new OnnxModel(h.onnx).eval().requiresGrad_(false);
+      gpu = h.gpu;
+      const model = new OnnxModel(h.onnx).eval().requiresGrad_(false).to(device);
       torch.manualSeed(1);
-      const x = torch.keep(torch.rand([batch, 3, 32, 32]));
-      const r = torch.keep((torch.call("linspace", -1, 1, batch * 10) as torch.Tensor).reshape(batch, 10));
+      const x = torch.keep(torch.rand([batch, 3, 32, 32]).to(device));
+      const r = torch.keep((torch.call("linspace", -1, 1, batch * 10) as torch.Tensor).reshape(batch, 10).to(device));
       const step = () =>
         torch.tidy(() => {
           const xg = x.detach().requiresGrad_(true);
           torch.grad(model.forward(xg).mul(r).sum(), [xg]);
         });
       try {
-        const t = await alternate(protocol, step, peer);
+        const t = await alternate(protocol, step, peer, sync);
         logTimings(`onnx ${name}`, t);
         iriRows.push(row(name, t, "pytorch"));
         // A forward pass is short (20 ms for the ResNet-18) and its medians over 15 steps moved by
         // 1-5% from run to run: three times as many steps for the ratio the issue sets a bar on.
-        const f = await forwardAgainstOrt(h.onnx, model, x, forwardProtocol);
-        logTimings(`onnx ${name} forward`, f, "ms (onnxruntime on the right)");
+        // onnxruntime-node runs on the CPU only: no such figure on a GPU.
+        const f = cuda ? null : await forwardAgainstOrt(h.onnx, model, x, forwardProtocol);
+        if (f) logTimings(`onnx ${name} forward`, f, "ms (onnxruntime on the right)");
         // PyTorch's eager forward of the same module, beside: where both trail onnxruntime, the
         // gap is the engine's kernels (ORT fuses convolution, batch norm and activation), not the graph's.
         const fwdDir = join(dir, `${name}-forward`);
@@ -162,25 +182,28 @@ export async function main(args: string[]): Promise<void> {
           "--threads=1",
           `--out=${fwdDir}`,
           "--forward",
+          `--device=${device}`,
         ]);
         let p: { ours: number[]; theirs: number[] };
         try {
-          p = await alternate(protocol, () => torch.tidy(() => void torch.noGrad(() => model.forward(x))), py.peer);
+          const forward = () => torch.tidy(() => void torch.noGrad(() => model.forward(x)));
+          p = await alternate(protocol, forward, py.peer, sync);
         } finally {
           await py.peer.close();
         }
         logTimings(`onnx ${name} forward`, p);
-        ortRows.push({ ...row(name, f, "onnxruntime"), ms_pytorch_eager: round(median(p.theirs), 2) });
+        if (f) ortRows.push({ ...row(name, f, "onnxruntime"), ms_pytorch_eager: round(median(p.theirs), 2) });
+        else forwardRows.push(row(name, p, "pytorch"));
       } finally {
         await peer.close();
         model.dispose();
         torch.dispose([x, r]);
       }
       if (name === "resnet18") {
-        const graph = stitchStep(() => new OnnxModel(h.onnx), batch);
-        const zoo = stitchStep(() => createModel("resnet18", { stem: "imagenet", numClasses: 10 }), batch);
+        const graph = stitchStep(() => new OnnxModel(h.onnx), batch, device);
+        const zoo = stitchStep(() => createModel("resnet18", { stem: "imagenet", numClasses: 10 }), batch, device);
         try {
-          const t = await alternate(protocol, graph.step, localPeer(zoo.step));
+          const t = await alternate(protocol, graph.step, localPeer(zoo.step, sync), sync);
           logTimings("stitch step, graph", t, "ms (the zoo's on the right)");
           stitchRow = row("resnet18", t, "zoo");
         } finally {
@@ -192,27 +215,37 @@ export async function main(args: string[]): Promise<void> {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-  const head = `batch ${batch}, 1 thread, median of ${protocol.iters} steps; libtorch ${torch.buildInfo().torch}`;
+  const head = `${deviceLabel(device, gpu)}, batch ${batch}, 1 thread, median of ${protocol.iters} steps; libtorch ${torch.buildInfo().torch}`;
   const forwardHead = head.replace(`median of ${protocol.iters}`, `median of ${forwardProtocol.iters}`);
   printTable(`ONNX models: forward + input gradient (an IRI step), ${head} (PyTorch ${pytorch})`, "pytorch", iriRows);
-  printTable(
-    `ONNX models: forward in eval mode, against onnxruntime-node on the same file, ${forwardHead}`,
-    "onnxruntime",
-    ortRows,
-  );
+  if (cuda) printTable(`ONNX models: forward in eval mode, against PyTorch's module, ${head}`, "pytorch", forwardRows);
+  else
+    printTable(
+      `ONNX models: forward in eval mode, against onnxruntime-node on the same file, ${forwardHead}`,
+      "onnxruntime",
+      ortRows,
+    );
   printTable(
     `A stitch training step at layer2.1 (SLM, batch-statistics batch norm, Adam on T): two graph-run ResNet-18s against two of the zoo's, ${head}`,
     "zoo",
     [stitchRow],
   );
-  writeResult("onnx", o.quick, {
-    batch,
-    threads: 1,
-    steps: protocol.iters,
-    forward_steps: forwardProtocol.iters,
-    torch: pytorch,
-    models: iriRows,
-    forward_vs_onnxruntime: ortRows,
-    stitch_step_vs_zoo: stitchRow,
-  });
+  writeResult(
+    "onnx",
+    o.quick,
+    {
+      device,
+      ...(cuda ? { gpu: gpu ?? "unknown" } : {}),
+      batch,
+      threads: 1,
+      steps: protocol.iters,
+      torch: pytorch,
+      models: iriRows,
+      ...(cuda
+        ? { forward_vs_pytorch: forwardRows }
+        : { forward_steps: forwardProtocol.iters, forward_vs_onnxruntime: ortRows }),
+      stitch_step_vs_zoo: stitchRow,
+    },
+    device,
+  );
 }

@@ -89,6 +89,12 @@ def _value(v):
     return str(v)
 
 
+# torch 2.9 made the dynamo exporter the default; stitchlab's interpreter is tested on the
+# TorchScript exporter's graphs (test/helpers/onnx_models.py), so every export here, in the tests,
+# the benchmarks and the presets asks for that one where the choice exists.
+TORCHSCRIPT_EXPORT = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+
+
 def _export(model, path, size):
     # The exporter traces in eval mode (batch norm's running statistics, no dropout); the
     # module's own mode is put back afterwards. PRESERVE keeps each batch norm a node: the
@@ -96,11 +102,6 @@ def _export(model, path, size):
     # leave it as exported. The input sits where the weights are.
     param = next(model.parameters(), None)
     x = torch.randn(2, 3, size, size, device=param.device if param is not None else "cpu")
-    kw = {}
-    # torch 2.9 made the dynamo exporter the default; stitchlab's interpreter is tested on the
-    # TorchScript exporter's graphs (test/helpers/onnx_models.py), so that one is asked for.
-    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        kw["dynamo"] = False
     training = model.training
     model.eval()
     try:
@@ -108,7 +109,7 @@ def _export(model, path, size):
             torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
                               output_names=["output"],
                               dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
-                              training=torch.onnx.TrainingMode.PRESERVE, **kw)
+                              training=torch.onnx.TrainingMode.PRESERVE, **TORCHSCRIPT_EXPORT)
     finally:
         model.train(training)
 

@@ -4,6 +4,8 @@
 // for the gradients IRIs and stitching need (input, the features at a stitch point through the
 // back's tail, the classifier's weight). Then what a user meets: the zoo's point names, a back
 // run from a cut alone at a batch size the load never saw, batch norm as modules, the refusals.
+// STITCHLAB_TEST_DEVICE=cuda runs the per-model checks on a GPU (bench/gpu.sh) against the same
+// CPU oracles, with cuDNN's TF32 off so that 1e-4 is a fair bar (torch/runtime.ts cudnn).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -71,7 +73,9 @@ function relError(ours: ArrayLike<number>, ref: ArrayLike<number>): number {
   }
   return diff / scale;
 }
-const values = (t: Tensor) => t.detach().float().toTypedArray() as Float32Array;
+const values = (t: Tensor) => t.detach().float().cpu().toTypedArray() as Float32Array;
+/** Where the per-model checks run: the CPU, or STITCHLAB_TEST_DEVICE (cuda on a GPU machine). */
+const DEVICE = torch.parseDevice(process.env.STITCHLAB_TEST_DEVICE ?? "cpu");
 
 /** onnxruntime's values of the named tensors (added as graph outputs) for input x. */
 async function ortValues(file: string, x: Tensor, names: string[]): Promise<Record<string, Float32Array>> {
@@ -89,6 +93,10 @@ let root = "";
 const dirs: Record<number, string> = {};
 before(() => {
   if (skip) return;
+  if (torch.isCuda(DEVICE)) {
+    torch.requireDevice(DEVICE);
+    torch.cudnn.allowTF32(false);
+  }
   root = mkdtempSync(join(tmpdir(), "stitchlab-onnx-"));
   // onnxruntime's telemetry leaves an empty mat-debug-<pid>.log in the temporary folder of the
   // first session a process makes: here, in this test's own folder, removed after.
@@ -119,7 +127,7 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
       const ref = JSON.parse(readFileSync(join(dirs[opset] as string, `${name}.json`), "utf8")) as Reference;
       const model = new OnnxModel(file);
       try {
-        model.eval();
+        model.eval().to(DEVICE);
         assert.equal(model.config.imageSize, ref.side);
         assert.equal(model.config.numClasses, 10);
         // A ViT's and a ConvNeXt's linear layers (MatMul and Add as exported) run as one linear each.
@@ -129,7 +137,7 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
             "MatMul and Add fused",
           );
         // Three images: the load probed one and two, so a shape read from the batch is tested here.
-        const x = torch.tidy(() => torch.rand([3, 3, ref.side, ref.side]));
+        const x = torch.tidy(() => torch.rand([3, 3, ref.side, ref.side]).to(DEVICE));
         const cuts = model.cutList();
         const oracle = await ortValues(file, x, [...cuts.map((c) => c.tensor), model.facts.output]);
         const points = cuts.filter((c) => c.point).map((c) => c.name);
@@ -152,8 +160,8 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
         assert.ok(relError(values(back), oracle[model.facts.output] as Float32Array) < 1e-4, `back from ${middle}`);
 
         // PyTorch autograd on the same weights and input.
-        const xr = torch.tensor(ref.x, { shape: [2, 3, ref.side, ref.side] });
-        const r = torch.tensor(ref.r, { shape: ref.logits_shape });
+        const xr = torch.tensor(ref.x, { shape: [2, 3, ref.side, ref.side] }).to(DEVICE);
+        const r = torch.tensor(ref.r, { shape: ref.logits_shape }).to(DEVICE);
         const point = cuts.find((c) => c.name === ref.point || c.aliases.includes(ref.point));
         assert.ok(point?.point, `${ref.point} is a stitch point (cuts: ${cuts.map((c) => c.name).join(", ")})`);
         const weight = model.namedParameters().find(([k]) => k.endsWith(`.${ref.weight}`))?.[1];

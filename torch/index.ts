@@ -36,7 +36,7 @@ export {
   toConvLayout,
 } from "./layout.js";
 export { dispose, keep, memory, tidy } from "./memory.js";
-export { buildInfo, cuda, defaultThreads, getNumThreads, manualSeed, setNumThreads } from "./runtime.js";
+export { buildInfo, cuda, cudnn, defaultThreads, getNumThreads, manualSeed, setNumThreads } from "./runtime.js";
 export { call, type MemoryFormat, type Scalar, schema, Tensor } from "./tensor.js";
 
 // Libtorch's thread count (every core, or STITCHLAB_THREADS) is set when the addon loads, on

@@ -100,6 +100,7 @@ export interface NativeAddon {
   cudaIsAvailable(): boolean;
   cudaDeviceCount(): number;
   cudaSynchronize(): void;
+  cudnnAllowTF32(value?: boolean): boolean;
   pickleSave(value: unknown): ArrayBuffer;
   // CUDA graphs (native/src/graphs.cc; torch/graphs.ts).
   graphsBuilt(): boolean;

@@ -25,6 +25,16 @@ export const cuda = {
   synchronize: (): void => native.cudaSynchronize(),
 };
 
+/**
+ * cuDNN's TF32 switch (torch.backends.cudnn.allow_tf32): on by default, as in PyTorch, so float32
+ * convolutions on an Ampere or later GPU round their inputs to TF32's 10-bit mantissa (errors of
+ * about 1e-3 relative). `allowTF32(false)` asks for full float32, as the CUDA tests do where they
+ * hold a GPU's answers to the CPU's within 1e-4. Returns the setting after the call.
+ */
+export const cudnn = {
+  allowTF32: (value?: boolean): boolean => native.cudnnAllowTF32(value),
+};
+
 /** What libtorch this process runs on. */
 export function buildInfo(): ReturnType<typeof native.version> {
   return native.version();

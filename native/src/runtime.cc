@@ -85,6 +85,14 @@ static Napi::Value CudaSynchronize(const Napi::CallbackInfo& info) {
   });
 }
 
+// cuDNN's TF32 switch for float32 convolutions on Ampere and later GPUs (PyTorch's
+// torch.backends.cudnn.allow_tf32, on by default in both): read it, or set it with a boolean.
+// A CPU build keeps the flag and nothing reads it.
+static Napi::Value CudnnAllowTF32(const Napi::CallbackInfo& info) {
+  if (info.Length() > 0 && info[0].IsBoolean()) at::globalContext().setAllowTF32CuDNN(info[0].As<Napi::Boolean>().Value());
+  return Napi::Boolean::New(info.Env(), at::globalContext().allowTF32CuDNN());
+}
+
 // JavaScript value -> IValue for pickleSave: tensors, numbers, strings, booleans, null, arrays
 // (as lists) and plain objects (as dicts with string keys).
 static const char* kTensorKey = "__stitchlab_tensor__";
@@ -143,6 +151,7 @@ void initRuntime(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaIsAvailable", Napi::Function::New(env, CudaIsAvailable));
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   exports.Set("cudaSynchronize", Napi::Function::New(env, CudaSynchronize));
+  exports.Set("cudnnAllowTF32", Napi::Function::New(env, CudnnAllowTF32));
   exports.Set("pickleSave", Napi::Function::New(env, PickleSave));
 }
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ONNX graphs on a GPU (issue 39), as one short run on a machine with an NVIDIA GPU and a CUDA
+# PyTorch (with torchvision), after `source .device/remote.sh` (../shared/device) has built the
+# addon there; run from the project's folder ($W):
+#   1. test/onnx.test.ts with STITCHLAB_TEST_DEVICE=cuda: every exported torchvision family on the
+#      GPU against the CPU's oracles (onnxruntime at the logits and every cut, PyTorch autograd's
+#      gradients), cuDNN's TF32 off;
+#   2. `compare` of two graphs trained in PyTorch (presets/cross-architecture/train_models.py) with
+#      --device cuda, when XARCH (their folder) and FMNIST (Fashion-MNIST's files) are given;
+#   3. `npm run bench -- onnx --device cuda`.
+# Each step has its own time limit and the next runs whatever it did; everything lands in OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results/gpu-onnx}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+python3 -c 'import torch, torchvision; print("PyTorch", torch.__version__, "torchvision", torchvision.__version__, "CUDA", torch.version.cuda)' \
+  || echo "no torchvision here: step 1 skips its models and step 3 fails"
+
+echo "== 1. test/onnx.test.ts on cuda"
+STITCHLAB_TEST_DEVICE=cuda timeout "${T_TEST:-240}" node --expose-gc --import tsx --test test/onnx.test.ts >"$OUT/onnx-test-cuda.txt" 2>&1
+echo "exit $?"; grep -E "^# (tests|pass|fail|skipped)|^not ok|^    not ok" "$OUT/onnx-test-cuda.txt"
+
+if [ -n "${XARCH:-}" ] && [ -n "${FMNIST:-}" ]; then
+  echo "== 2. compare convnext.onnx resnet18-s0.onnx --device cuda"
+  start=$(date +%s)
+  timeout "${T_COMPARE:-200}" ./bin/stitchlab.js compare "$XARCH/convnext.onnx" "$XARCH/resnet18-s0.onnx" \
+    --normalization fashion-mnist --dataset fashion-mnist --root "$FMNIST" --device cuda \
+    --out "$OUT/compare" --json >"$OUT/compare-cuda.json" 2>"$OUT/compare-cuda.log"
+  echo "exit $? after $(($(date +%s) - start)) s"; tail -30 "$OUT/compare-cuda.log"
+fi
+
+echo "== 3. npm run bench -- onnx --device cuda"
+timeout "${T_BENCH:-200}" npm run bench -- onnx --device cuda >"$OUT/bench-onnx-cuda.txt" 2>&1
+echo "exit $?"; grep -v Warning "$OUT/bench-onnx-cuda.txt" | grep -E "^(ONNX|A stitch|model|resnet18|convnext|vit)" 
+cp bench/results/onnx-cuda.json "$OUT/" 2>/dev/null || true
