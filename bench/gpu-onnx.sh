@@ -26,7 +26,7 @@ if [ -n "${XARCH:-}" ] && [ -n "${FMNIST:-}" ]; then
   start=$(date +%s)
   timeout "${T_COMPARE:-200}" ./bin/stitchlab.js compare "$XARCH/convnext.onnx" "$XARCH/resnet18-s0.onnx" \
     --normalization fashion-mnist --dataset fashion-mnist --root "$FMNIST" --device cuda \
-    --out "$OUT/compare" --cache "$OUT/cache" --json >"$OUT/compare-cuda.json" 2>"$OUT/compare-cuda.log"
+    --out "$OUT/compare" --cache "${TMPDIR:-/tmp}/stitchlab-gpu-onnx-cache" --json >"$OUT/compare-cuda.json" 2>"$OUT/compare-cuda.log"
   echo "exit $? after $(($(date +%s) - start)) s"; tail -30 "$OUT/compare-cuda.log"
 fi
 
