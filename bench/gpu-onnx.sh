@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ONNX graphs on a GPU (issue 39), as one short run on a machine with an NVIDIA GPU and a CUDA
-# PyTorch (with torchvision), after `source .device/remote.sh` (../shared/device) has built the
+# PyTorch (with torchvision), after `source .device/remote.sh` (../shared/device; .device packed by
+# bench/gpu-onnx-pack.sh, whose header has the whole command) has built the
 # addon there; run from the project's folder ($W):
 #   1. test/onnx.test.ts with STITCHLAB_TEST_DEVICE=cuda: every exported torchvision family on the
 #      GPU against the CPU's oracles (onnxruntime at the logits and every cut, PyTorch autograd's

@@ -306,8 +306,12 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
     }
   });
 
-  test("on the GPU where this libtorch sees one (bench/gpu.sh), else the CPU: a moved graph gives the CPU's logits and input gradient", () => {
+  test("on the GPU where this libtorch sees one (bench/gpu.sh), else the CPU: a moved graph gives the CPU's logits and input gradient", (t) => {
     const device: torch.Device = torch.cuda.isAvailable() ? "cuda" : "cpu";
+    // Full float32 convolutions on the GPU for a 1e-4 bar (TF32 rounds to a 10-bit mantissa).
+    const tf32 = torch.cudnn.allowTF32();
+    torch.cudnn.allowTF32(false);
+    t.after(() => void torch.cudnn.allowTF32(tf32));
     for (const name of ["vit_b_16", "swin_t", "densenet121"]) {
       const model = new OnnxModel(join(dir(), `${name}.onnx`)).eval();
       try {
