@@ -33,7 +33,7 @@ npm run bench -- iris --device cuda "$@"
 # IRI batch (200 steps) with and without them.
 node --expose-gc --import tsx --test test/graphs.test.ts
 # ONNX graphs (models/onnx/): the CPU's answers on the GPU.
-node --expose-gc --import tsx --test test/onnx.test.ts
+STITCHLAB_TEST_DEVICE=cuda node --expose-gc --import tsx --test test/onnx.test.ts
 npm run bench -- iris --device cuda --steps 200 "$@"
 cp bench/results/iris-cuda.json bench/results/iris-cuda-200.json
 STITCHLAB_CUDA_GRAPHS=1 npm run bench -- iris --device cuda --steps 200 "$@"

@@ -4,7 +4,7 @@
 // for the gradients IRIs and stitching need (input, the features at a stitch point through the
 // back's tail, the classifier's weight). Then what a user meets: the zoo's point names, a back
 // run from a cut alone at a batch size the load never saw, batch norm as modules, the refusals.
-// STITCHLAB_TEST_DEVICE=cuda runs the per-model checks on a GPU (bench/gpu.sh) against the same
+// STITCHLAB_TEST_DEVICE=cuda runs the per-model checks on a GPU (bench/gpu-onnx.sh) against the same
 // CPU oracles, with cuDNN's TF32 off so that 1e-4 is a fair bar (torch/runtime.ts cudnn).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
