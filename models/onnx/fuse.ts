@@ -67,7 +67,7 @@ export function fuseGelu(nodes: NodeProto[], scalar: ScalarOf): NodeProto[] {
     drop.add(i);
   }
   // The fused node stands where the last of its five stood, so every input it reads is made before it.
-  return nodes.flatMap((n, i) => (replace.has(i) ? [replace.get(i) as NodeProto] : drop.has(i) ? [] : [n]));
+  return rewritten(nodes, replace, drop);
 }
 
 /**
@@ -107,7 +107,7 @@ export function fuseLinear(
     );
   }
   // The fused node stands where the Add stood, after everything it reads.
-  return nodes.flatMap((n, i) => (replace.has(i) ? [replace.get(i) as NodeProto] : drop.has(i) ? [] : [n]));
+  return rewritten(nodes, replace, drop);
 }
 
 /** Scalars of a graph: its Constant nodes' values and its one-element initializers. */
@@ -128,4 +128,9 @@ export function graphScalars(
     const count = (t?.dims ?? []).reduce<number>((a, d) => a * Number(d), 1);
     return t && count === 1 ? read(t) : undefined;
   };
+}
+
+/** The node list with each node at an index in `replace` swapped for its fused node and each in `drop` left out. */
+function rewritten(nodes: NodeProto[], replace: Map<number, NodeProto>, drop: Set<number>): NodeProto[] {
+  return nodes.flatMap((n, i) => (replace.has(i) ? [replace.get(i) as NodeProto] : drop.has(i) ? [] : [n]));
 }
