@@ -10,28 +10,31 @@
 #      --device cuda, when XARCH (their folder) and FMNIST (Fashion-MNIST's files) are given;
 #   3. `npm run bench -- onnx --device cuda`.
 # Each step has its own time limit and the next runs whatever it did; everything lands in OUT.
+# DEVICE=cpu runs the same steps on the CPU: a dry run of this script where no GPU is lent.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/gpu-onnx}
+DEVICE=${DEVICE:-cuda}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 python3 -c 'import torch, torchvision; print("PyTorch", torch.__version__, "torchvision", torchvision.__version__, "CUDA", torch.version.cuda)' \
   || echo "no torchvision here: step 1 skips its models and step 3 fails"
 
-echo "== 1. test/onnx.test.ts on cuda"
-STITCHLAB_TEST_DEVICE=cuda timeout "${T_TEST:-240}" node --expose-gc --import tsx --test test/onnx.test.ts >"$OUT/onnx-test-cuda.txt" 2>&1
-echo "exit $?"; grep -E "^# (tests|pass|fail|skipped)|^not ok|^    not ok" "$OUT/onnx-test-cuda.txt"
+echo "== 1. test/onnx.test.ts on $DEVICE"
+STITCHLAB_TEST_DEVICE=$DEVICE timeout "${T_TEST:-240}" node --expose-gc --import tsx --test test/onnx.test.ts >"$OUT/onnx-test-$DEVICE.txt" 2>&1
+echo "exit $?"; grep -E "^# (tests|pass|fail|skipped)|^not ok|^    not ok" "$OUT/onnx-test-$DEVICE.txt"
 
 if [ -n "${XARCH:-}" ] && [ -n "${FMNIST:-}" ]; then
-  echo "== 2. compare convnext.onnx resnet18-s0.onnx --device cuda"
+  echo "== 2. compare convnext.onnx resnet18-s0.onnx --device $DEVICE"
   start=$(date +%s)
+  rm -rf "${TMPDIR:-/tmp}/stitchlab-gpu-onnx-cache"
   timeout "${T_COMPARE:-200}" ./bin/stitchlab.js compare "$XARCH/convnext.onnx" "$XARCH/resnet18-s0.onnx" \
-    --normalization fashion-mnist --dataset fashion-mnist --root "$FMNIST" --device cuda \
-    --out "$OUT/compare" --cache "${TMPDIR:-/tmp}/stitchlab-gpu-onnx-cache" --json >"$OUT/compare-cuda.json" 2>"$OUT/compare-cuda.log"
-  echo "exit $? after $(($(date +%s) - start)) s"; tail -30 "$OUT/compare-cuda.log"
+    --normalization fashion-mnist --dataset fashion-mnist --root "$FMNIST" --device "$DEVICE" \
+    --out "$OUT/compare" --cache "${TMPDIR:-/tmp}/stitchlab-gpu-onnx-cache" --json >"$OUT/compare-$DEVICE.json" 2>"$OUT/compare-$DEVICE.log"
+  echo "exit $? after $(($(date +%s) - start)) s"; tail -30 "$OUT/compare-$DEVICE.log"
 fi
 
-echo "== 3. npm run bench -- onnx --device cuda"
-timeout "${T_BENCH:-200}" npm run bench -- onnx --device cuda >"$OUT/bench-onnx-cuda.txt" 2>&1
-echo "exit $?"; grep -v Warning "$OUT/bench-onnx-cuda.txt" | grep -E "^(ONNX|A stitch|model|resnet18|convnext|vit)" 
-cp bench/results/onnx-cuda.json "$OUT/" 2>/dev/null || true
+echo "== 3. npm run bench -- onnx --device $DEVICE"
+timeout "${T_BENCH:-200}" npm run bench -- onnx --device "$DEVICE" >"$OUT/bench-onnx-$DEVICE.txt" 2>&1
+echo "exit $?"; grep -E "^(ONNX|A stitch|model|resnet18|convnext|vit) " "$OUT/bench-onnx-$DEVICE.txt"
+cp bench/results/onnx*.json "$OUT/" 2>/dev/null || true
