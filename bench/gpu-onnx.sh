@@ -31,7 +31,13 @@ if [ -n "${XARCH:-}" ] && [ -n "${FMNIST:-}" ]; then
   timeout "${T_COMPARE:-200}" ./bin/stitchlab.js compare "$XARCH/convnext.onnx" "$XARCH/resnet18-s0.onnx" \
     --normalization fashion-mnist --dataset fashion-mnist --root "$FMNIST" --device "$DEVICE" \
     --out "$OUT/compare" --cache "${TMPDIR:-/tmp}/stitchlab-gpu-onnx-cache" --json >"$OUT/compare-$DEVICE.json" 2>"$OUT/compare-$DEVICE.log"
-  echo "exit $? after $(($(date +%s) - start)) s"; tail -30 "$OUT/compare-$DEVICE.log"
+  echo "exit $? after $(($(date +%s) - start)) s"; tail -3 "$OUT/compare-$DEVICE.log"
+  # The verdicts, one line per pair and point (docs/gpu.md has the CPU's for these files).
+  python3 -c 'import json, sys
+for v in json.load(open(sys.argv[1]))["verdicts"]:
+    for p in v["points"]:
+        print(v["relation"], p["point"], "standard %.4f" % p["standard"]["mean"], "IA %.4f" % p["iris"]["mean"], p["state"])' \
+    "$OUT/compare-$DEVICE.json"
 fi
 
 echo "== 3. npm run bench -- onnx --device $DEVICE"
