@@ -7,16 +7,18 @@
 # data: two graphs trained by presets/cross-architecture/train_models.py (ConvNeXt and a
 # ResNet-18; 2 epochs on 6000 images, about 1 minute here) and the first 1500 training and 1000
 # test images of Fashion-MNIST in their own IDX format. Then, on the device:
-#   set -u; source .device/remote.sh; cd "$W" && XARCH=$DEVICE_DATA/xarch FMNIST=$DEVICE_DATA/fmnist \
-#     OUT=$OUT/r bash bench/gpu-onnx.sh
+#   set -u; source .device/remote.sh >"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+#   cd "$W" && XARCH=$DEVICE_DATA/xarch FMNIST=$DEVICE_DATA/fmnist OUT=$OUT/r bash bench/gpu-onnx.sh
 # (carry: [".device"]). Run from the project's root after `bash scripts/setup.sh --tests`, with
 # the commit to run checked in (pack.sh archives HEAD).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-/usr/bin/python3}
 S=.scratch/gpu-onnx-pack
-rm -rf "$S" .device && mkdir -p "$S/data/fmnist"
-"$PY" presets/cross-architecture/train_models.py --out "$S/xarch" --epochs 2 --limit 6000 --test-limit 1000 2>/dev/null
+# pack.sh keeps .device/node.tar.xz (Node, fetched once); the rest is made anew.
+rm -rf "$S" .device/project.tar.xz .device/data && mkdir -p "$S/data/fmnist"
+"$PY" presets/cross-architecture/train_models.py --out "$S/xarch" --epochs 2 --limit 6000 --test-limit 1000 \
+  2>"$S/train.log" || { tail -20 "$S/train.log"; exit 1; }
 mkdir "$S/data/xarch" && cp "$S/xarch/convnext.onnx" "$S/xarch/resnet18-s0.onnx" "$S/data/xarch/"
 "$PY" - "$S/data/fmnist" <<'PY'
 import gzip, struct, sys

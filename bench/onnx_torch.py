@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from train_models import convnext_small, vit_small  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from stitchlab import TORCHSCRIPT_EXPORT  # noqa: E402
+from stitchlab import torchscript_export  # noqa: E402
 from train_torch import device_info, serve, use_device  # noqa: E402
 
 MODELS = {
@@ -47,7 +47,7 @@ def main():
     path = os.path.join(a.out, f"{a.model}.onnx")
     torch.onnx.export(model, torch.zeros(2, 3, 32, 32), path, opset_version=17, input_names=["image"],
                       output_names=["logits"], dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
-                      training=torch.onnx.TrainingMode.PRESERVE, **TORCHSCRIPT_EXPORT)
+                      training=torch.onnx.TrainingMode.PRESERVE, **torchscript_export())
     g = torch.Generator().manual_seed(1)
     x = torch.rand(a.batch, 3, 32, 32, generator=g).to(device)
     r = torch.linspace(-1, 1, a.batch * 10).reshape(a.batch, 10).to(device)

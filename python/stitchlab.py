@@ -89,10 +89,13 @@ def _value(v):
     return str(v)
 
 
-# torch 2.9 made the dynamo exporter the default; stitchlab's interpreter is tested on the
-# TorchScript exporter's graphs (test/helpers/onnx_models.py), so every export here, in the tests,
-# the benchmarks and the presets asks for that one where the choice exists.
-TORCHSCRIPT_EXPORT = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+def torchscript_export():
+    """torch.onnx.export's keyword for the TorchScript exporter: torch 2.9 made the dynamo exporter
+    the default, and stitchlab's interpreter is tested on the TorchScript exporter's graphs
+    (test/helpers/onnx_models.py), so every export here, in the tests, the benchmarks and the
+    presets asks for it where the choice exists. A function, so that importing this module does
+    not import torch.onnx (loaded lazily by recent torch)."""
+    return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
 
 
 def _export(model, path, size):
@@ -109,7 +112,7 @@ def _export(model, path, size):
             torch.onnx.export(model, x, path, opset_version=17, input_names=["input"],
                               output_names=["output"],
                               dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
-                              training=torch.onnx.TrainingMode.PRESERVE, **TORCHSCRIPT_EXPORT)
+                              training=torch.onnx.TrainingMode.PRESERVE, **torchscript_export())
     finally:
         model.train(training)
 

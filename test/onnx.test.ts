@@ -75,7 +75,7 @@ function relError(ours: ArrayLike<number>, ref: ArrayLike<number>): number {
 }
 const values = (t: Tensor) => t.detach().float().cpu().toTypedArray() as Float32Array;
 /** Where the per-model checks run: the CPU, or STITCHLAB_TEST_DEVICE (cuda on a GPU machine). */
-const DEVICE = torch.parseDevice(process.env.STITCHLAB_TEST_DEVICE ?? "cpu");
+const DEVICE = torch.parseDevice(process.env.STITCHLAB_TEST_DEVICE || "cpu");
 
 /** onnxruntime's values of the named tensors (added as graph outputs) for input x. */
 async function ortValues(file: string, x: Tensor, names: string[]): Promise<Record<string, Float32Array>> {

@@ -88,9 +88,14 @@ static Napi::Value CudaSynchronize(const Napi::CallbackInfo& info) {
 // cuDNN's TF32 switch for float32 convolutions on Ampere and later GPUs (PyTorch's
 // torch.backends.cudnn.allow_tf32, on by default in both): read it, or set it with a boolean.
 // A CPU build keeps the flag and nothing reads it.
+// Guarded: libtorch 2.9 checks there that the legacy flag is not mixed with its newer
+// fp32-precision settings, and an error must reach JavaScript, not end the process.
 static Napi::Value CudnnAllowTF32(const Napi::CallbackInfo& info) {
-  if (info.Length() > 0 && info[0].IsBoolean()) at::globalContext().setAllowTF32CuDNN(info[0].As<Napi::Boolean>().Value());
-  return Napi::Boolean::New(info.Env(), at::globalContext().allowTF32CuDNN());
+  Napi::Env env = info.Env();
+  return guarded(env, "cudnn.allowTF32", [&]() -> Napi::Value {
+    if (info.Length() > 0 && info[0].IsBoolean()) at::globalContext().setAllowTF32CuDNN(info[0].As<Napi::Boolean>().Value());
+    return Napi::Boolean::New(env, at::globalContext().allowTF32CuDNN());
+  });
 }
 
 // JavaScript value -> IValue for pickleSave: tensors, numbers, strings, booleans, null, arrays

@@ -23,7 +23,7 @@ from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 from torchvision.models.vision_transformer import VisionTransformer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from stitchlab import TORCHSCRIPT_EXPORT  # noqa: E402
+from stitchlab import torchscript_export  # noqa: E402
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.286, 0.353
@@ -156,7 +156,7 @@ def main():
         torch.onnx.export(model.eval(), torch.zeros(2, 3, 32, 32), os.path.join(a.out, f"{name}.onnx"),
                           opset_version=17, input_names=["image"], output_names=["logits"],
                           dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
-                          training=torch.onnx.TrainingMode.PRESERVE, **TORCHSCRIPT_EXPORT)
+                          training=torch.onnx.TrainingMode.PRESERVE, **torchscript_export())
         accuracies[name] = {"test_accuracy": acc, "seconds": round(time.time() - t, 1)}
         print(f"{name}: test accuracy {acc:.3f} ({time.time() - t:.0f} s)", flush=True)
     recipe = {"epochs": a.epochs, "limit": a.limit, "test_limit": a.test_limit, "batch": a.batch, "torch": torch.__version__}

@@ -17,7 +17,7 @@ from torchvision.models import vgg as tv_vgg
 from torchvision.models import vision_transformer as tv_vit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from stitchlab import TORCHSCRIPT_EXPORT  # noqa: E402
+from stitchlab import torchscript_export  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -145,7 +145,7 @@ def main():
         keep = {"training": torch.onnx.TrainingMode.PRESERVE} if name in KEEP_BATCH_NORM else {}
         torch.onnx.export(
             model, x, f"{out}/{name}.onnx", opset_version=opset, input_names=["image"], output_names=["logits"],
-            dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}}, **keep, **TORCHSCRIPT_EXPORT)
+            dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}}, **keep, **torchscript_export())
         seen = {}
         module = dict(model.named_modules())[point]
         handle = module.register_forward_hook(lambda m, i, o: seen.__setitem__("h", o))

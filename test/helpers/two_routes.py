@@ -17,7 +17,7 @@ import torch
 from foreign_reference import cifar_resnet18
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from stitchlab import TORCHSCRIPT_EXPORT  # noqa: E402
+from stitchlab import torchscript_export  # noqa: E402
 
 
 def main():
@@ -28,10 +28,10 @@ def main():
         torch.save(m.state_dict(), os.path.join(out, f"{name}.pt"))
         torch.onnx.export(m, torch.rand(2, 3, 32, 32), os.path.join(out, f"{name}.onnx"), opset_version=17,
                           input_names=["x"], dynamic_axes={"x": {0: "n"}},
-                          training=torch.onnx.TrainingMode.PRESERVE, **TORCHSCRIPT_EXPORT)
+                          training=torch.onnx.TrainingMode.PRESERVE, **torchscript_export())
         if name == "a":
             torch.onnx.export(m, torch.rand(2, 3, 32, 32), os.path.join(out, "a-folded.onnx"), opset_version=17,
-                              input_names=["x"], dynamic_axes={"x": {0: "n"}}, **TORCHSCRIPT_EXPORT)
+                              input_names=["x"], dynamic_axes={"x": {0: "n"}}, **torchscript_export())
 
 
 if __name__ == "__main__":
