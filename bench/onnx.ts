@@ -31,18 +31,16 @@ import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { deviceLabel, parseDeviceOptions, requireBenchDevice } from "./options.js";
 import { PyTorchPeer } from "./pytorch_peer.js";
-import { alternate, deviceSync, logTimings, median, type Protocol, round, writeResult } from "./timing.js";
+import { alternate, deviceSync, logTimings, median, type Protocol, round, timeOnce, writeResult } from "./timing.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MODELS = ["resnet18", "convnext", "vit"] as const;
 
-/** An in-process other side for alternate(): each request times one call of `run`, then `sync`. */
-const localPeer = (run: () => Promise<void> | void, sync: () => void = () => {}) => ({
+/** An in-process other side for alternate(): each request times one call of `run`. */
+const localPeer = (run: () => Promise<void> | void) => ({
   async request(): Promise<{ ms: number }> {
-    sync();
     const t0 = performance.now();
     await run();
-    sync();
     return { ms: performance.now() - t0 };
   },
 });
@@ -203,7 +201,12 @@ export async function main(args: string[]): Promise<void> {
         const graph = stitchStep(() => new OnnxModel(h.onnx), batch, device);
         const zoo = stitchStep(() => createModel("resnet18", { stem: "imagenet", numClasses: 10 }), batch, device);
         try {
-          const t = await alternate(protocol, graph.step, localPeer(zoo.step, sync), sync);
+          const t = await alternate(
+            protocol,
+            graph.step,
+            { request: async () => ({ ms: timeOnce(zoo.step, sync) }) },
+            sync,
+          );
           logTimings("stitch step, graph", t, "ms (the zoo's on the right)");
           stitchRow = row("resnet18", t, "zoo");
         } finally {
