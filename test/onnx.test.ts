@@ -17,7 +17,7 @@ import * as ort from "onnxruntime-node";
 import { isStitchlabCheckpoint, loadCheckpoint } from "../models/checkpoint.js";
 import { importModel } from "../models/import.js";
 import { blockedNodes } from "../models/onnx/blocked.js";
-import { fuseLinear } from "../models/onnx/fuse.js";
+import { fuseLinear, storedDims } from "../models/onnx/fuse.js";
 import { OnnxModel } from "../models/onnx/model.js";
 import { OPS, type OpCall, type OpFn } from "../models/onnx/ops.js";
 import { type NodeProto, onnx } from "../models/onnx/proto.js";
@@ -130,12 +130,25 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
         model.eval().to(DEVICE);
         assert.equal(model.config.imageSize, ref.side);
         assert.equal(model.config.numClasses, 10);
-        // A ViT's and a ConvNeXt's linear layers (MatMul and Add as exported) run as one linear each.
-        if (/vit|convnext/.test(name))
+        // A ViT's and a ConvNeXt's linear layers (MatMul and Add as exported) run as one linear
+        // each, every one (a bias shared through Identity: the storedDims test below).
+        if (/vit|convnext/.test(name)) {
+          const byOutput = new Map(model.facts.nodes.flatMap((n) => n.outputs.map((o) => [o, n] as const)));
+          const unfused = model.facts.nodes.filter(
+            (n) =>
+              n.opType === "Add" &&
+              n.inputs.some((i) => byOutput.get(i)?.opType === "MatMul" && byOutput.get(i)?.inputs.length === 2),
+          );
           assert.ok(
             model.facts.nodes.some((n) => n.opType === "MatMul" && n.inputs.length === 3),
             "MatMul and Add fused",
           );
+          assert.deepEqual(
+            unfused.map((n) => n.name),
+            [],
+            "no Add reads an unfused MatMul's product",
+          );
+        }
         // Three images: the load probed one and two, so a shape read from the batch is tested here.
         const x = torch.tidy(() => torch.rand([3, 3, ref.side, ref.side]).to(DEVICE));
         const cuts = model.cutList();
@@ -659,6 +672,20 @@ test("MatMul by a 2-D initializer then Add of its 1-D bias becomes one MatMul wi
   for (const nodes of kept) assert.deepEqual(show(fuseLinear(nodes, dims, new Set(["y"]))), show(nodes));
   const asOutput = [node("MatMul", ["x", "W"], ["p"]), node("Add", ["p", "b"], ["y"])];
   assert.deepEqual(show(fuseLinear(asOutput, dims, new Set(["p", "y"]))), show(asOutput));
+  // A bias shared through Identity (torch.onnx.export stores equal weights once) is a stored weight too.
+  const shared = [
+    node("Identity", ["b"], ["b_copy"]),
+    node("Identity", ["b_copy"], ["b_copy2"]),
+    node("MatMul", ["x", "W"], ["p"]),
+    node("Add", ["p", "b_copy2"], ["y"]),
+  ];
+  const stored = storedDims(shared, [
+    onnx.TensorProto.create({ name: "W", dims: [4, 3] }),
+    onnx.TensorProto.create({ name: "b", dims: [3] }),
+  ]);
+  assert.deepEqual(stored("b_copy2"), [3]);
+  assert.equal(stored("p"), undefined, "an activation is not a stored weight");
+  assert.deepEqual(show(fuseLinear(shared, stored, new Set(["y"]))).slice(2), ["MatMul(x,W,b_copy2)->y"]);
   // And the fused op is ATen's linear: x W + b.
   torch.tidy(() => {
     const x = torch.rand([2, 5, 4]);

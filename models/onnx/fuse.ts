@@ -76,7 +76,7 @@ export function fuseGelu(nodes: NodeProto[], scalar: ScalarOf): NodeProto[] {
  * by one MatMul given b as a third input, which the interpreter runs as ATen's `linear` (ops.ts):
  * on a contiguous 3-D input (a ViT's tokens) one addmm adds the bias in the GEMM's own pass, where
  * MatMul then Add read and write the product twice. The product must be read by the Add alone and
- * not be a graph output. `dims` gives an initializer's dims, undefined for any other tensor.
+ * not be a graph output. `dims` gives a stored weight's dims (storedDims), undefined for any other tensor.
  */
 export function fuseLinear(
   nodes: NodeProto[],
@@ -108,6 +108,28 @@ export function fuseLinear(
   }
   // The fused node stands where the Add stood, after everything it reads.
   return rewritten(nodes, replace, drop);
+}
+
+/**
+ * A stored weight's dims by tensor name, read through Identity nodes: torch.onnx.export stores
+ * equal weights once and reads the others through Identity (at initialisation every zero bias of
+ * one size is one tensor). Undefined for any tensor that is not a stored weight.
+ */
+export function storedDims(nodes: NodeProto[], initializers: TensorProto[]): (name: string) => number[] | undefined {
+  const dims = new Map(initializers.map((t) => [t.name ?? "", (t.dims ?? []).map(Number)]));
+  const identityOf = new Map<string, string>();
+  for (const n of nodes)
+    if (n.opType === "Identity" && n.input?.[0] && n.output?.[0]) identityOf.set(n.output[0], n.input[0]);
+  return (name) => {
+    let t: string | undefined = name;
+    // Bounded: a malformed graph's Identity cycle ends here (analyseGraph refuses it later).
+    for (let hops = 0; t !== undefined && hops < 16; hops++) {
+      const d = dims.get(t);
+      if (d) return d;
+      t = identityOf.get(t);
+    }
+    return undefined;
+  };
 }
 
 /** Scalars of a graph: its Constant nodes' values and its one-element initializers. */

@@ -14,7 +14,7 @@ import { inEvalMode, Module } from "../../nn/module.js";
 import * as torch from "../../torch/index.js";
 import { HEAD_POINT, type Stage, StitchableModel, type StitchPoint } from "../stitchable.js";
 import { blockedReaders, blockedReadersNow, blockedUsable, PackedWeights, runBlocked, toDense } from "./blocked.js";
-import { fuseGelu, fuseLinear, graphScalars } from "./fuse.js";
+import { fuseGelu, fuseLinear, graphScalars, storedDims } from "./fuse.js";
 import { analyseGraph, type Cut, type GraphFacts, type GraphNode, tensorReaders } from "./graph.js";
 import { isSupported, OPS, type OpCall, type OpFn } from "./ops.js";
 import { type AttrValue, attributeValue, num, onnx, readModelProto, type TensorProto, tensorOf } from "./proto.js";
@@ -161,10 +161,9 @@ export class OnnxModel extends StitchableModel {
       }
     };
     graph.node = fuseGelu(graph.node ?? [], graphScalars(graph.node ?? [], graph.initializer ?? [], scalar));
-    const initializerDims = new Map((graph.initializer ?? []).map((t) => [t.name ?? "", (t.dims ?? []).map(Number)]));
     graph.node = fuseLinear(
       graph.node,
-      (name) => initializerDims.get(name),
+      storedDims(graph.node, graph.initializer ?? []),
       new Set((graph.output ?? []).map((o) => o.name ?? "")),
     );
     this.facts = analyseGraph(graph, what);
