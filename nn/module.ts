@@ -138,6 +138,12 @@ export abstract class Module {
       for (const [n, t] of m) {
         if (t.device === device) continue;
         const moved = torch.noGrad(() => torch.keep(t.to(device).detach()));
+        // Already there under another name ("cuda" for a tensor on cuda:0, libtorch's current
+        // GPU): the same tensor stays, so handles held to it (an optimiser's) stay valid.
+        if (moved.device === t.device) {
+          moved.dispose();
+          continue;
+        }
         if (isParam) moved.requiresGrad_(t.requiresGrad);
         t.dispose();
         m.set(n, moved);

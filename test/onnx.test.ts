@@ -128,6 +128,14 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
       const model = new OnnxModel(file);
       try {
         model.eval().to(DEVICE);
+        // Moved again to where it is (on a GPU, "cuda" names the tensors' cuda:0): the same
+        // tensors stay, so handles held to them (an optimiser's) stay valid.
+        const held = model.parameters();
+        model.to(DEVICE);
+        assert.ok(
+          model.parameters().every((p, i) => p === held[i]),
+          `moving to ${DEVICE} again keeps the parameters`,
+        );
         assert.equal(model.config.imageSize, ref.side);
         assert.equal(model.config.numClasses, 10);
         // A ViT's and a ConvNeXt's linear layers (MatMul and Add as exported) run as one linear
@@ -171,6 +179,23 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
         const middle = model.stitchPoints[Math.floor(model.stitchPoints.length / 2)]?.name as string;
         const back = torch.noGrad(() => torch.tidy(() => model.forwardFrom(model.forwardTo(x, middle), middle)));
         assert.ok(relError(values(back), oracle[model.facts.output] as Float32Array) < 1e-4, `back from ${middle}`);
+
+        // A pass at a batch size run before reads nothing back to the host (ops.ts hostValues): on
+        // a GPU each read would wait for the device, and none may happen in a CUDA graph's capture.
+        const proto = torch.Tensor.prototype as { toTypedArray: (...a: unknown[]) => unknown };
+        const toTypedArray = proto.toTypedArray;
+        let reads = 0;
+        proto.toTypedArray = function (this: Tensor, ...a: unknown[]) {
+          reads++;
+          return toTypedArray.apply(this, a);
+        };
+        try {
+          torch.tidy(() => void torch.noGrad(() => model.forward(x)));
+          torch.tidy(() => void torch.noGrad(() => model.forwardFrom(model.forwardTo(x, middle), middle)));
+        } finally {
+          proto.toTypedArray = toTypedArray;
+        }
+        assert.equal(reads, 0, "values read to the host in a second pass");
 
         // PyTorch autograd on the same weights and input.
         const xr = torch.tensor(ref.x, { shape: [2, 3, ref.side, ref.side] }).to(DEVICE);
@@ -508,6 +533,40 @@ describe("operators at the edges of the ONNX spec, by hand", () => {
     const x = torch.tensor([-2, 0.5, 3]);
     assert.deepEqual(run("Clip", [x, null, null]).tolist(), [-2, 0.5, 3]);
     assert.deepEqual(run("Clip", [x, null, torch.tensor(1)]).tolist(), [-2, 0.5, 1]);
+  });
+
+  test("ScatterND sets the indexed rows, in data's dtype where the updates come in another (autocast's bf16)", () => {
+    const data = torch.zeros([3, 2]);
+    const updates = torch.tensor([1.5, 2.5]).reshape(1, 2).to("bfloat16");
+    const y = run("ScatterND", [data, i64([1]).reshape(1, 1), updates]);
+    assert.equal(y.dtype, "float32");
+    assert.deepEqual(y.tolist(), [
+      [0, 0],
+      [1.5, 2.5],
+      [0, 0],
+    ]);
+  });
+
+  test("a shape read twice is read from the device once, and again once it is written (hostValues)", () => {
+    const shape = i64([2, 3]);
+    const proto = torch.Tensor.prototype as { toTypedArray: (...a: unknown[]) => unknown };
+    const toTypedArray = proto.toTypedArray;
+    let reads = 0;
+    proto.toTypedArray = function (this: Tensor, ...a: unknown[]) {
+      reads++;
+      return toTypedArray.apply(this, a);
+    };
+    try {
+      const x = torch.rand([6]);
+      assert.deepEqual(run("Reshape", [x, shape]).shape, [2, 3]);
+      assert.deepEqual(run("Reshape", [x, shape]).shape, [2, 3]);
+      assert.equal(reads, 1);
+      torch.noGrad(() => shape.copy_(i64([3, 2])));
+      assert.deepEqual(run("Reshape", [x, shape]).shape, [3, 2], "the written values, not the remembered ones");
+      assert.equal(reads, 2);
+    } finally {
+      proto.toTypedArray = toTypedArray;
+    }
   });
 
   test("Pad in reflect and edge mode pads a 4-d map's last axis as the spec's example does, and refuses the batch axis", () => {

@@ -684,6 +684,10 @@ export class OnnxModel extends StitchableModel {
    */
   override to(device: torch.Device): this {
     this.packed.dispose();
+    // The values kept per batch size are per device too (their key): those left on the old
+    // device would hold its memory until the model is disposed.
+    for (const c of this.byBatch.values()) torch.dispose([...c.values()]);
+    this.byBatch.clear();
     return super.to(device);
   }
 

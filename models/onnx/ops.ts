@@ -29,10 +29,26 @@ function need(c: OpCall, i: number): Tensor {
   if (!t) throw new Error(`${c.where}: input ${i} is missing`);
   return t;
 }
-/** An int64/int32 tensor's values as numbers (shapes, axes, indices of a few elements). */
-export function ints(t: Tensor): number[] {
-  return Array.from(t.toTypedArray() as ArrayLike<number | bigint>, Number);
+/**
+ * A small tensor's values as numbers (shapes, axes, pads, bounds), read to the host once per
+ * tensor and version. The shapes a graph computes are kept per batch size (model.ts batchCache),
+ * so after the first pass every read here is one made before: on a GPU a read is a copy and a
+ * wait for the device, which would stall every pass (a Swin's graph reads about 300) and cannot
+ * happen inside a CUDA graph's capture (torch/graphs.ts).
+ */
+const onHost = new WeakMap<Tensor, { version: number; values: number[] }>();
+export function hostValues(t: Tensor): number[] {
+  const version = t.version();
+  const had = onHost.get(t);
+  if (had?.version === version) return had.values;
+  const values = Array.from(t.toTypedArray() as ArrayLike<number | bigint>, Number);
+  onHost.set(t, { version, values });
+  return values;
 }
+/** An int64/int32 tensor's values as numbers (shapes, axes, indices of a few elements). */
+export const ints = hostValues;
+/** A one-element tensor's value (hostValues). */
+const scalarOf = (t: Tensor): number => hostValues(t)[0] as number;
 export const attrInt = (c: OpCall, k: string, d: number): number =>
   typeof c.attrs[k] === "number" ? (c.attrs[k] as number) : d;
 const attrFloat = attrInt;
@@ -343,7 +359,7 @@ function split(c: OpCall): (Tensor | null)[] {
 function pad(c: OpCall): Tensor {
   const x = need(c, 0);
   const pads = ints(need(c, 1));
-  const value = c.inputs[2] ? Number((c.inputs[2].toTypedArray() as ArrayLike<number | bigint>)[0]) : 0;
+  const value = c.inputs[2] ? scalarOf(c.inputs[2]) : 0;
   const rank = x.shape.length;
   const axes = c.inputs[3] ? ints(c.inputs[3]).map((a) => norm(a, rank)) : x.shape.map((_, i) => i);
   const n = axes.length;
@@ -371,14 +387,16 @@ function scatterND(c: OpCall): Tensor {
     throw new Error(`${c.where}: ScatterND reduction is not supported`);
   const k = indices.shape[indices.shape.length - 1] as number;
   const index = Array.from({ length: k }, (_, j) => indices.select(-1, j).to("int64"));
-  return call("index_put", data, index, updates, false);
+  // ONNX types data and updates alike; under autocast (IRIs may run in bf16) the updates may come
+  // out of a lower-precision op, and index_put takes only data's dtype.
+  return call("index_put", data, index, updates.dtype === data.dtype ? updates : updates.to(data.dtype), false);
 }
 
 function clip(c: OpCall): Tensor {
   const x = need(c, 0);
   const bound = (i: number, attr: string): number | null => {
     const t = c.inputs[i];
-    if (t) return Number((t.toTypedArray() as ArrayLike<number | bigint>)[0]);
+    if (t) return scalarOf(t);
     return typeof c.attrs[attr] === "number" ? (c.attrs[attr] as number) : null;
   };
   const [lo, hi] = [bound(1, "min"), bound(2, "max")];
@@ -390,7 +408,7 @@ function cast(c: OpCall): Tensor {
 }
 
 function range(c: OpCall): Tensor {
-  const scalar = (i: number) => Number((need(c, i).toTypedArray() as ArrayLike<number | bigint>)[0]);
+  const scalar = (i: number) => scalarOf(need(c, i));
   return torch.arange(scalar(0), scalar(1), scalar(2), { dtype: need(c, 0).dtype, device: need(c, 0).device });
 }
 
