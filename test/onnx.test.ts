@@ -653,7 +653,7 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
     assert.throws(() => new OnnxModel(join(folder, "link.onnx")), /links outside the model's folder.*refused/);
   });
 
-  test("bad graphs each give one clear error before anything is allocated: a cycle, a missing initializer, an absurd side, an opset not read", () => {
+  test("bad graphs each give one clear error before anything is allocated: a cycle, a missing initializer, an absurd side, a float16 input, an opset not read", () => {
     const bad = (name: string, edit: (m: ReturnType<typeof onnx.ModelProto.decode>) => void) => {
       const m = onnx.ModelProto.decode(tinyModel(["Relu"]));
       edit(m);
@@ -677,6 +677,15 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
       for (const d of dims.slice(2)) d.dimValue = 100_000;
     });
     assert.throws(() => new OnnxModel(huge), /an input side of 100000 px; stitchlab takes 1 to 4096 px/);
+    // A graph exported in half precision takes float16 images, which stitchlab does not feed.
+    const half = bad("half", (m) => {
+      const t = graph(m).input?.[0]?.type?.tensorType;
+      if (t) t.elemType = onnx.TensorProto.DataType.FLOAT16;
+    });
+    assert.throws(
+      () => new OnnxModel(half),
+      /half\.onnx: the input 'image' is float16; stitchlab feeds float32 images: export the model in float32/,
+    );
     // The default domain written out as "ai.onnx" is the default domain.
     const named = bad("ai-onnx", (m) => {
       m.opsetImport = [{ domain: "ai.onnx", version: 17 }];

@@ -759,6 +759,15 @@ function inputSide(
   const initializers = new Set((graph.initializer ?? []).map((t) => t.name));
   const input = (graph.input ?? []).find((i) => !initializers.has(i.name));
   const dims = input?.type?.tensorType?.shape?.dim ?? [];
+  // stitchlab feeds float32 images (and trains T in float32); a graph exported in half precision
+  // would fail at its first node, so it is refused here, saying what to export instead.
+  const elemType = input?.type?.tensorType?.elemType;
+  if (elemType !== undefined && elemType !== null && elemType !== onnx.TensorProto.DataType.FLOAT) {
+    const name = onnx.TensorProto.DataType[elemType] ?? `type ${elemType}`;
+    throw new Error(
+      `${what}: the input '${input?.name}' is ${String(name).toLowerCase()}; stitchlab feeds float32 images: export the model in float32 (model.float() before torch.onnx.export)`,
+    );
+  }
   if (dims.length !== 4)
     throw new Error(`${what}: the input '${input?.name}' is not [N, C, H, W] (rank ${dims.length})`);
   const fixed = dims.map((d) => (d.dimValue !== undefined && d.dimValue !== null ? num(d.dimValue) : null));
