@@ -382,6 +382,49 @@ test("a width-1/16 ResNet-18 (4-channel stages) trains a step and agrees in both
   torch.setNumThreads(threads);
 });
 
+test("oneDNN's blocked layout (an ONNX graph's no-gradient path, models/onnx/blocked.ts) at odd channels and shapes: the dense kernels' values", () => {
+  torch.setNumThreads(1);
+  torch.manualSeed(11);
+  // The ops blocked.ts runs: the input reordered to a mkldnn tensor, the weight reordered once,
+  // the convolution, ReLU, the addition of two maps and a max pool on mkldnn tensors, then dense.
+  // 1x1 stride 2 at 16 px, batch 8: the shape whose AVX2 channels-last kernel corrupted the heap.
+  const run = (x: torch.Tensor, w: torch.Tensor, k: number, s: number) =>
+    torch.noGrad(() => {
+      const p = Math.floor(k / 2);
+      const wb = torch.call(
+        "mkldnn_reorder_conv2d_weight",
+        torch.call("to_mkldnn", w, null),
+        [p, p],
+        [s, s],
+        [1, 1],
+        1,
+      );
+      const y = torch.call(
+        "relu",
+        torch.call("mkldnn_convolution", torch.call("to_mkldnn", x, null), wb, null, [p, p], [s, s], [1, 1], 1),
+      );
+      const out = torch.call("max_pool2d", torch.call("add.Tensor", y, y, 1), [3, 3], [2, 2], [1, 1], [1, 1], false);
+      const dense = torch.call("to_dense", out, null) as torch.Tensor;
+      const ref = torch.conv2d(x, w, null, { stride: s, padding: p }).relu().mul(2);
+      return { dense, ref: torch.call("max_pool2d", ref, [3, 3], [2, 2], [1, 1], [1, 1], false) as torch.Tensor };
+    });
+  for (const ic of ODD_CHANNELS)
+    for (const oc of [4, 8, 13])
+      for (const [n, hw, k, s] of [
+        [8, 16, 1, 2],
+        [1, 15, 3, 1],
+      ]) {
+        const x = torch.randn([n, ic, hw, hw]);
+        const w = torch.randn([oc, ic, k, k]);
+        for (let rep = 0; rep < 3; rep++) {
+          // repeated, as passes repeat: a corrupted heap shows at a later free
+          const { dense, ref } = run(x, w, k, s);
+          assert.ok(relErr(dense, ref) < 1e-5, `${ic}->${oc}, ${k}x${k} stride ${s}, ${hw} px: ${relErr(dense, ref)}`);
+        }
+      }
+  torch.setNumThreads(threads);
+});
+
 /** glibc's malloc checker (Debian 12's libc6 ships it), which turns a corrupted heap into an abort. */
 const MALLOC_DEBUG = [
   "/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0",
