@@ -54,6 +54,7 @@ export const COMPARE_FLAGS: FlagTable = {
     "stitch.limit",
     "stitch.epochs",
     "stitch.batchSize",
+    "stitch.augment",
   ],
   defaults: { ...COMPARE_DEFAULTS, dataset: { testLimit: COMPARE_DEFAULTS.testLimit } },
   keys: {
@@ -101,7 +102,7 @@ interface GivenSizes {
   replicates?: number;
   dataset?: { testLimit?: number };
   iris?: { limit?: number; steps?: number; batchSize?: number };
-  stitch?: { limit?: number; epochs?: number; batchSize?: number };
+  stitch?: { limit?: number; epochs?: number; batchSize?: number; augment?: boolean };
 }
 export const sizesFromFlags = (o: Record<string, unknown>): GivenSizes =>
   givenFromFlags(o, experimentSchema, COMPARE_FLAGS) as GivenSizes;
@@ -229,6 +230,8 @@ export function compareStudy(
           ...some("limit", scale ? scale.images : g.stitch?.limit),
           ...some("epochs", scale ? scale.epochs : g.stitch?.epochs),
           ...some("batchSize", scale ? scale.batch : g.stitch?.batchSize),
+          // Only where it departs from the protocol: compare.yaml then says so.
+          ...(g.stitch?.augment === false ? { augment: false } : {}),
         },
       },
       file,

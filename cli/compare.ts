@@ -23,6 +23,7 @@ import {
   COMPARE_DEFAULTS,
   COMPARE_NULLS,
   type CompareProtocolName,
+  compareControls,
   compareVerdictLines,
   compareVerdicts,
   protocolSizes,
@@ -38,6 +39,7 @@ import {
 } from "../experiments/estimate.js";
 import { nullRelation } from "../experiments/nulls.js";
 import { claimOut } from "../experiments/outdir.js";
+import { standardAugmented } from "../experiments/reading.js";
 import { defaultCache } from "../experiments/run.js";
 import { experimentSchema } from "../experiments/spec.js";
 import { checkpointDataset } from "../models/checkpoint.js";
@@ -219,6 +221,8 @@ export function registerCompareCommand(program: Command): void {
         ? {
             json: (r) => ({
               verdicts: compareVerdicts(r.summary, r.iris),
+              // Each control passed or not, its lowest agreement, and where it fails, the likely why.
+              controls: compareControls(compareVerdicts(r.summary, r.iris), { augmented: standardAugmented(plan) }),
               ...(o.nulls ? { chance: beyondChance(r.summary) } : {}),
               rule: CLOSE_RULE,
               experiment: file,
@@ -228,7 +232,7 @@ export function registerCompareCommand(program: Command): void {
             }),
           }
         : (r) => [
-            ...compareVerdictLines(compareVerdicts(r.summary, r.iris)),
+            ...compareVerdictLines(compareVerdicts(r.summary, r.iris), { augmented: standardAugmented(plan) }),
             `The experiment this ran: ${file} (go further: edit it, then stitchlab run ${file} --out ${out}).`,
           ],
     );

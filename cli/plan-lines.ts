@@ -65,7 +65,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
       : []),
     ...(st
       ? [
-          `  stitching  ${st.epochs} epochs on ${st.limit ?? "all"} real images (or the IRIs), batch ${st.batchSize}, Adam lr ${st.lr}`,
+          `  stitching  ${st.epochs} epochs on ${st.limit ?? "all"} real images (or the IRIs), batch ${st.batchSize}, Adam lr ${st.lr}${of("stitch").some((t) => (t.spec as StitchTask).config.augment === false) ? "; real images not augmented" : ""}`,
         ]
       : []),
     ...notes,

@@ -23,7 +23,13 @@ import { isNullRelation } from "../report/chance.js";
 import { agreementInterval, formatInterval, type IriPreview, type SummaryRow } from "../report/index.js";
 import { defaultStitchEpochs, stitchSettingsSchema } from "../stitch/config.js";
 import { nullRelation } from "./nulls.js";
-import { IRI_VERDICT_MAX_RESIDUAL } from "./reading.js";
+import {
+  atLeast,
+  CONTROL_MIN_AGREEMENT,
+  type ControlReading,
+  controlReading,
+  IRI_VERDICT_MAX_RESIDUAL,
+} from "./reading.js";
 import { type Experiment, parseExperiment } from "./spec.js";
 
 /**
@@ -533,7 +539,32 @@ const list = (xs: string[]) => (xs.length <= 1 ? xs.join("") : `${xs.slice(0, -1
  * with the intervals; the rule; and what the intervals measure (fixed checkpoints: IRI and
  * stitching seeds only).
  */
-export function compareVerdictLines(verdicts: DirectionVerdict[]): string[] {
+/** Each control of a compare run (B into itself; with --both-ways A into itself too), read as the verdict reads it. */
+export function compareControls(
+  verdicts: DirectionVerdict[],
+  opts: { augmented?: boolean } = {},
+): ({ front: string; back: string; objective: string } & ControlReading)[] {
+  return verdicts
+    .filter((v) => v.relation === "identical")
+    .map((v) => ({
+      front: v.front,
+      back: v.back,
+      objective: v.objective,
+      ...controlReading(
+        {
+          standard: v.points.map((p) => p.standard?.mean ?? Number.NaN),
+          iris: v.points.map((p) => p.iris?.mean ?? Number.NaN),
+        },
+        opts.augmented ?? true,
+      ),
+    }));
+}
+
+export function compareVerdictLines(
+  verdicts: DirectionVerdict[],
+  /** augmented: whether the standard runs augmented their real images (reading.ts standardAugmented): the control's hint. */
+  opts: { augmented?: boolean } = {},
+): string[] {
   const lines: string[] = [];
   const iv = (i: Interval | undefined) => formatInterval(i, 3);
   for (const v of verdicts) {
@@ -546,14 +577,10 @@ export function compareVerdictLines(verdicts: DirectionVerdict[]): string[] {
       .map((p) => p.point);
     let word: string;
     if (v.relation === "identical") {
-      const lows = v.points
-        .flatMap((p) => [p.standard?.mean, p.iris?.mean])
-        .filter((x): x is number => Number.isFinite(x));
-      const min = lows.length ? Math.min(...lows) : Number.NaN;
-      word =
-        min >= 0.95
-          ? `agreement ${min.toFixed(3)} or more everywhere, as a model stitched with itself must`
-          : `FAILED: agreement drops to ${min.toFixed(3)} (below 0.95); the numbers below cannot be trusted`;
+      const c = compareControls([v], opts)[0] as ControlReading;
+      word = c.passed
+        ? `agreement ${atLeast(c.min)} or more everywhere, as a model stitched with itself must`
+        : `FAILED: agreement drops to ${c.min.toFixed(3)} (below ${CONTROL_MIN_AGREEMENT}); the numbers below cannot be trusted${c.hint ? `. ${c.hint.replace(/\.$/, "")}` : ""}`;
     } else if (!close.length && !part)
       word =
         loose.length === v.points.length

@@ -13,7 +13,15 @@ import type { StitchResult } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
 import { readManifest, taskDir } from "./cache.js";
 import type { ModelRef, Plan } from "./plan.js";
-import { reading, relianceLine, relianceWarnings, settingsLines, type Warning, warnings } from "./reading.js";
+import {
+  reading,
+  relianceLine,
+  relianceWarnings,
+  settingsLines,
+  standardAugmented,
+  type Warning,
+  warnings,
+} from "./reading.js";
 import type { RunSummary } from "./runner.js";
 import { modelSource } from "./tasks.js";
 
@@ -271,6 +279,7 @@ export async function writeResults(
   const warned = [...warnings(rows, numClassesOf(plan, cache)), ...relianceWarnings(models)];
   const read = reading(rows, {
     settings: settingsLines(plan),
+    augmented: standardAugmented(plan),
     warnings: warned,
     summary: summarized,
     reliance: relianceLine(models),

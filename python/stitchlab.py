@@ -2,8 +2,11 @@
 
     import stitchlab                      # this file: python/ on sys.path, or copy it
     r = stitchlab.compare(model_a, model_b, "fashion-mnist", test_limit=500)
-    for v in r["verdicts"]:               # A->B, and B->B (the control)
-        print(v["relation"], [(p["point"], p["state"]) for p in v["points"]])
+    for c in r["controls"]:               # B->B: a model stitched with itself must agree
+        print("control", "passed" if c["passed"] else f"FAILED at {c['min']:.3f}", c["hint"] or "")
+    for v in r["verdicts"]:               # A->B (and the control's points)
+        if v["relation"] != "identical":
+            print(v["relation"], [(p["point"], p["state"]) for p in v["points"]])
 
 As torch_cka's `CKA(m1, m2).compare(loader)`, but the answer is the stitchlab CLI's: both
 modules are exported to ONNX (eval mode, opset 17, a dynamic batch axis) and
@@ -11,7 +14,8 @@ modules are exported to ONNX (eval mode, opset 17, a dynamic batch axis) and
 dict it prints is returned (per pair and stitch point: standard and invariance-aware agreement
 with 95% intervals, the IRI residual and `state`: close, apart or loose; then the report's path).
 Other keywords become flags: `test_limit=500` -> `--test-limit 500`, `both_ways=True` ->
-`--both-ways`, `points=["layer2.1", "layer4.1"]` -> `--points layer2.1,layer4.1`, a dict -> JSON.
+`--both-ways`, `points=["layer2.1", "layer4.1"]` -> `--points layer2.1,layer4.1`, a dict -> JSON;
+`no_stitch_augment=True` -> `--no-stitch-augment` (models trained without augmentation).
 `stitchlab compare --help` lists them; `out` (default runs/compare, from the current folder)
 and `cache` (default ~/.cache/stitchlab: a second call on the same models is instant) among
 them. The CLI's progress is copied to sys.stderr as it runs.

@@ -190,6 +190,18 @@ export const stitchSettingsSchema = z
       .describe(
         "score each stitched model on adversarial test images made against it: APGD-CE and APGD-DLR (default) or PGD, AutoAttack's budget or the reference's settings; robust_accuracy and robust_agreement_prob in results.csv",
       ),
+    // PROTOCOL: standard runs augment the real images "as base training does" (the zoo's and
+    // stitchlab's own training: random crop with pad 4 and flip at 32 px, random resized crop and
+    // flip at 224 px). A model trained elsewhere without augmentation sees other images there:
+    // batch norm's `adapt` re-estimates its statistics on them, and B stitched with itself lost
+    // 7% agreement (a ResNet trained in PyTorch on plain Fashion-MNIST, exported to ONNX: 0.926;
+    // 0.9997 with its statistics kept). false follows such a base training.
+    augment: z
+      .boolean()
+      .optional()
+      .describe(
+        "standard runs augment T's real training images as base training does (crop and flip): false where the models were trained without augmentation (default: true; IRIs are never augmented)",
+      ),
     bnMode: z
       .object({ standard: z.enum(BN_MODES).optional(), iris: z.enum(BN_MODES).optional() })
       .strict()
@@ -256,6 +268,12 @@ export interface StitchConfig extends StitchData {
    * only). Present only when set, so that every other stitch keeps its key.
    */
   noiseClusters?: true;
+  /**
+   * Standard mode's real training images not augmented (stitch settings' augment: false, for
+   * models trained without augmentation). Present only when set, so that every other stitch
+   * keeps its key; never in an invariance-aware stitch's (IRIs are never augmented).
+   */
+  augment?: false;
 }
 
 /** What a stitch is, beside its settings: the models, points, objective, mode and IRI set. */
@@ -329,6 +347,7 @@ export function resolveStitchConfig(
       : null,
     device,
     ...(what.noiseClusters ? { noiseClusters: true as const } : {}),
+    ...(what.mode === "standard" && s.augment === false ? { augment: false as const } : {}),
   };
 }
 

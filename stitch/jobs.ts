@@ -217,8 +217,9 @@ export function stitchedModelOf(
 
 /**
  * trainStitch's options for a stitching config: the mode decides the data's treatment (standard
- * runs augment real images and paint markers drawn anew each epoch; invariance-aware runs train on
- * the IRIs as they are). Shared by runStitch and the time estimate's probe.
+ * runs augment real images, unless the settings say augment: false, and paint markers drawn anew
+ * each epoch; invariance-aware runs train on the IRIs as they are). Shared by runStitch and the
+ * time estimate's probe.
  */
 export function stitchTrainOptionsOf(
   cfg: StitchConfig,
@@ -238,7 +239,7 @@ export function stitchTrainOptionsOf(
     bnMode: cfg.bnMode,
     init: cfg.init,
     initImages: cfg.initImages,
-    augment: cfg.mode === "standard" ? standardAugment(train.images.shape[2]) : null,
+    augment: cfg.mode === "standard" && cfg.augment !== false ? standardAugment(train.images.shape[2]) : null,
     markers: cfg.mode === "standard" && shortcut ? markerDraws(clean, shortcut) : null,
     initMarkers: markers,
     device: cfg.device,

@@ -9,9 +9,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { sizesFromFlags } from "../cli/compare-study.js";
+import type { Dataset } from "../data/index.js";
+import { FASHION_MNIST_NORMALIZATION as FMNIST_NORM } from "../data/transforms.js";
 import {
   COMPARE_DEFAULTS,
   COMPARE_PAPER,
+  compareControls,
   compareExperiment,
   compareVerdictLines,
   compareVerdicts,
@@ -26,6 +30,9 @@ import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import type { IriPreview, SummaryRow } from "../report/index.js";
 import { SUMMARY_SCORES } from "../report/summary.js";
+import { stitchConfig } from "../stitch/config.js";
+import { stitchTrainOptionsOf } from "../stitch/jobs.js";
+import * as torch from "../torch/index.js";
 import { trainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
 import { runCli } from "./helpers/cli.js";
@@ -354,6 +361,68 @@ test("one replicate: the verdict's intervals are over the test images (mean ± 1
   );
   assert.equal(many.intervals, "replicates");
   assert.ok(Math.abs(many.points[0].standard.halfWidth - interval([0.79, 0.8, 0.81]).halfWidth) < 1e-12);
+});
+
+test("a control failing in standard runs only names the likely cause and the flag; one failing everywhere, or passing, does not", () => {
+  const iris: IriPreview[] = [];
+  const control = (std: number, inv: number) =>
+    compareVerdicts(
+      [
+        { ...row("layer2.1", 4, "standard", std, { se: 0.005 }), pair: "identical", front: "b" },
+        { ...row("layer2.1", 4, "iris", inv, { se: 0.005 }), pair: "identical", front: "b" },
+      ],
+      iris,
+    );
+  // A ResNet trained without augmentation: standard 0.918, invariance-aware 0.9995.
+  const standardOnly = compareVerdictLines(control(0.918, 0.9995)).join("\n");
+  assert.match(standardOnly, /FAILED: agreement drops to 0\.918 \(below 0\.95\)/);
+  assert.match(
+    standardOnly,
+    /Only standard runs fall short \(invariance-aware 0\.999 or more\)/,
+    "0.9995 is not 1.000 or more",
+  );
+  assert.match(standardOnly, /augmented real images \(crop and flip.*run again with --no-stitch-augment/);
+  // Already not augmented: batch norm's adapt is what is left to name.
+  const plain = compareVerdictLines(control(0.918, 0.9995), { augmented: false }).join("\n");
+  assert.doesNotMatch(plain, /--no-stitch-augment/);
+  assert.match(plain, /stitch\.bnMode: \{standard: eval\}/);
+  // Failing in both modes: no cause is guessed.
+  const both = compareVerdictLines(control(0.9, 0.9)).join("\n");
+  assert.match(both, /FAILED: agreement drops to 0\.900/);
+  assert.doesNotMatch(both, /Only standard runs/);
+  assert.match(compareVerdictLines(control(0.97, 0.9995)).join("\n"), /agreement 0\.970 or more everywhere/);
+  // The JSON's controls say the same.
+  const [c] = compareControls(control(0.918, 0.9995));
+  assert.equal(c?.passed, false);
+  assert.equal(c?.min, 0.918);
+  assert.match(c?.hint ?? "", /--no-stitch-augment/);
+  assert.equal(compareControls(control(0.97, 0.99))[0]?.hint, null);
+});
+
+test("--no-stitch-augment (stitch.augment: false) trains standard runs on the real images as they are: in the key of standard stitches only, and said in the plan", () => {
+  const spec = (augment: boolean | undefined) =>
+    stitchConfig(
+      { front: "a", back: "b", frontPoint: "layer1.0", objective: "slm", mode: "standard" },
+      augment === undefined ? {} : { augment },
+      { dataset: "fashion-mnist" },
+    );
+  assert.equal("augment" in spec(undefined), false, "the default leaves every key as it was");
+  assert.equal("augment" in spec(true), false);
+  assert.equal(spec(false).augment, false);
+  const inv = stitchConfig(
+    { front: "a", back: "b", frontPoint: "layer1.0", objective: "slm", mode: "iris", iris: "somewhere" },
+    { augment: false },
+    { dataset: "fashion-mnist" },
+  );
+  assert.equal("augment" in inv, false, "IRIs are never augmented: an invariance-aware stitch keeps its key");
+  const clean = { images: torch.zeros([1, 1, 32, 32]) } as unknown as Dataset;
+  assert.equal(stitchTrainOptionsOf(spec(false), clean, clean, FMNIST_NORM, null, null).augment, null);
+  assert.deepEqual(stitchTrainOptionsOf(spec(undefined), clean, clean, FMNIST_NORM, null, null).augment, {
+    padding: 4,
+    flip: true,
+  });
+  assert.deepEqual(sizesFromFlags({ stitchAugment: false }).stitch, { augment: false });
+  assert.deepEqual(sizesFromFlags({}).stitch, undefined);
 });
 
 test("the agreement's standard error over the test images is the per-image values' sd over sqrt(n)", () => {

@@ -437,11 +437,17 @@ test("compare's size flags are the experiment file's keys: their bounds, and --l
     "--iris-limit",
     "--iris-steps",
     "--replicates",
+    "--stitch-augment",
     "--stitch-limit",
     "--test-limit",
   ]);
   for (const f of flags) {
     assert.ok(options.get(f.flag), f.flag);
+    // A switch that is on by default (stitch.augment: the protocol's) is turned off by --no-...
+    if (f.kind === "boolean") {
+      assert.ok(options.get(`--no-${f.flag.slice(2)}`), `--no-${f.flag.slice(2)}`);
+      continue;
+    }
     // The fast protocol's default, read from COMPARE_DEFAULTS.
     assert.ok(f.help.endsWith(`(default ${formatDefault(f.default)})`), f.flag);
   }

@@ -217,6 +217,22 @@ test("summary.csv: one row per group with n, mean, std and the t interval; the t
   );
 });
 
+test("the reading's control line: passed, or FAILED with the likely cause where only standard runs fall short", () => {
+  const control = (std: number, inv: number) => [
+    stitchRow({ pair: "identical", front: "b", back: "b", mode: "standard", agreement_prob: std }),
+    stitchRow({ pair: "identical", front: "b", back: "b", mode: "iris", agreement_prob: inv }),
+  ];
+  const line = (rs: StitchRow[], augmented?: boolean) =>
+    reading(rs, { augmented }).find((l) => l.startsWith("Control")) ?? "";
+  assert.match(line(control(0.98, 0.9995)), /^Control: the identical pair agrees at 0\.980 or more everywhere/);
+  assert.match(
+    line(control(0.926, 0.9995)),
+    /^Control FAILED: the identical pair drops to 0\.926 \(below 0\.95\).*invariance-aware 0\.999 or more.*--no-stitch-augment/,
+  );
+  assert.match(line(control(0.926, 0.9995), false), /stitch\.bnMode: \{standard: eval\}/);
+  assert.doesNotMatch(line(control(0.9, 0.9)), /Only standard runs/);
+});
+
 test("the reading: 'apart' only where the 95% intervals separate, otherwise 'not told apart with N replicates'", () => {
   const apart = reading(
     rows(
