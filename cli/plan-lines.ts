@@ -57,7 +57,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
     `  points     ${points.join(", ")} (${points.length})`,
     ...pairedByDepth(plan),
     `  modes      ${modes.join(", ")}; objectives ${e.objectives.join(", ")}`,
-    `  data       ${e.dataset.name}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${st?.testLimit ?? "all"} test images`,
+    `  data       ${e.dataset.name}${e.dataset.imageSize ? ` at ${e.dataset.imageSize} px` : ""}${e.dataset.root ? ` (${e.dataset.root})` : ""}, ${st?.testLimit ?? "all"} test images`,
     ...(iri && io
       ? [
           `  IRIs       ${iri.limit ?? "all"} per model and point, ${io.optimizer} ${io.steps} steps${io.start === "image" ? " from another image" : ` from ${io.start} noise`}${io.keepBest ? ", keep-best" : ""}${io.target !== undefined ? `; an image stops at residual ${io.target}, restarts up to ${iriStepCap(io)} steps` : ""}`,

@@ -6,6 +6,7 @@
 import { existsSync, statSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { stringify } from "yaml";
+import { datasetImageSize } from "../data/index.js";
 import { readJsonFile } from "../io/files.js";
 import { compareIntervals, type Interval } from "../metrics/interval.js";
 import {
@@ -201,26 +202,37 @@ function absolute(source: ModelSourceLike): ModelSourceLike {
   return typeof source === "string" ? resolve(source) : { ...s, checkpoint: resolve(s.checkpoint) };
 }
 
-/** Points already read, by source: a budget builds the study once per candidate. */
-const pointsRead = new Map<string, { name: string; kind: PointKind }[]>();
+/** What the study reads of a model: its stitch points in order, with their kinds, and the side of its images (if it says). */
+interface ModelFacts {
+  points: { name: string; kind: PointKind }[];
+  imageSize: number | undefined;
+}
 
-/** A model's stitch points in order, with their kinds (the model is loaded to ask it, once per source). */
-function pointsOf(s: ModelSourceLike): { name: string; kind: PointKind }[] {
+/** Models already read, by source: a budget builds the study once per candidate. */
+const factsRead = new Map<string, ModelFacts>();
+
+/** A model's facts (the model is loaded to ask it, once per source). */
+function factsOf(s: ModelSourceLike): ModelFacts {
   // The file's size and time too: a model exported again to the same path is read again.
   const file = asModelSource(s).checkpoint;
   const stat = existsSync(file) ? statSync(file) : null;
   const key = JSON.stringify([asModelSource(s), stat?.size, stat?.mtimeMs]);
-  const known = pointsRead.get(key);
+  const known = factsRead.get(key);
   if (known) return known;
   const { model } = loadCheckpoint(s);
   try {
-    const points = model.stitchPoints.map((p) => ({ name: p.name, kind: p.kind }));
-    pointsRead.set(key, points);
-    return points;
+    const side = model.config.imageSize;
+    const facts = {
+      points: model.stitchPoints.map((p) => ({ name: p.name, kind: p.kind })),
+      imageSize: typeof side === "number" ? side : undefined,
+    };
+    factsRead.set(key, facts);
+    return facts;
   } finally {
     model.dispose();
   }
 }
+const pointsOf = (s: ModelSourceLike) => factsOf(s).points;
 const pointNames = (s: ModelSourceLike): string[] => pointsOf(s).map((p) => p.name);
 
 /** The stitch points two models share, in B's order (the models are loaded to ask them). */
@@ -302,6 +314,35 @@ export function studyPoints(
   return { points, ofA, ofB, byDepth };
 }
 
+/**
+ * The data's side where the models say theirs and the dataset was not given one: both models are
+ * fed the same images, so two sides are refused, naming both; a side the dataset can give is
+ * asked of it (Fashion-MNIST at 28 px, unpadded; an image folder resized to the models' side),
+ * and one it cannot is refused, before any work.
+ */
+function dataSide(d: CompareInput["dataset"], ...models: [string, ModelSourceLike][]): { imageSize?: number } {
+  const known = models.flatMap(([name, s]) => {
+    const path = asModelSource(s).checkpoint;
+    if (!existsSync(path) && !namedByHub(path)) return [];
+    const side = factsOf(s).imageSize;
+    return side === undefined ? [] : [{ name, side }];
+  });
+  const [first, second] = known;
+  if (first && second && first.side !== second.side)
+    throw new Error(
+      `${first.name} takes ${first.side} px images and ${second.name} ${second.side} px: stitching feeds both the same images, so compare models of one input size`,
+    );
+  if (d.imageSize !== undefined || !first) return {};
+  const dflt = datasetImageSize(d.name, {});
+  if (first.side === dflt) return {};
+  try {
+    datasetImageSize(d.name, { imageSize: first.side });
+  } catch (e) {
+    throw new Error(`${first.name} takes ${first.side} px images: ${(e as Error).message}`);
+  }
+  return { imageSize: first.side };
+}
+
 /** The names the study gives A and B (distinct). */
 export function compareNames(a: ModelSourceLike, b: ModelSourceLike): { a: string; b: string } {
   const na = modelName(a);
@@ -331,7 +372,7 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   const mapping = (list: string[], to: (p: string) => string) =>
     byDepth ? { frontPoints: Object.fromEntries(list.map((p) => [p, to(p)])) } : {};
   const seed = input.seed ?? 0;
-  const d = input.dataset;
+  const d = { ...input.dataset, ...dataSide(input.dataset, [names.a, a], [names.b, b]) };
   const entry = (s: ModelSourceLike) => (typeof s === "string" ? { checkpoint: s } : s);
   const nullName = `${names.a}~untrained`;
   // The untrained null where A's architecture can be started; the noise null always (it reads A's
@@ -347,7 +388,7 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   });
   const raw = {
     name: `compare-${names.a}-${names.b}`,
-    description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at every point, with ${names.b} into itself as the control.${byDepth ? ` The two share no stitch point by name, so each of ${names.b}'s points is paired with ${names.a}'s at the same relative depth (frontPoints).` : ""}`,
+    description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at the points below, with ${names.b} into itself as the control.${byDepth ? ` The two share no stitch point by name, so each of ${names.b}'s points is paired with ${names.a}'s at the same relative depth (frontPoints).` : ""}`,
     dataset: {
       name: d.name,
       ...(d.root !== undefined ? { root: resolve(d.root) } : {}),

@@ -505,6 +505,32 @@ function tinyPair(dir: string): [string, string] {
   return files as [string, string];
 }
 
+test("the data take the models' side: two 28 px models get Fashion-MNIST at 28 px; two sides, or one the dataset cannot give, are refused naming both", () => {
+  const dir = mkdtempSync(join(tmp, "sides-"));
+  const at = (name: string, imageSize: number) => {
+    const f = join(dir, `${name}.safetensors`);
+    const model = createModel("resnet18", { width: 0.0625, numClasses: 10, imageSize });
+    saveCheckpoint(f, model, { dataset: "fashion-mnist" } as never);
+    model.dispose();
+    return f;
+  };
+  const [a28, b28, b32] = [at("a28", 28), at("b28", 28), at("b32", 32)];
+  const study = (a: string, b: string, dataset: string) =>
+    compareExperiment({ a, b, dataset: { name: dataset }, points: ["layer4.1"] }, join(dir, "compare.yaml")).experiment;
+  assert.equal(study(a28, b28, "fashion-mnist").dataset.imageSize, 28);
+  assert.equal(
+    study(at("a32", 32), b32, "fashion-mnist").dataset.imageSize,
+    undefined,
+    "the default side: nothing written",
+  );
+  assert.throws(
+    () => study(a28, b32, "fashion-mnist"),
+    /a28 takes 28 px images and b32 32 px: stitching feeds both the same images/,
+  );
+  assert.throws(() => study(a28, b28, "cifar10"), /a28 takes 28 px images: cifar10 images are 32 px/);
+  rmSync(dir, { recursive: true, force: true });
+});
+
 test("the estimate costs a plan it did not probe per image of the probed batch: an IRI set smaller than its batch is one batch of its images", () => {
   const dir = mkdtempSync(join(tmp, "estimate-"));
   const [a, b] = tinyPair(dir);
