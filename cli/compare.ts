@@ -9,6 +9,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
+import { datasetClassCount } from "../data/index.js";
 import {
   BUDGET_FLOORS,
   budgetLine,
@@ -41,7 +42,9 @@ import { nullRelation } from "../experiments/nulls.js";
 import { claimOut } from "../experiments/outdir.js";
 import { standardAugmented } from "../experiments/reading.js";
 import { defaultCache } from "../experiments/run.js";
+import { normalizationScores, normalizationWarnings } from "../experiments/sanity.js";
 import { experimentSchema } from "../experiments/spec.js";
+import { modelSource } from "../experiments/tasks.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { beyondChance } from "../report/chance.js";
 import { DEFAULT_DEVICE, requireDevice } from "../torch/index.js";
@@ -211,6 +214,22 @@ export function registerCompareCommand(program: Command): void {
       );
       if (!o.budget) for (const line of longPlanAdvice(est.seconds, device, scaleOf(plan))) console.log(line);
     }
+    // Each model scored on a few test images with the normalisation it was given, before anything
+    // runs: a wrong one makes every score a number that means nothing (experiments/sanity.ts).
+    const sane: string[] = [];
+    if (!slurm) {
+      const d = plan.experiment.dataset;
+      const models = Object.entries(plan.models).flatMap(([name, ref]) =>
+        "checkpoint" in ref ? [{ name, source: modelSource(cache, ref) }] : [],
+      );
+      const scores = await normalizationScores(
+        models,
+        { dataset: d.name, root: d.root ?? null, imageSize: d.imageSize ?? null },
+        device,
+      );
+      sane.push(...normalizationWarnings(scores, datasetClassCount(d.name, { root: d.root })));
+      for (const w of sane) console.log(`warning    ${w}`);
+    }
     if (o.dryRun) return;
     mkdirSync(out, { recursive: true });
     writeFileSync(file, text);
@@ -229,6 +248,8 @@ export function registerCompareCommand(program: Command): void {
               report: join(out, "report.html"),
               results: join(out, "results.csv"),
               failed: r.failed,
+              // What the check before the run said of the models (a normalisation that looks wrong).
+              warnings: sane,
             }),
           }
         : (r) => [
