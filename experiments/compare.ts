@@ -159,6 +159,13 @@ export function pointsAtDepths(points: readonly string[], depths: readonly numbe
 export const CLOSE_MARGIN = 0.05;
 
 /** The rule by which standard and invariance-aware agreement at a point are close, as the verdict states it. */
+/**
+ * What close and apart say of A and B, printed under the rule: a verdict alone reads as a yes or
+ * no that it is not. The figures are PROTOCOL.md's (the paper's findings on ResNet-18s).
+ */
+export const COMPARE_MEANING =
+  "What it means: standard stitching asks whether A's features, through a trained T, serve B on real images; invariance-aware stitching trains T on inputs A cannot tell apart (IRIs) and asks whether B treats them alike too. Close at a point: A and B are similar there in both senses. Apart: A's features serve B, but B tells apart what A does not, so standard stitching alone overstates their similarity there. Even two seeds of one architecture part at the deepest points (the paper: invariance-aware SLM about 0.5 at a ResNet-18's last point, standard 0.93-0.99), so weigh a pair against such a baseline (a cross-seed pair in an experiment file; --nulls for chance).";
+
 export const CLOSE_RULE = `close: their 95% intervals overlap, or their means differ by at most ${CLOSE_MARGIN}; apart otherwise; a point whose IRI set has a mean residual above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge`;
 
 export interface CompareInput {
@@ -653,6 +660,7 @@ export function compareVerdictLines(
   const overImages = compared.some((v) => v.intervals === "test images");
   lines.push(
     `Rule: ${CLOSE_RULE}; agreement is the agreement probability, mean ± 95% half-width.`,
+    ...(compared.length ? [COMPARE_MEANING] : []),
     n > 1
       ? `The models are fixed checkpoints: the ${n} replicates differ in IRI and stitching seeds only, the only source of variation these intervals measure (not training seeds: another training run of either model may land elsewhere).`
       : overImages

@@ -103,6 +103,7 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       back: s.back,
       pair: s.relation,
       point: s.point,
+      front_point: r.config.frontPoint,
       pointIndex: s.pointIndex,
       objective: s.objective,
       mode: s.mode,

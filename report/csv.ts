@@ -35,6 +35,7 @@ export const CSV_COLUMNS = [
   "agreement_prob_se",
   "threads",
   "front_reliance",
+  "front_point",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

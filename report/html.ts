@@ -162,7 +162,8 @@ function resultsSection(rows: StitchRow[]): string {
     cell(r.pair),
     cell(r.front),
     cell(r.back),
-    cell(r.point),
+    // The front's point where it is another (two architectures: its partner by depth).
+    cell(r.front_point && r.front_point !== r.point ? `${r.front_point} -> ${r.point}` : r.point),
     cell(r.objective),
     cell(r.mode),
     cell(fmt(r.accuracy), true),

@@ -12,8 +12,14 @@ export interface StitchRow {
   back: string;
   /** The relation between front and back: "identical", "cross-seed", "cross-bias", ... (free string). */
   pair: string;
-  /** Stitch point name, e.g. "layer2.1". */
+  /** Stitch point name, e.g. "layer2.1" (the back's). */
   point: string;
+  /**
+   * The front's point stitched into it: the same name, or where the two are other architectures,
+   * the front's partner at the same relative depth (a pair's frontPoints). Absent in rows made
+   * before it was recorded.
+   */
+  front_point?: string;
   /** Position of the point in the back model's list of stitch points (the x axis order). */
   pointIndex: number;
   /** "hlm" | "slm" | "dm" | "fula"; weighted sums appear as e.g. "hlm:1,fula:0.5". */

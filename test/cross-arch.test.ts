@@ -13,6 +13,7 @@ import { parseExperiment, readExperiment } from "../experiments/spec.js";
 import { loadCheckpoint, saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import { runCli } from "./helpers/cli.js";
+import { csvRows } from "./helpers/csv.js";
 import { PYTHON, skipUnlessTorchvision } from "./helpers/pytorch.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
@@ -176,6 +177,13 @@ test("compare runs a ResNet front into a ViT back end to end and says how the po
     /paired by relative depth: cnn's layer3\.0 -> vit's blocks\.2, cnn's head -> vit's norm/,
   );
   assert.match(r.stdout, /^Verdict, cnn -> vit, SLM, 1 replicate: /m);
+  // results.csv names both ends of each stitch: the back's point and the front's partner.
+  const pairs = new Set(
+    csvRows(join(out, "results.csv"))
+      .filter((row) => row.front === "cnn")
+      .map((row) => `${row.front_point} -> ${row.point}`),
+  );
+  assert.deepEqual([...pairs].sort(), ["head -> norm", "layer3.0 -> blocks.2"]);
 });
 
 test("the cross-architecture preset: its models train and export in plain PyTorch, and its frontPoints are pairPoints' by depth", {

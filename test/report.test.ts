@@ -60,6 +60,7 @@ const ALL_COLUMNS = [
   "agreement_prob_se",
   "threads",
   "front_reliance",
+  "front_point",
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
