@@ -347,7 +347,10 @@ test("one replicate: the verdict's intervals are over the test images (mean ± 1
   const text = compareVerdictLines([v]).join("\n");
   assert.match(text, /standard 0\.800 ± 0\.020/);
   assert.match(text, /One replicate: each interval is over the test images \(mean ± 1\.96 standard errors/);
-  assert.match(text, /^What it means: standard stitching asks whether A's features.*Even two seeds of one architecture part/m);
+  assert.match(
+    text,
+    /^What it means: standard stitching asks whether A's features.*Even two seeds of one architecture part/m,
+  );
   // Without a recorded standard error (runs made before it was), one replicate has no interval.
   const [old] = compareVerdicts([row("layer2.1", 4, "standard", 0.8, {}), row("layer2.1", 4, "iris", 0.7, {})], iris);
   assert.equal(old.intervals, "none");
