@@ -703,10 +703,16 @@ describe("what a user meets with a graph stitchlab cannot take", () => {
     }
   });
 
-  test("a file that is not ONNX says so", () => {
+  test("a file that is not ONNX says so; a PyTorch checkpoint under .onnx says what it is", () => {
     const file = join(scratch, "junk.onnx");
     writeFileSync(file, "not a protobuf at all \u0000\u0001");
     assert.throws(() => new OnnxModel(file), /is not an ONNX model/);
+    const pt = join(scratch, "model.onnx");
+    writeFileSync(pt, Buffer.concat([Buffer.from([0x50, 0x4b, 0x03, 0x04]), Buffer.alloc(60)]));
+    assert.throws(
+      () => new OnnxModel(pt),
+      /model\.onnx is a zip archive, as torch\.save writes, not an ONNX model: .*--arch/,
+    );
   });
 });
 

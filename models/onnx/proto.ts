@@ -53,6 +53,12 @@ export function dtypeOf(code: number, where: string): torch.DType {
 /** Decodes an ONNX file (the protobuf only; external data are read per tensor by tensorOf). */
 export function readModelProto(path: string): ModelProto {
   const bytes = readFileNamed(path, "an ONNX model");
+  // A zip archive is what torch.save writes (a .pt or .pth renamed, or saved under .onnx).
+  const zip = bytes[0] === 0x50 && bytes[1] === 0x4b && bytes[2] === 0x03 && bytes[3] === 0x04;
+  if (zip)
+    throw new Error(
+      `${path} is a zip archive, as torch.save writes, not an ONNX model: give it under its own extension (.pt) with --arch, or export it with torch.onnx.export`,
+    );
   try {
     return onnx.ModelProto.decode(bytes);
   } catch (e) {
