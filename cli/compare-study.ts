@@ -20,17 +20,6 @@ import { type FlagTable, flagNames, givenFromFlags } from "./schema-flags.js";
 /** A comma-separated flag's values. */
 export const words = (v: string): string[] => v.split(",").flatMap((x) => (x.trim() ? [x.trim()] : []));
 
-/** The model flags for both models (--arch, ...) under each role's own name, where that one is not given. */
-export function bothModels(o: Record<string, unknown>): Record<string, unknown> {
-  const out = { ...o };
-  for (const k of ["Arch", "Options", "Normalization", "ImageSize"]) {
-    const both = o[`${k[0].toLowerCase()}${k.slice(1)}`];
-    for (const role of ["front", "back"])
-      if (out[`${role}${k}`] === undefined && both !== undefined) out[`${role}${k}`] = both;
-  }
-  return out;
-}
-
 /**
  * compare's size flags: the experiment file's keys they set (experiments/spec.ts experimentSchema),
  * so their bounds and parsers are the file's, and their defaults the fast protocol's

@@ -48,24 +48,16 @@ import { modelSource } from "../experiments/tasks.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { beyondChance } from "../report/chance.js";
 import { DEFAULT_DEVICE, requireDevice } from "../torch/index.js";
-import {
-  bothModels,
-  budget,
-  COMPARE_FLAGS,
-  compareStudy,
-  givenSizes,
-  intervalsLine,
-  protocolName,
-} from "./compare-study.js";
+import { budget, COMPARE_FLAGS, compareStudy, givenSizes, intervalsLine, protocolName } from "./compare-study.js";
 import { int, renamedFlag } from "./parse.js";
 import { planLines } from "./plan-lines.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
 import { addSchemaFlags } from "./schema-flags.js";
 import {
-  ARCH_HELP,
+  addBothModelOptions,
   addModelSourceOptions,
+  bothModels,
   modelSourceFrom,
-  NORMALIZATION_HELP,
   requireModelSettings,
 } from "./source.js";
 
@@ -103,12 +95,6 @@ export function registerCompareCommand(program: Command): void {
     .option("--dataset <name>", "the dataset both are scored on (default: B's, from its sidecar)")
     .option("--data <name>", "deprecated: use --dataset")
     .option("--root <path>", "where the dataset's files are")
-    .option("--arch <name>", `${ARCH_HELP()}: both (or --front-arch / --back-arch)`)
-    .option("--options <yaml>", "createModel options of both that the weights do not show, e.g. '{numHeads: 6}'")
-    .option(
-      "--normalization <name|yaml>",
-      `${NORMALIZATION_HELP}: both (or --front-normalization / --back-normalization)`,
-    )
     .option("--image-size <px>", "the side of the images both were trained on", int)
     .option(
       "--points <list>",
@@ -126,14 +112,15 @@ export function registerCompareCommand(program: Command): void {
       `also stitch null fronts into B: A's architecture at its initialisation (a zoo architecture) and clustered noise at A's point shapes (standard mode, ${COMPARE_NULLS.replicates} replicates each), and say where A -> B is beyond that chance level`,
     );
   // The size flags: from the experiment's schema (COMPARE_FLAGS in cli/compare-study.ts).
-  addSchemaFlags(cmd, experimentSchema, COMPARE_FLAGS)
+  addBothModelOptions(addSchemaFlags(cmd, experimentSchema, COMPARE_FLAGS))
     .option("--cache <dir>", "task cache shared by experiments (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
     .option("--force", "run into an --out that holds another experiment's run (its files are moved aside)")
     .option("--dry-run", "print the plan and the time estimate, and stop");
   addModelSourceOptions(cmd, "front");
   addModelSourceOptions(cmd, "back");
   addExecutorOptions(cmd).action(async (a: string, b: string, raw: Record<string, unknown>) => {
-    const o = bothModels(raw);
+    // --image-size is both models' side here (stitch's is the data's).
+    const o = bothModels(raw, ["Arch", "Options", "Normalization", "ImageSize"]);
     o.dataset = renamedFlag(o, "--data", "--dataset");
     // With --json, stdout holds the one JSON object: every line before it goes to stderr.
     if (o.json) console.log = console.error;

@@ -41,6 +41,34 @@ export function addModelSourceOptions(cmd: Command, role: Role): Command {
     .option(`--${role}-image-size <px>`, "the side of the images it was trained on", int);
 }
 
+/**
+ * A command about two models takes the facts of both at once: --arch, --options and
+ * --normalization, each a fallback of its --front-/--back- flag (bothModels applies them).
+ */
+export function addBothModelOptions(cmd: Command): Command {
+  return cmd
+    .option("--arch <name>", `${ARCH_HELP()}: both (or --front-arch / --back-arch)`)
+    .option("--options <yaml>", "createModel options of both that the weights do not show, e.g. '{numHeads: 6}'")
+    .option(
+      "--normalization <name|yaml>",
+      `${NORMALIZATION_HELP}: both (or --front-normalization / --back-normalization)`,
+    );
+}
+
+/** The model flags for both models (--arch, ...) under each role's own name, where that one is not given. */
+export function bothModels(
+  o: Record<string, unknown>,
+  keys = ["Arch", "Options", "Normalization"],
+): Record<string, unknown> {
+  const out = { ...o };
+  for (const k of keys) {
+    const both = o[`${k[0]?.toLowerCase()}${k.slice(1)}`];
+    for (const role of ["front", "back"])
+      if (out[`${role}${k}`] === undefined && both !== undefined) out[`${role}${k}`] = both;
+  }
+  return out;
+}
+
 function yamlValue(flag: string, text: string | undefined): unknown {
   if (text === undefined) return undefined;
   try {

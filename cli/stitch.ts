@@ -24,7 +24,7 @@ import { printDone, score } from "./output.js";
 import { dataFromFlags, dataTable, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
 import { addSchemaFlags, type FlagTable, PGD_FLAG_NAMES, settingsFromFlags } from "./schema-flags.js";
-import { addModelSourceOptions, modelSourceFrom } from "./source.js";
+import { addBothModelOptions, addModelSourceOptions, bothModels, modelSourceFrom } from "./source.js";
 
 /**
  * Where `stitch`'s flags differ from the stitching schema's keys (the rest are the keys in kebab
@@ -66,7 +66,9 @@ const STITCH_DATA = dataTable(["root", "imageSize", "markerScale", "testLimit"],
  * experiment file's stitch: section (tested: the same settings give the same task key). The
  * dataset defaults to the one the back checkpoint was trained on.
  */
-export function stitchConfigFromFlags(o: Record<string, unknown>): StitchConfig {
+export function stitchConfigFromFlags(given: Record<string, unknown>): StitchConfig {
+  // --arch, --options and --normalization give both models' (cli/source.ts bothModels).
+  const o = bothModels(given);
   // Named by its flag, and before any model file is read.
   try {
     parseObjective(o.objective as string);
@@ -148,6 +150,7 @@ export function registerStitchCommand(program: Command): void {
   // The data flags and T's settings: from their schemas (cli/schema-flags.ts).
   addSchemaFlags(cmd, datasetSchema, STITCH_DATA);
   addSchemaFlags(cmd, stitchSettingsSchema, STITCH_FLAGS);
+  addBothModelOptions(cmd);
   addModelSourceOptions(cmd, "front");
   addModelSourceOptions(cmd, "back");
   cmd.action(async (o) => {

@@ -217,9 +217,9 @@ test("normalisation in 0-255 units is refused, naming the flag or key", () => {
     }).success,
     true,
   );
-  const flags = new Command();
-  registerStitchCommand(flags);
-  const stitch = flags.commands.find((c) => c.name() === "stitch");
+  const program = new Command();
+  registerStitchCommand(program);
+  const stitch = program.commands.find((c) => c.name() === "stitch");
   stitch?.parseOptions([
     "--front",
     "f.pt",
@@ -240,6 +240,26 @@ test("normalisation in 0-255 units is refused, naming the flag or key", () => {
       }),
     /--front-normalization: .*\[0, 1\] pixel units/,
   );
+  // --normalization (and --arch) give both models', as compare's do; a role's own flag wins.
+  const both = stitchConfigFromFlags(
+    flags(registerStitchCommand, "stitch", [
+      ...["--front", "f.pt", "--back", "b.pt", "--arch", "resnet18", "--normalization", "cifar10"],
+      ...[
+        "--back-normalization",
+        "none",
+        "--point",
+        "layer1.0",
+        "--objective",
+        "slm",
+        "--dataset",
+        "fashion-mnist",
+        "--out",
+        "x",
+      ],
+    ]),
+  );
+  assert.deepEqual(both.front, { checkpoint: "f.pt", arch: "resnet18", normalization: "cifar10" });
+  assert.deepEqual(both.back, { checkpoint: "b.pt", arch: "resnet18", normalization: "none" });
 });
 
 test("the markers' strength is a data setting: --marker-scale and a file's dataset.markerScale resolve alike, into every task that marks", () => {
