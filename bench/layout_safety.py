@@ -14,7 +14,8 @@ case it started.
 The blocked layout serves forward passes with no gradient only, so that mode runs what
 models/onnx/blocked.ts runs: the input reordered to a mkldnn tensor, the convolution with its weight
 reordered once (mkldnn_reorder_conv2d_weight), then batch norm in eval mode, ReLU, the addition of
-two maps and a max pool on mkldnn tensors, and back to dense; compared with the same on dense tensors.
+two maps, a max pool and a global average pool on mkldnn tensors, and back to dense; compared with
+the same on dense tensors; kernels 1, 3 (also dilated by 2) and 7, strides 1 and 2.
 
 Prints one line per failing case and a summary per ISA; the figures are quoted in torch/layout.ts
 and docs/benchmarks.md ("Layout safety").
@@ -26,6 +27,10 @@ import sys
 
 CHANNELS = [1, 3, 4, 5, 7, 8, 12, 16]
 CASES = [(k, s, hw, n) for k in (1, 3) for s in (1, 2) for hw in (15, 16, 32) for n in (1, 8)]
+# The blocked path also runs a 7x7 stem and dilated convolutions: (kernel, dilation) pairs.
+BLOCKED_CASES = [
+    (k, d, s, hw, n) for k, d in ((1, 1), (3, 1), (3, 2), (7, 1)) for s in (1, 2) for hw in (15, 16, 32) for n in (1, 8)
+]
 MALLOC_DEBUG = next(
     (p for p in ("/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0", "/lib/x86_64-linux-gnu/libc_malloc_debug.so.0") if os.path.exists(p)),
     None,
@@ -38,26 +43,29 @@ def blocked_child(ic: int, oc: int) -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    for k, s, hw, n in CASES:
-        print(f"start k={k} s={s} hw={hw} n={n}", flush=True)
+    for k, d, s, hw, n in BLOCKED_CASES:
+        print(f"start k={k} d={d} s={s} hw={hw} n={n}", flush=True)
         x = torch.randn(n, ic, hw, hw)
         w = torch.randn(oc, ic, k, k)
         bn = torch.nn.BatchNorm2d(oc).eval()
         bn.running_mean.uniform_(-1, 1)
         bn.running_var.uniform_(0.5, 2)
-        p = k // 2
+        p = d * (k // 2)
         with torch.no_grad():
             def block(y):
                 y = torch.relu(bn(y))
-                return F.max_pool2d(y + y, 3, 2, 1)
+                y = F.max_pool2d(y + y, 3, 2, 1)
+                return y, F.adaptive_avg_pool2d(y, 1)
 
-            dense = block(F.conv2d(x, w, None, s, p))
-            wb = torch._C._nn.mkldnn_reorder_conv2d_weight(w.to_mkldnn(), [p, p], [s, s], [1, 1], 1)
+            dense = block(F.conv2d(x, w, None, s, p, d))
+            wb = torch._C._nn.mkldnn_reorder_conv2d_weight(w.to_mkldnn(), [p, p], [s, s], [d, d], 1)
             for _ in range(3):  # repeated: a corrupted heap shows at a later free
-                out = block(torch.mkldnn_convolution(x.to_mkldnn(), wb, None, [p, p], [s, s], [1, 1], 1)).to_dense()
-        err = ((out - dense).abs().max() / dense.abs().max().clamp_min(1e-30)).item()
-        if not err < 1e-4:
-            print(f"DIFF k={k} s={s} hw={hw} n={n}: {err:.2e}", flush=True)
+                y = torch.mkldnn_convolution(x.to_mkldnn(), wb, None, [p, p], [s, s], [d, d], 1)
+                out = [t.to_dense() for t in block(y)]
+        for o, r in zip(out, dense):
+            err = ((o - r).abs().max() / r.abs().max().clamp_min(1e-30)).item()
+            if not err < 1e-4:
+                print(f"DIFF k={k} d={d} s={s} hw={hw} n={n}: {err:.2e}", flush=True)
     print("done", flush=True)
 
 
@@ -119,7 +127,7 @@ def main() -> None:
                     why = f"rc {r.returncode} ({(r.stderr.strip().splitlines() or [''])[-1][:60]}) at {last[6:]}" if r.returncode else "; ".join(diffs)
                     print(f"{isa} {ic}->{oc}: {why}", flush=True)
         total = len(args.channels) ** 2
-        print(f"{isa} {args.layout}: {total - bad} of {total} channel pairs clean over {len(CASES)} cases each", flush=True)
+        print(f"{isa} {args.layout}: {total - bad} of {total} channel pairs clean over {len(BLOCKED_CASES if args.layout == 'blocked' else CASES)} cases each", flush=True)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import {
 } from "../experiments/estimate.js";
 import { nullRelation } from "../experiments/nulls.js";
 import { claimOut } from "../experiments/outdir.js";
-import { standardAugmented } from "../experiments/reading.js";
+import { standardRecipe } from "../experiments/reading.js";
 import { defaultCache } from "../experiments/run.js";
 import { normalizationScores, normalizationWarnings } from "../experiments/sanity.js";
 import { experimentSchema } from "../experiments/spec.js";
@@ -209,12 +209,16 @@ export function registerCompareCommand(program: Command): void {
       const models = Object.entries(plan.models).flatMap(([name, ref]) =>
         "checkpoint" in ref ? [{ name, source: modelSource(cache, ref) }] : [],
       );
-      const scores = await normalizationScores(
-        models,
-        { dataset: d.name, root: d.root ?? null, imageSize: d.imageSize ?? null },
-        device,
-      );
-      sane.push(...normalizationWarnings(scores, datasetClassCount(d.name, { root: d.root })));
+      const classes = datasetClassCount(d.name, { root: d.root });
+      try {
+        const data = { dataset: d.name, root: d.root ?? null, imageSize: d.imageSize ?? null };
+        const scores = await normalizationScores(models, data, classes, device);
+        sane.push(...normalizationWarnings(scores, classes));
+      } catch (e) {
+        // A check, not the run: what stops it is said, and the run goes on (it meets the same
+        // problem, if it is one, where it has its own error).
+        sane.push(`the models' normalization could not be checked: ${(e as Error).message.split("\n")[0]}`);
+      }
       for (const w of sane) console.log(`warning    ${w}`);
     }
     if (o.dryRun) return;
@@ -226,9 +230,11 @@ export function registerCompareCommand(program: Command): void {
       o.json
         ? {
             json: (r) => ({
-              verdicts: compareVerdicts(r.summary, r.iris),
-              // Each control passed or not, its lowest agreement, and where it fails, the likely why.
-              controls: compareControls(compareVerdicts(r.summary, r.iris), { augmented: standardAugmented(plan) }),
+              ...((verdicts) => ({
+                verdicts,
+                // Each control passed or not, its lowest agreement, and where it fails, the likely why.
+                controls: compareControls(verdicts, { recipe: standardRecipe(plan) }),
+              }))(compareVerdicts(r.summary, r.iris)),
               ...(o.nulls ? { chance: beyondChance(r.summary) } : {}),
               rule: CLOSE_RULE,
               experiment: file,
@@ -240,7 +246,7 @@ export function registerCompareCommand(program: Command): void {
             }),
           }
         : (r) => [
-            ...compareVerdictLines(compareVerdicts(r.summary, r.iris), { augmented: standardAugmented(plan) }),
+            ...compareVerdictLines(compareVerdicts(r.summary, r.iris), { recipe: standardRecipe(plan) }),
             `The experiment this ran: ${file} (go further: edit it, then stitchlab run ${file} --out ${out}).`,
           ],
     );

@@ -30,6 +30,7 @@ import {
   type ControlReading,
   controlReading,
   IRI_VERDICT_MAX_RESIDUAL,
+  type StandardRecipe,
 } from "./reading.js";
 import { type Experiment, parseExperiment } from "./spec.js";
 
@@ -158,14 +159,14 @@ export function pointsAtDepths(points: readonly string[], depths: readonly numbe
 /** Standard and invariance-aware agreement whose means differ by at most this are close, whatever their intervals. */
 export const CLOSE_MARGIN = 0.05;
 
-/** The rule by which standard and invariance-aware agreement at a point are close, as the verdict states it. */
 /**
  * What close and apart say of A and B, printed under the rule: a verdict alone reads as a yes or
  * no that it is not. The figures are PROTOCOL.md's (the paper's findings on ResNet-18s).
  */
 export const COMPARE_MEANING =
-  "What it means: standard stitching asks whether A's features, through a trained T, serve B on real images; invariance-aware stitching trains T on inputs A cannot tell apart (IRIs) and asks whether B treats them alike too. Close at a point: A and B are similar there in both senses. Apart: A's features serve B, but B tells apart what A does not, so standard stitching alone overstates their similarity there. Even two seeds of one architecture part at the deepest points (the paper: invariance-aware SLM about 0.5 at a ResNet-18's last point, standard 0.93-0.99), so weigh a pair against such a baseline (a cross-seed pair in an experiment file; --nulls for chance).";
+  "What it means: standard stitching asks whether A's features, through a trained T, serve B on real images; invariance-aware stitching trains T on inputs A cannot tell apart (IRIs) and asks whether B treats them alike too. Close at a point where standard agreement is high (0.7 or more, as the run's reading asks): A and B are similar there in both senses; close at low agreement says only that both fall alike. Apart: A's features serve B, but B tells apart what A does not, so standard stitching alone overstates their similarity there. Even two seeds of one architecture part at the deepest points (the paper: invariance-aware SLM about 0.5 at a ResNet-18's last point, standard 0.93-0.99), so weigh a pair against such a baseline (a cross-seed pair in an experiment file; --nulls for chance).";
 
+/** The rule by which standard and invariance-aware agreement at a point are close, as the verdict states it. */
 export const CLOSE_RULE = `close: their 95% intervals overlap, or their means differ by at most ${CLOSE_MARGIN}; apart otherwise; a point whose IRI set has a mean residual above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge`;
 
 export interface CompareInput {
@@ -339,7 +340,14 @@ function dataSide(d: CompareInput["dataset"], ...models: [string, ModelSourceLik
     throw new Error(
       `${first.name} takes ${first.side} px images and ${second.name} ${second.side} px: stitching feeds both the same images, so compare models of one input size`,
     );
-  if (d.imageSize !== undefined || !first) return {};
+  if (!first) return {};
+  if (d.imageSize !== undefined) {
+    if (d.imageSize !== first.side)
+      throw new Error(
+        `${first.name} takes ${first.side} px images, and the data were given ${d.imageSize} px (--image-size)`,
+      );
+    return {};
+  }
   const dflt = datasetImageSize(d.name, {});
   if (first.side === dflt) return {};
   try {
@@ -581,16 +589,10 @@ export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): Dire
 
 const list = (xs: string[]) => (xs.length <= 1 ? xs.join("") : `${xs.slice(0, -1).join(", ")} and ${xs.at(-1)}`);
 
-/**
- * The verdict in words, printed before the report: per direction and objective, the points where
- * invariance-aware agreement stays close to standard agreement and the point from which they part,
- * with the intervals; the rule; and what the intervals measure (fixed checkpoints: IRI and
- * stitching seeds only).
- */
 /** Each control of a compare run (B into itself; with --both-ways A into itself too), read as the verdict reads it. */
 export function compareControls(
   verdicts: DirectionVerdict[],
-  opts: { augmented?: boolean } = {},
+  opts: { recipe?: StandardRecipe } = {},
 ): ({ front: string; back: string; objective: string } & ControlReading)[] {
   return verdicts
     .filter((v) => v.relation === "identical")
@@ -603,15 +605,21 @@ export function compareControls(
           standard: v.points.map((p) => p.standard?.mean ?? Number.NaN),
           iris: v.points.map((p) => p.iris?.mean ?? Number.NaN),
         },
-        opts.augmented ?? true,
+        opts.recipe,
       ),
     }));
 }
 
+/**
+ * The verdict in words, printed before the report: per direction and objective, the points where
+ * invariance-aware agreement stays close to standard agreement and the point from which they part,
+ * with the intervals; the rule; and what the intervals measure (fixed checkpoints: IRI and
+ * stitching seeds only).
+ */
 export function compareVerdictLines(
   verdicts: DirectionVerdict[],
-  /** augmented: whether the standard runs augmented their real images (reading.ts standardAugmented): the control's hint. */
-  opts: { augmented?: boolean } = {},
+  /** recipe: what the standard runs did to real images and batch norm (reading.ts standardRecipe): the control's hint. */
+  opts: { recipe?: StandardRecipe } = {},
 ): string[] {
   const lines: string[] = [];
   const iv = (i: Interval | undefined) => formatInterval(i, 3);

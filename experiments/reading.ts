@@ -159,8 +159,17 @@ export interface Warning {
 export const IRI_VERDICT_MAX_RESIDUAL = 0.3;
 
 /**
+ * Whether an accuracy over K classes is near chance: at most 2/K (nothing there to stitch), and
+ * below 1 for few classes, where 2/K is not (at most a quarter of the way from chance to 1).
+ */
+export function nearChance(accuracy: number, numClasses: number): boolean {
+  const chance = 1 / numClasses;
+  return accuracy <= Math.min(2 * chance, chance + (1 - chance) / 4);
+}
+
+/**
  * Sanity warnings, each naming the rows it affects:
- * - the back or front model near chance (accuracy at most 2/K: nothing there to stitch);
+ * - the back or front model near chance (nearChance: nothing there to stitch);
  * - an IRI set whose mean residual is above IRI_VERDICT_MAX_RESIDUAL, 0.3 ("loose IRIs": A does
  *   not represent x' as x: the verdict leaves that set out, or withholds the point: contrast);
  * - T trained for fewer than 100 optimiser steps;
@@ -178,7 +187,7 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
   for (const r of rows) {
     const k = numClasses;
     const rep = r.replicate > 0 ? ` (replicate ${r.replicate})` : "";
-    if (r.back_accuracy <= 2 / k)
+    if (nearChance(r.back_accuracy, k))
       // The back is usually shared by every replicate: one warning, not one per replicate.
       add(
         {
@@ -189,7 +198,7 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
         r,
       );
     // A null front is near chance by design (experiments/nulls.ts): no warning.
-    if (r.front_accuracy !== null && r.front_accuracy <= 2 / k && !isNullRelation(r.pair))
+    if (r.front_accuracy !== null && nearChance(r.front_accuracy, k) && !isNullRelation(r.pair))
       add(
         {
           where: `${r.front}${rep}`,
@@ -445,11 +454,6 @@ export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summariz
   return out;
 }
 
-/**
- * The reading in words. Every number is a mean over replicates with its 95% interval; pairs are
- * compared point by point on invariance-aware agreement, and a difference is stated only where
- * the intervals separate.
- */
 /** A model stitched with itself agrees at this or more at every point and in every mode (the identical control). */
 export const CONTROL_MIN_AGREEMENT = 0.95;
 
@@ -465,7 +469,10 @@ export interface ControlReading {
 /** x to 3 decimals rounded down: what "x or more" may say of it (0.9995 is not "1.000 or more"). */
 export const atLeast = (x: number): string => (Math.floor(x * 1000) / 1000).toFixed(3);
 
-export function controlReading(byMode: { standard: number[]; iris: number[] }, augmented: boolean): ControlReading {
+export function controlReading(
+  byMode: { standard: number[]; iris: number[] },
+  recipe: StandardRecipe = { augmented: true, bnMode: "adapt" },
+): ControlReading {
   const finite = (xs: number[]) => xs.filter(Number.isFinite);
   const all = [...finite(byMode.standard), ...finite(byMode.iris)];
   const min = all.length ? Math.min(...all) : Number.NaN;
@@ -482,22 +489,37 @@ export function controlReading(byMode: { standard: number[]; iris: number[] }, a
     Math.min(...std) < CONTROL_MIN_AGREEMENT &&
     inv.length > 0 &&
     Math.min(...inv) >= CONTROL_MIN_AGREEMENT;
-  const hint = !onlyStandard
-    ? null
-    : `Only standard runs fall short (invariance-aware ${atLeast(Math.min(...inv))} or more): ` +
-      (augmented
-        ? "they re-estimate batch norm's statistics on augmented real images (crop and flip, as the paper's base training), which a model trained without augmentation never saw. If yours were, run again with --no-stitch-augment (stitch.augment: false in an experiment file)."
-        : "they re-estimate batch norm's statistics on the real training images (batch norm adapt). stitch.bnMode: {standard: eval} keeps the models' own.");
+  // The cause named only where the recipe has it: batch norm adapted (bnMode eval or batch leave
+  // the statistics as trained, and get no guess).
+  const hint =
+    !onlyStandard || recipe.bnMode !== "adapt"
+      ? null
+      : `Only standard runs fall short (invariance-aware ${atLeast(Math.min(...inv))} or more): ` +
+        (recipe.augmented
+          ? "they re-estimate batch norm's statistics on augmented real images (crop and flip, as the paper's base training), which a model trained without augmentation never saw. If yours were, run again with --no-stitch-augment (stitch.augment: false in an experiment file)."
+          : "they re-estimate batch norm's statistics on the real training images (batch norm adapt). stitch.bnMode: {standard: eval} keeps the models' own.");
   return { passed: false, min, hint };
 }
 
-/** Whether a plan's standard stitches augment their real images (stitch.augment, true unless false). */
-export function standardAugmented(plan: Plan): boolean {
-  return plan.tasks.some(
-    (t) => t.spec.kind === "stitch" && t.spec.config.mode === "standard" && t.spec.config.augment !== false,
-  );
+/** What a plan's standard stitches do to the real images and batch norm: what a failed control's hint reads. */
+export interface StandardRecipe {
+  /** stitch.augment: true unless false. */
+  augmented: boolean;
+  bnMode: string;
 }
 
+export function standardRecipe(plan: Plan): StandardRecipe {
+  const st = plan.tasks
+    .map((t) => t.spec)
+    .find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === "standard")?.config;
+  return { augmented: st?.augment !== false, bnMode: st?.bnMode ?? "adapt" };
+}
+
+/**
+ * The reading in words. Every number is a mean over replicates with its 95% interval; pairs are
+ * compared point by point on invariance-aware agreement, and a difference is stated only where
+ * the intervals separate.
+ */
 export function reading(
   rows: StitchRow[],
   opts: {
@@ -505,8 +527,8 @@ export function reading(
     warnings?: Warning[];
     summary?: SummaryRow[];
     reliance?: string | null;
-    /** Whether the standard runs augmented their real images (standardAugmented): the control's hint. */
-    augmented?: boolean;
+    /** What the standard runs did to real images and batch norm (standardRecipe): the control's hint. */
+    recipe?: StandardRecipe;
   } = {},
 ): string[] {
   const out: string[] = [...(opts.settings ?? [])];
@@ -530,7 +552,7 @@ export function reading(
   if (pairs.includes("identical")) {
     const meansOf = (mode: string) =>
       summary.filter((s) => s.pair === "identical" && s.mode === mode).map((s) => s.scores.agreement_prob.mean);
-    const c = controlReading({ standard: meansOf("standard"), iris: meansOf("iris") }, opts.augmented ?? true);
+    const c = controlReading({ standard: meansOf("standard"), iris: meansOf("iris") }, opts.recipe);
     out.push(
       Number.isNaN(c.min)
         ? "Control: the identical pair has no finite score."

@@ -18,7 +18,7 @@ import {
   relianceLine,
   relianceWarnings,
   settingsLines,
-  standardAugmented,
+  standardRecipe,
   type Warning,
   warnings,
 } from "./reading.js";
@@ -280,7 +280,7 @@ export async function writeResults(
   const warned = [...warnings(rows, numClassesOf(plan, cache)), ...relianceWarnings(models)];
   const read = reading(rows, {
     settings: settingsLines(plan),
-    augmented: standardAugmented(plan),
+    recipe: standardRecipe(plan),
     warnings: warned,
     summary: summarized,
     reliance: relianceLine(models),

@@ -3,7 +3,7 @@
     import stitchlab                      # this file: python/ on sys.path, or copy it
     r = stitchlab.compare(model_a, model_b, "fashion-mnist", test_limit=500)
     for c in r["controls"]:               # B->B: a model stitched with itself must agree
-        print("control", "passed" if c["passed"] else f"FAILED at {c['min']:.3f}", c["hint"] or "")
+        print("control", "passed" if c["passed"] else f"FAILED at {c['min']}", c["hint"] or "")
     for v in r["verdicts"]:               # A->B (and the control's points)
         if v["relation"] != "identical":
             print(v["relation"], [(p["point"], p["state"]) for p in v["points"]])

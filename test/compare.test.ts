@@ -387,9 +387,14 @@ test("a control failing in standard runs only names the likely cause and the fla
   );
   assert.match(standardOnly, /augmented real images \(crop and flip.*run again with --no-stitch-augment/);
   // Already not augmented: batch norm's adapt is what is left to name.
-  const plain = compareVerdictLines(control(0.918, 0.9995), { augmented: false }).join("\n");
+  const plain = compareVerdictLines(control(0.918, 0.9995), { recipe: { augmented: false, bnMode: "adapt" } }).join(
+    "\n",
+  );
   assert.doesNotMatch(plain, /--no-stitch-augment/);
   assert.match(plain, /stitch\.bnMode: \{standard: eval\}/);
+  // Batch norm not adapted: nothing of the recipe to blame.
+  const evalMode = compareVerdictLines(control(0.918, 0.9995), { recipe: { augmented: true, bnMode: "eval" } });
+  assert.doesNotMatch(evalMode.join("\n"), /Only standard runs/);
   // Failing in both modes: no cause is guessed.
   const both = compareVerdictLines(control(0.9, 0.9)).join("\n");
   assert.match(both, /FAILED: agreement drops to 0\.900/);
@@ -532,6 +537,14 @@ test("the data take the models' side: two 28 px models get Fashion-MNIST at 28 p
     /a28 takes 28 px images and b32 32 px: stitching feeds both the same images/,
   );
   assert.throws(() => study(a28, b28, "cifar10"), /a28 takes 28 px images: cifar10 images are 32 px/);
+  assert.throws(
+    () =>
+      compareExperiment(
+        { a: a28, b: b28, dataset: { name: "fashion-mnist", imageSize: 32 }, points: ["layer4.1"] },
+        join(dir, "compare.yaml"),
+      ),
+    /a28 takes 28 px images, and the data were given 32 px/,
+  );
   rmSync(dir, { recursive: true, force: true });
 });
 

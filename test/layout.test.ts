@@ -386,40 +386,58 @@ test("oneDNN's blocked layout (an ONNX graph's no-gradient path, models/onnx/blo
   torch.setNumThreads(1);
   torch.manualSeed(11);
   // The ops blocked.ts runs: the input reordered to a mkldnn tensor, the weight reordered once,
-  // the convolution, ReLU, the addition of two maps and a max pool on mkldnn tensors, then dense.
-  // 1x1 stride 2 at 16 px, batch 8: the shape whose AVX2 channels-last kernel corrupted the heap.
-  const run = (x: torch.Tensor, w: torch.Tensor, k: number, s: number) =>
+  // the convolution, batch norm in eval mode, ReLU, the addition of two maps, a max pool and a
+  // global average pool on mkldnn tensors, then dense. 1x1 stride 2 at 16 px, batch 8: the shape
+  // whose AVX2 channels-last kernel corrupted the heap; a 7x7 stride-2 stem; a dilated 3x3.
+  const run = (x: torch.Tensor, w: torch.Tensor, bn: torch.Tensor[], k: number, s: number, d: number) =>
     torch.noGrad(() => {
-      const p = Math.floor(k / 2);
+      const p = d * Math.floor(k / 2);
+      const [gamma, beta, mean, variance] = bn;
+      const tail = (y: torch.Tensor) => {
+        const normed = torch.call("batch_norm", y, gamma, beta, mean, variance, false, 0.1, 1e-5, false);
+        const r = torch.call("relu", normed);
+        const pooled = torch.call(
+          "max_pool2d",
+          torch.call("add.Tensor", r, r, 1),
+          [3, 3],
+          [2, 2],
+          [1, 1],
+          [1, 1],
+          false,
+        );
+        return [pooled, torch.call("adaptive_avg_pool2d", pooled, [1, 1])] as torch.Tensor[];
+      };
       const wb = torch.call(
         "mkldnn_reorder_conv2d_weight",
         torch.call("to_mkldnn", w, null),
         [p, p],
         [s, s],
-        [1, 1],
+        [d, d],
         1,
       );
-      const y = torch.call(
-        "relu",
-        torch.call("mkldnn_convolution", torch.call("to_mkldnn", x, null), wb, null, [p, p], [s, s], [1, 1], 1),
-      );
-      const out = torch.call("max_pool2d", torch.call("add.Tensor", y, y, 1), [3, 3], [2, 2], [1, 1], [1, 1], false);
-      const dense = torch.call("to_dense", out, null) as torch.Tensor;
-      const ref = torch.conv2d(x, w, null, { stride: s, padding: p }).relu().mul(2);
-      return { dense, ref: torch.call("max_pool2d", ref, [3, 3], [2, 2], [1, 1], [1, 1], false) as torch.Tensor };
+      const y = torch.call("mkldnn_convolution", torch.call("to_mkldnn", x, null), wb, null, [p, p], [s, s], [d, d], 1);
+      const blocked = tail(y).map((t) => torch.call("to_dense", t, null) as torch.Tensor);
+      const ref = tail(torch.conv2d(x, w, null, { stride: s, padding: p, dilation: d }));
+      return { blocked, ref };
     });
   for (const ic of ODD_CHANNELS)
     for (const oc of [4, 8, 13])
-      for (const [n, hw, k, s] of [
-        [8, 16, 1, 2],
-        [1, 15, 3, 1],
+      for (const [n, hw, k, s, d] of [
+        [8, 16, 1, 2, 1],
+        [1, 15, 3, 1, 1],
+        [2, 32, 7, 2, 1],
+        [2, 15, 3, 1, 2],
       ]) {
         const x = torch.randn([n, ic, hw, hw]);
         const w = torch.randn([oc, ic, k, k]);
+        const bn = [torch.rand([oc]).add(0.5), torch.randn([oc]), torch.randn([oc]), torch.rand([oc]).add(0.5)];
         for (let rep = 0; rep < 3; rep++) {
           // repeated, as passes repeat: a corrupted heap shows at a later free
-          const { dense, ref } = run(x, w, k, s);
-          assert.ok(relErr(dense, ref) < 1e-5, `${ic}->${oc}, ${k}x${k} stride ${s}, ${hw} px: ${relErr(dense, ref)}`);
+          const { blocked, ref } = run(x, w, bn, k, s, d);
+          for (const [i, t] of blocked.entries()) {
+            const err = relErr(t, ref[i] as torch.Tensor);
+            assert.ok(err < 1e-5, `${ic}->${oc}, ${k}x${k} stride ${s} dilation ${d}, ${hw} px, output ${i}: ${err}`);
+          }
         }
       }
   torch.setNumThreads(threads);

@@ -762,7 +762,8 @@ function inputSide(
   // stitchlab feeds float32 images (and trains T in float32); a graph exported in half precision
   // would fail at its first node, so it is refused here, saying what to export instead.
   const elemType = input?.type?.tensorType?.elemType;
-  if (elemType !== undefined && elemType !== null && elemType !== onnx.TensorProto.DataType.FLOAT) {
+  // protobufjs reads an absent elem_type as 0 (UNDEFINED): no type given, nothing refused.
+  if (elemType && elemType !== onnx.TensorProto.DataType.FLOAT) {
     const name = onnx.TensorProto.DataType[elemType] ?? `type ${elemType}`;
     throw new Error(
       `${what}: the input '${input?.name}' is ${String(name).toLowerCase()}; stitchlab feeds float32 images: export the model in float32 (model.float() before torch.onnx.export)`,
