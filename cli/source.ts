@@ -126,6 +126,8 @@ function askOnce(o: Record<string, unknown>, role: Role | null): void {
     .filter((r) => typeof o[r] === "string")
     .map((r): CommandModel => ({ role: r, file: o[r] as string }));
   requireModelSettings(o, models, {
+    // Two models (stitch): a fact both lack is asked for by its both-model flag (--normalization).
+    both: models.length === 2,
     dataset: { flag: "--dataset", given: o.dataset as string | undefined, from: o.back ? "back" : "front" },
   });
 }
