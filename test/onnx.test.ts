@@ -77,6 +77,23 @@ const values = (t: Tensor) => t.detach().float().cpu().toTypedArray() as Float32
 /** Where the per-model checks run: the CPU, or STITCHLAB_TEST_DEVICE (cuda on a GPU machine). */
 const DEVICE = torch.parseDevice(process.env.STITCHLAB_TEST_DEVICE || "cpu");
 
+/** How many times f reads a tensor's values to the host (Tensor.toTypedArray, what ops.ts hostValues calls). */
+function hostReads(f: () => void): number {
+  const proto = torch.Tensor.prototype as { toTypedArray: (...a: unknown[]) => unknown };
+  const toTypedArray = proto.toTypedArray;
+  let reads = 0;
+  proto.toTypedArray = function (this: Tensor, ...a: unknown[]) {
+    reads++;
+    return toTypedArray.apply(this, a);
+  };
+  try {
+    f();
+  } finally {
+    proto.toTypedArray = toTypedArray;
+  }
+  return reads;
+}
+
 /** onnxruntime's values of the named tensors (added as graph outputs) for input x. */
 async function ortValues(file: string, x: Tensor, names: string[]): Promise<Record<string, Float32Array>> {
   const proto = onnx.ModelProto.decode(readFileSync(file));
@@ -182,19 +199,10 @@ describe("torchvision's classification models (and a timm-style ViT) exported by
 
         // A pass at a batch size run before reads nothing back to the host (ops.ts hostValues): on
         // a GPU each read would wait for the device, and none may happen in a CUDA graph's capture.
-        const proto = torch.Tensor.prototype as { toTypedArray: (...a: unknown[]) => unknown };
-        const toTypedArray = proto.toTypedArray;
-        let reads = 0;
-        proto.toTypedArray = function (this: Tensor, ...a: unknown[]) {
-          reads++;
-          return toTypedArray.apply(this, a);
-        };
-        try {
+        const reads = hostReads(() => {
           torch.tidy(() => void torch.noGrad(() => model.forward(x)));
           torch.tidy(() => void torch.noGrad(() => model.forwardFrom(model.forwardTo(x, middle), middle)));
-        } finally {
-          proto.toTypedArray = toTypedArray;
-        }
+        });
         assert.equal(reads, 0, "values read to the host in a second pass");
 
         // PyTorch autograd on the same weights and input.
@@ -547,24 +555,17 @@ describe("operators at the edges of the ONNX spec, by hand", () => {
 
   test("a shape read twice is read from the device once, and again once it is written (hostValues)", () => {
     const shape = i64([2, 3]);
-    const proto = torch.Tensor.prototype as { toTypedArray: (...a: unknown[]) => unknown };
-    const toTypedArray = proto.toTypedArray;
-    let reads = 0;
-    proto.toTypedArray = function (this: Tensor, ...a: unknown[]) {
-      reads++;
-      return toTypedArray.apply(this, a);
-    };
-    try {
-      const x = torch.rand([6]);
+    const x = torch.rand([6]);
+    const twice = hostReads(() => {
       assert.deepEqual(run("Reshape", [x, shape]).shape, [2, 3]);
       assert.deepEqual(run("Reshape", [x, shape]).shape, [2, 3]);
-      assert.equal(reads, 1);
-      torch.noGrad(() => shape.copy_(i64([3, 2])));
-      assert.deepEqual(run("Reshape", [x, shape]).shape, [3, 2], "the written values, not the remembered ones");
-      assert.equal(reads, 2);
-    } finally {
-      proto.toTypedArray = toTypedArray;
-    }
+    });
+    assert.equal(twice, 1);
+    torch.noGrad(() => shape.copy_(i64([3, 2])));
+    const written = hostReads(() =>
+      assert.deepEqual(run("Reshape", [x, shape]).shape, [3, 2], "the written values, not the remembered ones"),
+    );
+    assert.equal(written, 1);
   });
 
   test("Pad in reflect and edge mode pads a 4-d map's last axis as the spec's example does, and refuses the batch axis", () => {
