@@ -125,9 +125,9 @@ function askOnce(o: Record<string, unknown>, role: Role | null): void {
   const models = (["front", "back"] as const)
     .filter((r) => typeof o[r] === "string")
     .map((r): CommandModel => ({ role: r, file: o[r] as string }));
+  // Asked by role (--front-*, --back-*), not by stitch's both-model flags: stitch's --image-size is
+  // the data's side, so a prompt by both-model names would send a model's side to the data.
   requireModelSettings(o, models, {
-    // Two models (stitch): a fact both lack is asked for by its both-model flag (--normalization).
-    both: models.length === 2,
     dataset: { flag: "--dataset", given: o.dataset as string | undefined, from: o.back ? "back" : "front" },
   });
 }
