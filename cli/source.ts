@@ -55,17 +55,25 @@ export function addBothModelOptions(cmd: Command): Command {
     );
 }
 
+/** Where bothModels puts the role keys it filled from a both-model flag: an error names the flag given. */
+const FROM_BOTH = "__fromBoth";
+
 /** The model flags for both models (--arch, ...) under each role's own name, where that one is not given. */
 export function bothModels(
   o: Record<string, unknown>,
   keys = ["Arch", "Options", "Normalization"],
 ): Record<string, unknown> {
-  const out = { ...o };
+  const out: Record<string, unknown> = { ...o };
+  const filled: string[] = [];
   for (const k of keys) {
     const both = o[`${k[0]?.toLowerCase()}${k.slice(1)}`];
     for (const role of ["front", "back"])
-      if (out[`${role}${k}`] === undefined && both !== undefined) out[`${role}${k}`] = both;
+      if (out[`${role}${k}`] === undefined && both !== undefined) {
+        out[`${role}${k}`] = both;
+        filled.push(`${role}${k}`);
+      }
   }
+  out[FROM_BOTH] = filled;
   return out;
 }
 
@@ -86,7 +94,12 @@ function yamlValue(flag: string, text: string | undefined): unknown {
  */
 export function modelSourceFrom(o: Record<string, unknown>, role: Role | null, file: string): ModelSourceLike {
   const key = (k: string) => (role ? `${role}${k}` : `${k[0]?.toLowerCase()}${k.slice(1)}`);
-  const flag = (k: string) => `--${role ? `${role}-` : ""}${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  // A value that came from a both-model flag (--normalization for --front-normalization) is named by it.
+  const fromBoth = new Set((o[FROM_BOTH] as string[] | undefined) ?? []);
+  const flag = (k: string) => {
+    const both = role !== null && fromBoth.has(`${role}${k[0]?.toUpperCase()}${k.slice(1)}`);
+    return `--${role && !both ? `${role}-` : ""}${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  };
   const arch = o[key("Arch")] as string | undefined;
   const options = yamlValue(flag("options"), o[key("Options")] as string | undefined);
   const rawNorm = o[key("Normalization")] as string | undefined;

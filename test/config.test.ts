@@ -260,6 +260,24 @@ test("normalisation in 0-255 units is refused, naming the flag or key", () => {
   );
   assert.deepEqual(both.front, { checkpoint: "f.pt", arch: "resnet18", normalization: "cifar10" });
   assert.deepEqual(both.back, { checkpoint: "b.pt", arch: "resnet18", normalization: "none" });
+  // A bad value given once for both is named by the flag given, not by a role's.
+  assert.throws(
+    () =>
+      stitchConfigFromFlags(
+        flags(registerStitchCommand, "stitch", [
+          ...["--front", "f.pt", "--back", "b.pt", "--arch", "resnet18", "--point", "layer1.0", "--objective", "slm"],
+          ...[
+            "--normalization",
+            "{mean: [128, 128, 128], std: [64, 64, 64]}",
+            "--dataset",
+            "fashion-mnist",
+            "--out",
+            "x",
+          ],
+        ]),
+      ),
+    /Error: --normalization: .*\[0, 1\] pixel units/,
+  );
 });
 
 test("the markers' strength is a data setting: --marker-scale and a file's dataset.markerScale resolve alike, into every task that marks", () => {
