@@ -5,6 +5,7 @@
 import { isDone } from "../experiments/cache.js";
 import { pairFrontName } from "../experiments/nulls.js";
 import type { IrisTask, Plan, StitchTask, TrainTask } from "../experiments/plan.js";
+import { standardRecipe } from "../experiments/reading.js";
 import { stitchModeWords } from "../stitch/config.js";
 import { iriStepCap } from "../stitch/iri-options.js";
 
@@ -65,7 +66,7 @@ export function planLines(title: string, plan: Plan, cache: string, notes: strin
       : []),
     ...(st
       ? [
-          `  stitching  ${st.epochs} epochs on ${st.limit ?? "all"} real images (or the IRIs), batch ${st.batchSize}, Adam lr ${st.lr}${of("stitch").some((t) => (t.spec as StitchTask).config.augment === false) ? "; real images not augmented" : ""}`,
+          `  stitching  ${st.epochs} epochs on ${st.limit ?? "all"} real images (or the IRIs), batch ${st.batchSize}, Adam lr ${st.lr}${standardRecipe(plan).augmented ? "" : "; real images not augmented"}`,
         ]
       : []),
     ...notes,

@@ -30,6 +30,7 @@ import {
   type ControlReading,
   controlReading,
   IRI_VERDICT_MAX_RESIDUAL,
+  SIMILAR_STANDARD,
   type StandardRecipe,
 } from "./reading.js";
 import { type Experiment, parseExperiment } from "./spec.js";
@@ -163,8 +164,7 @@ export const CLOSE_MARGIN = 0.05;
  * What close and apart say of A and B, printed under the rule: a verdict alone reads as a yes or
  * no that it is not. The figures are PROTOCOL.md's (the paper's findings on ResNet-18s).
  */
-export const COMPARE_MEANING =
-  "What it means: standard stitching asks whether A's features, through a trained T, serve B on real images; invariance-aware stitching trains T on inputs A cannot tell apart (IRIs) and asks whether B treats them alike too. Close at a point where standard agreement is high (0.7 or more, as the run's reading asks): A and B are similar there in both senses; close at low agreement says only that both fall alike. Apart: A's features serve B, but B tells apart what A does not, so standard stitching alone overstates their similarity there. Even two seeds of one architecture part at the deepest points (the paper: invariance-aware SLM about 0.5 at a ResNet-18's last point, standard 0.93-0.99), so weigh a pair against such a baseline (a cross-seed pair in an experiment file; --nulls for chance).";
+export const COMPARE_MEANING = `What it means: standard stitching asks whether A's features, through a trained T, serve B on real images; invariance-aware stitching trains T on inputs A cannot tell apart (IRIs) and asks whether B treats them alike too. Close at a point where standard agreement is high (${SIMILAR_STANDARD} or more, as the run's reading asks): A and B are similar there in both senses; close at low agreement says only that both fall alike. Apart: A's features serve B, but B tells apart what A does not, so standard stitching alone overstates their similarity there. Even two seeds of one architecture part at the deepest points (the paper: invariance-aware SLM about 0.5 at a ResNet-18's last point, standard 0.93-0.99), so weigh a pair against such a baseline (a cross-seed pair in an experiment file; --nulls for chance).`;
 
 /** The rule by which standard and invariance-aware agreement at a point are close, as the verdict states it. */
 export const CLOSE_RULE = `close: their 95% intervals overlap, or their means differ by at most ${CLOSE_MARGIN}; apart otherwise; a point whose IRI set has a mean residual above ${IRI_VERDICT_MAX_RESIDUAL} is too loose to judge`;

@@ -446,13 +446,16 @@ export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summariz
             )
             .join(", ")})` +
             (std.length === 2
-              ? `; standard stitching ${Math.min(...std) >= 0.7 ? "calls both similar" : "does not call both similar"} (${Math.min(...std).toFixed(2)} or more).`
+              ? `; standard stitching ${Math.min(...std) >= SIMILAR_STANDARD ? "calls both similar" : "does not call both similar"} (${Math.min(...std).toFixed(2)} or more).`
               : ".") +
             note,
         );
       }
   return out;
 }
+
+/** Standard agreement from which standard stitching calls a pair similar (the reading's rule). */
+export const SIMILAR_STANDARD = 0.7;
 
 /** A model stitched with itself agrees at this or more at every point and in every mode (the identical control). */
 export const CONTROL_MIN_AGREEMENT = 0.95;
@@ -566,7 +569,9 @@ export function reading(
     if (std.length)
       out.push(
         `${pair}: standard stitching agrees at ${range(Math.min(...std), Math.max(...std))}` +
-          (Math.min(...std) >= 0.7 ? " (it calls the pair similar)." : " (below 0.7 somewhere)."),
+          (Math.min(...std) >= SIMILAR_STANDARD
+            ? " (it calls the pair similar)."
+            : ` (below ${SIMILAR_STANDARD} somewhere).`),
       );
   }
   // Each pair against its null fronts, where the experiment has them (experiments/nulls.ts).
@@ -759,7 +764,7 @@ export function settingsLines(plan: Plan): string[] {
       ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}${iris.options.target !== undefined ? `, an image stopping at residual ${iris.options.target} and restarting up to ${iriStepCap(iris.options)} steps` : ""}. `
       : "") +
       (st
-        ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}${stitch("standard") ? (stitch("standard")?.augment === false ? ", not augmented" : ", augmented in standard runs (crop and flip)") : ""}; `
+        ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}${stitch("standard") ? (standardRecipe(plan).augmented ? ", augmented in standard runs (crop and flip)" : ", not augmented") : ""}; `
         : "") +
       `batch norm ${bn.join(" and ")}. ` +
       adv +
