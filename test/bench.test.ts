@@ -25,6 +25,7 @@ function quickRun(name: string, args: string[]) {
   const r = bench(args);
   assert.equal(r.status, 0, r.stderr);
   assert.ok(existsSync(file), `${file} written by this run`);
+  // timing-rule: a file's age against the run's start (written by this run), no bound on how long it took.
   assert.ok(statSync(file).mtimeMs >= started - 1000, `${file} is fresh`);
   return { r, out: JSON.parse(readFileSync(file, "utf8")) };
 }

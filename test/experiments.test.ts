@@ -210,10 +210,10 @@ test("stitchlab run: the graph runs, writes results.csv and report.html, and a s
 
   const again = stitchlab(["run", file, "--out", join(tmp, "out2"), "--cache", cache, "--dry-run"]);
   assert.match(again.stdout, /stitch\s+8 tasks: 8 cached, 0 to run/);
-  const t0 = Date.now();
   const second = stitchlab(["run", file, "--out", join(tmp, "out2"), "--cache", cache]);
   assert.equal(second.status, 0, second.stderr);
-  assert.ok(Date.now() - t0 < 20_000, `a cached run took ${Date.now() - t0} ms`);
+  // Served from the cache: no task starts (what a clock bound used to stand for).
+  assert.doesNotMatch(second.stderr, /^\[\d+\/\d+\] .* \.\.\.$/m, second.stderr);
   assert.equal(
     readFileSync(join(tmp, "out2", "results.csv"), "utf8"),
     readFileSync(join(tmp, "out1", "results.csv"), "utf8"),

@@ -85,15 +85,12 @@ const UNGUARDED =
   /ERR_[A-Z_]+|The value of "|Cannot read propert|Cannot set propert|is not a function|is not iterable|Maximum call stack|Invalid array length|Attempt to access memory|undefined/;
 
 /**
- * Each file is a few KB and reads in milliseconds: the limit is there to catch a reader that
- * follows a damaged length or count (an allocation or loop sized by it), not to time it. At 1 s it
- * failed once on a loaded 2-core machine (1,320 ms for one file while other jobs ran), so it allows
- * what a slower or busy machine takes.
+ * A clean outcome: loaded, or refused with one torch.load error naming the file. A reader that
+ * follows a damaged length or count into a loop or an allocation is caught by the child's heap cap
+ * and its overall timeout (loadInChild), not by timing each file: a per-file clock bound failed on
+ * a loaded machine (issue 51).
  */
-const LOAD_LIMIT_MS = 5000;
-
-function assertClean(o: Outcome, path: string, limitMs = LOAD_LIMIT_MS): void {
-  assert.ok(o.ms < limitMs, `${o.name}: took ${o.ms.toFixed(0)} ms`);
+function assertClean(o: Outcome, path: string): void {
   if (o.ok) return;
   assert.equal(o.isError, true, `${o.name}: threw a non-Error: ${o.message}`);
   assert.ok(o.message?.startsWith("torch.load: "), `${o.name}: ${o.message}`);

@@ -144,7 +144,6 @@ test("an experiment runs to completion through sbatch, two tasks at a time, and 
   writeFileSync(file, TINY);
   const out = join(tmp, "s1");
   const cache = join(tmp, "cache");
-  const t0 = Date.now();
   const r = stitchlab([
     "run",
     file,
@@ -157,7 +156,6 @@ test("an experiment runs to completion through sbatch, two tasks at a time, and 
     "--sbatch-arg=--comment=from-stitchlab",
   ]);
   assert.equal(r.status, 0, r.stderr);
-  assert.ok(Date.now() - t0 < 30_000, "run --executor slurm submits and returns");
   assert.match(r.stdout, /submitted 8 job\(s\) to Slurm; 0 task\(s\) already in the cache/);
   assert.match(r.stdout, /report: writes .*report\.html/);
   const ids = [...r.stdout.matchAll(/^ {2}(\d+)\t/gm)].map((m) => m[1]);
