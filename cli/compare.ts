@@ -29,6 +29,7 @@ import {
   compareVerdicts,
   protocolSizes,
   protocolSummary,
+  sameModel,
 } from "../experiments/compare.js";
 import {
   ALL_TEST_IMAGES,
@@ -42,7 +43,7 @@ import { nullRelation } from "../experiments/nulls.js";
 import { claimOut } from "../experiments/outdir.js";
 import { standardRecipe } from "../experiments/reading.js";
 import { defaultCache } from "../experiments/run.js";
-import { normalizationScores, normalizationWarnings } from "../experiments/sanity.js";
+import { checkStandardAdapt, normalizationScores, normalizationWarnings } from "../experiments/sanity.js";
 import { experimentSchema } from "../experiments/spec.js";
 import { modelSource } from "../experiments/tasks.js";
 import { checkpointDataset } from "../models/checkpoint.js";
@@ -159,6 +160,18 @@ export function registerCompareCommand(program: Command): void {
       console.log("probing    timing a few IRI and stitching steps on these models (about 10 s)...");
 
     let study = planned();
+    // B's batch norm under the standard recipe's adapt, before anything is timed or run: a model
+    // trained without augmentation fails the control there, so the recipe is changed (and said)
+    // now rather than found broken after the run (experiments/sanity.ts adaptCheck).
+    const notes: string[] = [];
+    if (!slurm) {
+      const line = await checkStandardAdapt(study.plan, cache, device, o.stitchAugment !== undefined);
+      if (line?.augment === false) {
+        o.stitchAugment = false;
+        study = planned();
+      }
+      if (line?.text) notes.push(line.text);
+    }
     let est: Estimate | null = null;
     if (o.budget) {
       // One probe, of the protocol's plan (kept: the run after a dry run reads it again); each
@@ -189,7 +202,15 @@ export function registerCompareCommand(program: Command): void {
             "  note       --nulls: A is not a zoo architecture stitchlab can start, so it has no untrained null; the noise null stands alone",
           ]
         : [];
-    console.log(planLines("compare", plan, cache, [intervalsLine(plan), ...noUntrained]).join("\n"));
+    // A and B one model: planned once, as the control (experiments/compare.ts compareExperiment says why), and said.
+    const same = sameModel(front, back);
+    const oneModel = same
+      ? [
+          `  note       A and B are ${same}: A -> B is the control, B stitched into itself; it runs once${o.bothWays ? " (--both-ways adds nothing: B -> A is the same stitch)" : ""}`,
+        ]
+      : [];
+    console.log(planLines("compare", plan, cache, [intervalsLine(plan), ...oneModel, ...noUntrained]).join("\n"));
+    for (const n of notes) console.log(`note       ${n}`);
     if (slurm) console.log("estimate: none (Slurm jobs run on other machines)");
     else {
       est ??= await estimatePlan(plan, cache, device, announce);
@@ -234,19 +255,22 @@ export function registerCompareCommand(program: Command): void {
                 verdicts,
                 // Each control passed or not, its lowest agreement, and where it fails, the likely why.
                 controls: compareControls(verdicts, { recipe: standardRecipe(plan) }),
-              }))(compareVerdicts(r.summary, r.iris)),
+              }))(compareVerdicts(r.summary, r.iris, { recipe: standardRecipe(plan) })),
               ...(o.nulls ? { chance: beyondChance(r.summary) } : {}),
               rule: CLOSE_RULE,
               experiment: file,
               report: join(out, "report.html"),
               results: join(out, "results.csv"),
               failed: r.failed,
-              // What the check before the run said of the models (a normalisation that looks wrong).
-              warnings: sane,
+              // What the checks before the run said of the models (a normalisation that looks wrong,
+              // B's batch norm under the standard recipe).
+              warnings: [...notes, ...sane],
             }),
           }
         : (r) => [
-            ...compareVerdictLines(compareVerdicts(r.summary, r.iris), { recipe: standardRecipe(plan) }),
+            ...compareVerdictLines(compareVerdicts(r.summary, r.iris, { recipe: standardRecipe(plan) }), {
+              recipe: standardRecipe(plan),
+            }),
             `The experiment this ran: ${file} (go further: edit it, then stitchlab run ${file} --out ${out}).`,
           ],
     );

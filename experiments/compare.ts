@@ -3,11 +3,11 @@
 // runner and report as `stitchlab run` (the CLI writes it into --out as compare.yaml and runs that
 // file). This module builds the experiment and reads its answer: where invariance-aware agreement
 // stays close to standard agreement, and the point from which they part.
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { stringify } from "yaml";
 import { datasetImageSize } from "../data/index.js";
-import { readJsonFile } from "../io/files.js";
+import { readJsonFile, sha256File } from "../io/files.js";
 import { compareIntervals, type Interval } from "../metrics/interval.js";
 import {
   asModelSource,
@@ -358,6 +358,50 @@ function dataSide(d: CompareInput["dataset"], ...models: [string, ModelSourceLik
   return { imageSize: first.side };
 }
 
+/** Answers of sameModel already found, by the sources and their files' sizes and times: a budget builds the study once per candidate. */
+const sameRead = new Map<string, SameModel>();
+
+/** How A and B are one model, in words for the plan's note; null when they are two. */
+export type SameModel = "the same file" | "files with identical contents" | null;
+
+/**
+ * Whether A and B are one model: the same file (one path once links are resolved), or two files
+ * of the same bytes (a copy) whose sidecars, where they have them, are the same bytes too; a hub
+ * name, the same name. The settings given beside the file (arch, options, normalization) must be
+ * the same as well: one file read with two normalisations is two models. Their SHA-256 is read
+ * only when the sizes agree.
+ */
+export function sameModel(a: ModelSourceLike, b: ModelSourceLike): SameModel {
+  const { checkpoint: pa, ...givenA } = asModelSource(a);
+  const { checkpoint: pb, ...givenB } = asModelSource(b);
+  if (canonical(givenA) !== canonical(givenB)) return null;
+  if (namedByHub(pa) || namedByHub(pb)) return pa === pb ? "the same file" : null;
+  if (!existsSync(pa) || !existsSync(pb)) return null;
+  const stat = (p: string) => {
+    const s = statSync(p);
+    return [s.size, s.mtimeMs];
+  };
+  const key = JSON.stringify([pa, pb, stat(pa), stat(pb)]);
+  const known = sameRead.get(key);
+  if (known !== undefined) return known;
+  let same: SameModel = null;
+  if (realpathSync(pa) === realpathSync(pb)) same = "the same file";
+  else if (statSync(pa).size === statSync(pb).size && sha256File(pa) === sha256File(pb)) {
+    const [sa, sb] = [sidecarPath(pa), sidecarPath(pb)].map((p) => (existsSync(p) ? readFileSync(p) : null));
+    if (sa === null ? sb === null : sb !== null && sa.equals(sb)) same = "files with identical contents";
+  }
+  sameRead.set(key, same);
+  return same;
+}
+
+/** JSON with its object keys sorted, so that two settings given in another order compare equal. */
+const canonical = (x: unknown): string =>
+  JSON.stringify(x, (_k, v) =>
+    v && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).sort(([p], [q]) => p.localeCompare(q)))
+      : v,
+  );
+
 /** The names the study gives A and B (distinct). */
 export function compareNames(a: ModelSourceLike, b: ModelSourceLike): { a: string; b: string } {
   const na = modelName(a);
@@ -370,9 +414,17 @@ export function compareNames(a: ModelSourceLike, b: ModelSourceLike): { a: strin
  * as it is) and parsed. Pairs: the control B -> B (one replicate: B against itself differs only in
  * IRI and stitching seeds), A -> B, and with bothWays B -> A and its control A -> A; standard and
  * invariance-aware modes.
+ *
+ * A and B one model (sameModel: the same file, or identical contents): A -> B is the control, so
+ * it is planned once, as the control, at A -> B's replicates, and B -> A and A -> A (the same
+ * stitch again) are not planned; the CLI says so in the plan. Planning both would spend the
+ * control's time twice and print two verdicts on one question; a researcher who passes one model
+ * twice either checks the pipeline on itself, which the control is, or named the wrong file, which
+ * the note tells at once.
  */
 export function compareExperiment(input: CompareInput, file: string): { text: string; experiment: Experiment } {
-  const names = compareNames(input.a, input.b);
+  const same = sameModel(input.a, input.b);
+  const names = same ? { a: modelName(input.b), b: modelName(input.b) } : compareNames(input.a, input.b);
   const a = absolute(input.a);
   const b = absolute(input.b);
   const protocol: CompareProtocol = COMPARE_PROTOCOLS[input.protocol ?? "fast"];
@@ -403,7 +455,9 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   });
   const raw = {
     name: `compare-${names.a}-${names.b}`,
-    description: `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at the points below, with ${names.b} into itself as the control.${byDepth ? ` The two share no stitch point by name, so each of ${names.b}'s points is paired with ${names.a}'s at the same relative depth (frontPoints).` : ""}`,
+    description: same
+      ? `stitchlab compare: ${names.b} against itself. A and B are ${same}, so A -> B is the control, ${names.b} stitched into itself, run once.`
+      : `stitchlab compare: is ${names.a} functionally similar to ${names.b}? Standard and invariance-aware stitching of ${names.a} into ${names.b}${input.bothWays ? " and back" : ""} at the points below, with ${names.b} into itself as the control.${byDepth ? ` The two share no stitch point by name, so each of ${names.b}'s points is paired with ${names.a}'s at the same relative depth (frontPoints).` : ""}`,
     dataset: {
       name: d.name,
       ...(d.root !== undefined ? { root: resolve(d.root) } : {}),
@@ -417,11 +471,16 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
       ...(untrained ? { [nullName]: untrained } : {}),
     },
     pairs: [
-      { front: names.b, back: names.b, relation: "identical", replicates: 1 },
-      { front: names.a, back: names.b, relation: "A->B", ...mapping(points, inA) },
+      {
+        front: names.b,
+        back: names.b,
+        relation: "identical",
+        replicates: same ? (input.replicates ?? protocol.replicates) : 1,
+      },
+      ...(same ? [] : [{ front: names.a, back: names.b, relation: "A->B", ...mapping(points, inA) }]),
       // B -> A is judged against A into itself, as A -> B is against B into itself; across
       // architectures both stitch at A's partners of the points.
-      ...(input.bothWays
+      ...(input.bothWays && !same
         ? [
             {
               front: names.b,
@@ -526,6 +585,12 @@ export interface DirectionVerdict {
   points: PointVerdict[];
   /** The first point from which every judged point is apart (null: none). */
   partsFrom: string | null;
+  /**
+   * Why this direction's verdict cannot be read (null: it can): its back's control (the back
+   * stitched into itself) failed, so the same recipe that stitched A into B also breaks B with
+   * itself, and a gap or its absence says nothing about A. Set by compareVerdicts from the controls.
+   */
+  unreadable: string | null;
 }
 
 /** Close or apart by CLOSE_RULE. */
@@ -534,8 +599,16 @@ export function closeness(standard: Interval, iris: Interval): "close" | "apart"
   return compareIntervals(standard, iris) === "overlap" ? "close" : "apart";
 }
 
-/** The verdicts of a compare run, per direction and objective, from its summary rows and IRI sets. */
-export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): DirectionVerdict[] {
+/**
+ * The verdicts of a compare run, per direction and objective, from its summary rows and IRI sets;
+ * a direction whose back's control failed is marked unreadable, with the reason (opts.recipe: the
+ * standard runs' recipe, for the control's hint).
+ */
+export function compareVerdicts(
+  summary: SummaryRow[],
+  iris: IriPreview[],
+  opts: { recipe?: StandardRecipe } = {},
+): DirectionVerdict[] {
   // Null fronts are read against, not judged (report/chance.ts beyondChance reads them).
   const clean = summary.filter((s) => s.test_data === "clean" && !isNullRelation(s.pair));
   const groups = new Map<string, SummaryRow[]>();
@@ -581,7 +654,20 @@ export function compareVerdicts(summary: SummaryRow[], iris: IriPreview[]): Dire
             : "none",
       points,
       partsFrom,
+      unreadable: null,
     });
+  }
+  for (const v of out) {
+    if (v.relation === "identical") continue;
+    const control = compareControls(
+      out.filter((c) => c.relation === "identical" && c.back === v.back && c.objective === v.objective),
+      opts,
+    )[0];
+    if (control && !control.passed)
+      v.unreadable =
+        `its control, ${v.back} stitched into itself, ${Number.isFinite(control.min) ? `drops to ${control.min.toFixed(3)} (below ${CONTROL_MIN_AGREEMENT})` : "has no score"}: ` +
+        `the recipe breaks ${v.back} even with itself, so the gap between the modes says nothing about ${v.front}` +
+        (control.hint ? `. ${control.hint.replace(/\.$/, "")}` : "");
   }
   // The compared directions first, the control last.
   return out.sort((x, y) => Number(x.relation === "identical") - Number(y.relation === "identical"));
@@ -637,7 +723,8 @@ export function compareVerdictLines(
       word = c.passed
         ? `agreement ${atLeast(c.min)} or more everywhere, as a model stitched with itself must`
         : `FAILED: agreement drops to ${c.min.toFixed(3)} (below ${CONTROL_MIN_AGREEMENT}); the numbers below cannot be trusted${c.hint ? `. ${c.hint.replace(/\.$/, "")}` : ""}`;
-    } else if (!close.length && !part)
+    } else if (v.unreadable) word = `cannot be read: ${v.unreadable}`;
+    else if (!close.length && !part)
       word =
         loose.length === v.points.length
           ? "no verdict: the IRIs are too loose to judge at every point"
@@ -652,20 +739,22 @@ export function compareVerdictLines(
         `; they part from ${part.point} on (${part.point}: standard ${iv(part.standard)}, invariance-aware ${iv(part.iris)})`;
     lines.push(
       `Verdict, ${what}: ${word}.` +
-        (apartEarly.length ? ` Apart earlier at ${list(apartEarly)}, close again after.` : "") +
-        (loose.length && v.relation !== "identical"
+        (apartEarly.length && !v.unreadable ? ` Apart earlier at ${list(apartEarly)}, close again after.` : "") +
+        (loose.length && v.relation !== "identical" && !v.unreadable
           ? ` Too loose to judge at ${list(loose)} (IRI residual above ${IRI_VERDICT_MAX_RESIDUAL}).`
           : ""),
     );
     if (v.relation !== "identical")
       for (const p of v.points)
         lines.push(
-          `  ${p.point.padEnd(10)} standard ${iv(p.standard).padEnd(15)} invariance-aware ${iv(p.iris).padEnd(15)} ${p.state === "loose" ? `too loose to judge (residual ${p.residual?.toFixed(2)})` : p.state}`,
+          `  ${p.point.padEnd(10)} standard ${iv(p.standard).padEnd(15)} invariance-aware ${iv(p.iris).padEnd(15)} ${v.unreadable ? "unreadable (control failed)" : p.state === "loose" ? `too loose to judge (residual ${p.residual?.toFixed(2)})` : p.state}`,
         );
   }
   const compared = verdicts.filter((v) => v.relation !== "identical");
-  const n = Math.max(0, ...compared.map((v) => v.replicates));
-  const overImages = compared.some((v) => v.intervals === "test images");
+  // A and B one model: the control is all there is, and its intervals are the ones to describe.
+  const described = compared.length ? compared : verdicts;
+  const n = Math.max(0, ...described.map((v) => v.replicates));
+  const overImages = described.some((v) => v.intervals === "test images");
   lines.push(
     `Rule: ${CLOSE_RULE}; agreement is the agreement probability, mean ± 95% half-width.`,
     ...(compared.length ? [COMPARE_MEANING] : []),

@@ -4,16 +4,22 @@
 // trained on Fashion-MNIST, given cifar10's statistics, scored 0.105 as the back and its
 // invariance-aware agreement read 0.980; given none, 0.202, just above the run's own near-chance
 // warning (2/K), so nothing said so. Said here, before anything runs, with the normalisation that
-// scores best; the run still goes on (an untrained model is near chance by right).
-import { type Dataset, disposeDataset, type Normalization } from "../data/index.js";
-import { NORMALIZATION_NAMES, normalizationFor } from "../data/transforms.js";
+// scores best; the run still goes on (an untrained model is near chance by right). And B's batch
+// norm under the standard recipe's adapt (adaptCheck): a model trained without augmentation fails
+// the control there, which is said (or the recipe changed) before the run, not after it.
+import { batches, type Dataset, datasetSize, disposeDataset, type Normalization } from "../data/index.js";
+import { type AugmentOptions, NORMALIZATION_NAMES, normalizationFor, standardAugment } from "../data/transforms.js";
 import { forEachEvalBatch } from "../eval/batches.js";
+import { AgreementMeter } from "../metrics/agreement.js";
 import { loadCheckpoint, type ModelSourceLike } from "../models/checkpoint.js";
 import { requireNormalization } from "../models/record.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import { loadSource } from "../stitch/jobs.js";
+import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
-import { nearChance } from "./reading.js";
+import type { Plan, StitchTask } from "./plan.js";
+import { CONTROL_MIN_AGREEMENT, nearChance } from "./reading.js";
+import { modelSource } from "./tasks.js";
 
 /** Test images each model is scored on: enough to tell 0.1 from 0.8 (a binomial sd of 0.05 at most). */
 export const SANITY_IMAGES = 100;
@@ -119,4 +125,154 @@ export function normalizationWarnings(scores: NormalizationScore[], numClasses: 
         : `${own}: is its normalization right, and is it trained? Scores stitched through a model near chance mean little.`,
     ];
   });
+}
+
+/**
+ * Steps of batch norm's adapt the check runs before a compare: at momentum 0.1, 0.9^30 = 4% of the
+ * trained statistics remain, about what a standard stitch's training leaves of them.
+ */
+export const ADAPT_CHECK_STEPS = 30;
+
+/** B's agreement with itself after batch norm's adapt: on augmented images, and (where that fails) on the images as they are. */
+export interface AdaptCheck {
+  /** Agreement probability of B with adapted statistics (augmented real images) against B as trained. */
+  augmented: number;
+  /** The same with the images not augmented (null: not measured, the augmented check passed). */
+  plain: number | null;
+  /** What it ran on: adapt steps, batch, test images. */
+  steps: number;
+  images: number;
+}
+
+/** B's agreement with itself after ADAPT_CHECK_STEPS steps of adapt on `train`'s batches (augmented or not). */
+function adaptedAgreement(
+  source: ModelSourceLike,
+  name: string,
+  train: Dataset,
+  test: Dataset,
+  opts: { batchSize: number; augment: AugmentOptions | null; device: torch.Device },
+): number {
+  const trained = loadCheckpoint(source);
+  const adapted = loadCheckpoint(source);
+  try {
+    const normalization = requireNormalization(trained.record, name);
+    trained.model.to(opts.device);
+    adapted.model.to(opts.device);
+    // The standard recipe's adapt, without T (B stitched into itself needs none): train mode,
+    // running statistics updated at each forward pass, nothing else trained (stitch/train.ts).
+    setFrozenBnMode(adapted.model, "update");
+    const batchSize = Math.min(opts.batchSize, datasetSize(train));
+    for (let step = 0, epoch = 0; step < ADAPT_CHECK_STEPS; epoch++)
+      for (const b of batches(train, {
+        batchSize,
+        shuffle: true,
+        seed: 0,
+        epoch,
+        dropLast: true,
+        augment: opts.augment,
+        normalization,
+        device: opts.device,
+      })) {
+        try {
+          if (step++ < ADAPT_CHECK_STEPS) torch.noGrad(() => torch.tidy(() => adapted.model.forward(b.x)));
+        } finally {
+          torch.dispose(b);
+        }
+      }
+    const meter = new AgreementMeter();
+    forEachEvalBatch([trained.model, adapted.model], test, { normalization, device: opts.device }, (b) =>
+      torch.noGrad(() => meter.update(adapted.model.forward(b.x), trained.model.forward(b.x), b.y)),
+    );
+    return meter.result().agreementProbability;
+  } finally {
+    trained.model.dispose();
+    adapted.model.dispose();
+  }
+}
+
+/**
+ * Before a compare whose standard runs adapt batch norm on augmented images: does B still agree
+ * with itself after that adaptation? A model trained without augmentation meets other statistics
+ * in crops and flips, and B stitched into itself then fails the control (0.62 where it should be
+ * above CONTROL_MIN_AGREEMENT) after a run of many minutes; this tells it in seconds, on the
+ * stitch's own real images and SANITY_IMAGES test images. Where the augmented check falls short,
+ * the images as they are are tried too: passing there names augmentation as the cause.
+ */
+export async function adaptCheck(
+  back: { name: string; source: ModelSourceLike },
+  data: { dataset: string; root: string | null; imageSize: number | null },
+  opts: { limit: number; batchSize: number; device: torch.Device },
+): Promise<AdaptCheck> {
+  const src = { ...data, shortcut: null, markerScale: 1 };
+  const train = await loadSource({ ...src, limit: opts.limit }, "train", opts.limit);
+  const test = await loadSource({ ...src, limit: SANITY_IMAGES }, "test", SANITY_IMAGES);
+  try {
+    const run = (augment: AugmentOptions | null) =>
+      adaptedAgreement(back.source, back.name, train, test, { ...opts, augment });
+    const augmented = run(standardAugment(train.images.shape[2] as number));
+    const plain = augmented < CONTROL_MIN_AGREEMENT ? run(null) : null;
+    return { augmented, plain, steps: ADAPT_CHECK_STEPS, images: datasetSize(test) };
+  } finally {
+    disposeDataset(train);
+    disposeDataset(test);
+  }
+}
+
+/** What compare does with the check: nothing, switch augmentation off (and say so), or warn. */
+export function adaptDecision(
+  check: AdaptCheck,
+  back: string,
+  /** Whether the user set stitch.augment themselves (--stitch-augment or --no-stitch-augment). */
+  given: boolean,
+): { augment: boolean | null; line: string | null } {
+  if (check.augmented >= CONTROL_MIN_AGREEMENT) return { augment: null, line: null };
+  const what = `${back}, its batch norm re-estimated on augmented real images as the standard recipe does (${check.steps} steps, crop and flip), agrees with itself at ${check.augmented.toFixed(3)} on ${check.images} test images (a control needs ${CONTROL_MIN_AGREEMENT})`;
+  if (check.plain !== null && check.plain >= CONTROL_MIN_AGREEMENT)
+    return given
+      ? {
+          augment: null,
+          line: `${what}, and at ${check.plain.toFixed(3)} on the images as they are: it was likely trained without augmentation. You asked for --stitch-augment: the control will likely fail, and the verdict with it.`,
+        }
+      : {
+          augment: false,
+          line: `${what}, and at ${check.plain.toFixed(3)} on the images as they are: it was likely trained without augmentation, so standard runs train on the images as they are (stitch.augment: false, as --no-stitch-augment; --stitch-augment keeps augmentation).`,
+        };
+  return {
+    augment: null,
+    line: `${what}${check.plain === null ? "" : `, and at ${check.plain.toFixed(3)} on the images as they are`}: batch norm's adapt itself changes it. The control will likely fail; stitch.bnMode: {standard: eval} in the experiment file keeps the models' own statistics.`,
+  };
+}
+
+/**
+ * Runs adaptCheck on the plan's back where its standard stitches adapt batch norm on augmented
+ * images (the default); null where they do not, or the check passed. A check that cannot run is a
+ * note, not a stop: the run meets the same problem, if it is one, where it has its own error.
+ */
+export async function checkStandardAdapt(
+  plan: Plan,
+  cache: string,
+  device: torch.Device,
+  given: boolean,
+): Promise<{ augment: boolean | null; text: string } | null> {
+  const standard = plan.tasks
+    .map((t) => t.spec)
+    .find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === "standard" && t.config.bnMode === "adapt");
+  if (!standard || standard.config.augment === false || !("checkpoint" in standard.back)) return null;
+  const d = plan.experiment.dataset;
+  const name =
+    Object.entries(plan.models).find(([, ref]) => JSON.stringify(ref) === JSON.stringify(standard.back))?.[0] ?? "B";
+  try {
+    const check = await adaptCheck(
+      { name, source: modelSource(cache, standard.back) },
+      { dataset: d.name, root: d.root ?? null, imageSize: d.imageSize ?? null },
+      { limit: standard.config.limit ?? 512, batchSize: standard.config.batchSize, device },
+    );
+    const decision = adaptDecision(check, name, given);
+    return decision.line ? { augment: decision.augment, text: decision.line } : null;
+  } catch (e) {
+    return {
+      augment: null,
+      text: `B's batch norm under the standard recipe could not be checked: ${(e as Error).message.split("\n")[0]}`,
+    };
+  }
 }

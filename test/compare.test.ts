@@ -409,6 +409,31 @@ test("a control failing in standard runs only names the likely cause and the fla
   assert.equal(compareControls(control(0.97, 0.99))[0]?.hint, null);
 });
 
+test("a verdict beside its back's failed control cannot be read, and says why; beside a passing one it reads as before", () => {
+  const pair = (controlStd: number) =>
+    compareVerdicts(
+      [
+        // A -> B: invariance-aware 0.904 above a standard score the broken recipe pulled down (issue 51's walk).
+        row("layer2.1", 4, "standard", 0.61, { se: 0.01 }),
+        row("layer2.1", 4, "iris", 0.904, { se: 0.01 }),
+        { ...row("layer2.1", 4, "standard", controlStd, { se: 0.005 }), pair: "identical", front: "b" },
+        { ...row("layer2.1", 4, "iris", 0.993, { se: 0.005 }), pair: "identical", front: "b" },
+      ],
+      [],
+      { recipe: { augmented: true, bnMode: "adapt" } },
+    );
+  const failed = pair(0.62);
+  const ab = failed.find((v) => v.relation !== "identical");
+  assert.match(ab?.unreadable ?? "", /^its control, b stitched into itself, drops to 0\.620 \(below 0\.95\)/);
+  const text = compareVerdictLines(failed, { recipe: { augmented: true, bnMode: "adapt" } }).join("\n");
+  assert.match(text, /^Verdict, a -> b, SLM, 1 replicate: cannot be read: its control.*--no-stitch-augment/m);
+  assert.doesNotMatch(text, /apart$/m, "no point is called apart beside a failed control");
+  assert.match(text, /^ {2}layer2\.1 .* unreadable \(control failed\)$/m);
+  const passed = pair(0.97);
+  assert.equal(passed.find((v) => v.relation !== "identical")?.unreadable, null);
+  assert.match(compareVerdictLines(passed).join("\n"), /^ {2}layer2\.1 .* apart$/m);
+});
+
 test("--no-stitch-augment (stitch.augment: false) trains standard runs on the real images as they are: in the key of standard stitches only, and said in the plan", () => {
   const spec = (augment: boolean | undefined) =>
     stitchConfig(

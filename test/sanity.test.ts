@@ -10,6 +10,9 @@ import { FASHION_MNIST_NORMALIZATION } from "../data/transforms.js";
 import { evaluate } from "../eval/evaluate.js";
 import { nearChance } from "../experiments/reading.js";
 import {
+  ADAPT_CHECK_STEPS,
+  adaptCheck,
+  adaptDecision,
   betterNormalization,
   normalizationScores,
   normalizationWarnings,
@@ -18,6 +21,8 @@ import {
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import * as torch from "../torch/index.js";
+import { trainConfig } from "../train/config.js";
+import { trainModel } from "../train/trainer.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
 
 test("a model far better served by another normalisation, or near chance, is named with what to check; a sane one is not", () => {
@@ -106,6 +111,68 @@ test("each model of the dataset's classes is scored on the first test images wit
     disposeDataset(test);
     ten.model.dispose();
     five.model.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("the adapt check's decision: nothing where B keeps itself, augmentation off where only augmented images break it (unless asked for), a warning where adapt itself does", () => {
+  const check = (augmented: number, plain: number | null) => ({
+    augmented,
+    plain,
+    steps: ADAPT_CHECK_STEPS,
+    images: 100,
+  });
+  assert.deepEqual(adaptDecision(check(0.99, null), "theirs", false), { augment: null, line: null });
+  const off = adaptDecision(check(0.62, 0.99), "theirs", false);
+  assert.equal(off.augment, false);
+  assert.match(
+    off.line ?? "",
+    /^theirs, its batch norm re-estimated on augmented real images .* agrees with itself at 0\.620 on 100 test images \(a control needs 0\.95\), and at 0\.990 on the images as they are: it was likely trained without augmentation, so standard runs train on the images as they are \(stitch\.augment: false/,
+  );
+  const asked = adaptDecision(check(0.62, 0.99), "theirs", true);
+  assert.equal(asked.augment, null, "--stitch-augment given: kept, and warned");
+  assert.match(asked.line ?? "", /You asked for --stitch-augment: the control will likely fail/);
+  const both = adaptDecision(check(0.6, 0.7), "theirs", false);
+  assert.equal(both.augment, null);
+  assert.match(both.line ?? "", /batch norm's adapt itself changes it.*stitch\.bnMode: \{standard: eval\}/);
+});
+
+test("the adapt check: a model trained with augmentation keeps itself; one whose statistics are not its data's is caught", {
+  skip: skipUnlessFashionMnist(),
+}, async () => {
+  const dir = mkdtempSync(join(tmpdir(), "stitchlab-adapt-"));
+  try {
+    await trainModel(
+      trainConfig(
+        // Three epochs of 32 steps: batch norm's running statistics have caught up with the
+        // weights (after one epoch of 8 steps they lag them, and adapt alone moves B: 0.91).
+        { arch: "resnet18", width: 0.0625, epochs: 3, batchSize: 64, lr: 0.05, seed: 0 },
+        { dataset: "fashion-mnist", limit: 2048, testLimit: 100 },
+      ),
+      join(dir, "trained"),
+    );
+    const file = join(dir, "trained", "model.safetensors");
+    const data = { dataset: "fashion-mnist", root: null, imageSize: null };
+    const opts = { limit: 256, batchSize: 48, device: "cpu" as const };
+    // Trained with stitchlab's augmentation: adapting on augmented images leaves it as it was.
+    const sane = await adaptCheck({ name: "trained", source: file }, data, opts);
+    assert.ok(sane.augmented >= 0.95, `augmented ${sane.augmented}`);
+    assert.equal(sane.plain, null, "the images as they are are tried only where the augmented check fails");
+    // Its running statistics scaled away from its data's: adapt moves them back, and B no longer
+    // agrees with the model as saved, augmented or not. A check that did not adapt would read 1.
+    const loaded = (await import("../models/checkpoint.js")).loadCheckpoint(file);
+    torch.noGrad(() => {
+      for (const [name, t] of loaded.model.namedBuffers())
+        if (name.endsWith("running_var")) t.mul_(50);
+        else if (name.endsWith("running_mean")) t.add_(3);
+    });
+    const broken = join(dir, "broken.safetensors");
+    saveCheckpoint(broken, loaded.model, loaded.record as never);
+    loaded.model.dispose();
+    const caught = await adaptCheck({ name: "broken", source: broken }, data, opts);
+    assert.ok(caught.augmented < 0.95, `augmented ${caught.augmented}`);
+    assert.ok(caught.plain !== null && caught.plain < 0.95, `plain ${caught.plain}`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
