@@ -15,8 +15,9 @@
 //
 // What is bounded (downloadLimits), so that no server can keep a download going forever:
 // - the bytes: no more than Content-Length or X-Linked-Size promise, and where neither says, no
-//   more than a cap (STITCHLAB_DOWNLOAD_MAX_MB, default 4096; a size promised above it is refused
-//   before any byte is read);
+//   more than a cap: STITCHLAB_DOWNLOAD_MAX_MB where it is set, else 1000 MB for a model's file
+//   (job.model: every hub download) and 4096 MB for any other (a size promised above
+//   STITCHLAB_DOWNLOAD_MAX_MB, default 4096, is refused before any byte is read);
 // - the time: every window of STITCHLAB_DOWNLOAD_RATE_WINDOW seconds (default 60) must bring
 //   STITCHLAB_DOWNLOAD_MIN_RATE kB/s (default 10) on average, so a server that trickles a byte
 //   now and then (which no idle timeout catches) is stopped too; 0 turns the rate off;
@@ -28,8 +29,13 @@
 //
 // Loading a model is synchronous (models/checkpoint.ts loadCheckpoint), so downloadSync runs the
 // download in a child Node process (this file as its entry point) and waits for it; the child's
-// stderr is the caller's, so its progress line shows as it goes. The code path is the same for
-// every server: only the URL differs (models/hub.ts takes the hubs' base URLs from the environment).
+// stderr is the caller's, so its progress line shows as it goes. The line is this file's own
+// display (progressLine): on a terminal one line redrawn as the bytes come, elsewhere (a log) a
+// line at the start, one at most every PROGRESS_LOG_EVERY_MS with the bytes so far and the rate,
+// and one at the end, so a download whose size the server does not give is never silent while it
+// runs. download() takes another display as its second argument (the tests' hook). The code path
+// is the same for every server: only the URL differs (models/hub.ts takes the hubs' base URLs from
+// the environment).
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
@@ -66,8 +72,12 @@ export interface DownloadJob {
   label?: string;
   /** No bytes for this long is an error (ms; default 60 s). */
   idleTimeoutMs?: number;
-  /** At most this many bytes when the server promises no size (default: downloadLimits()). */
+  /** A model's file (weights, or the config beside them): where the server gives no size, modelMaxBytes caps it. */
+  model?: boolean;
+  /** At most this many bytes when the server promises no size, and no promise above it (default: downloadLimits()). */
   maxBytes?: number;
+  /** At most this many bytes of a model's file whose size the server does not give (default: downloadLimits()). */
+  modelMaxBytes?: number;
   /** Fewer bytes per second than this over any window of rateWindowMs is an error (default: downloadLimits(); 0: none). */
   minBytesPerSecond?: number;
   rateWindowMs?: number;
@@ -78,14 +88,26 @@ export interface DownloadJob {
 /** The bounds of a download (see the top of this file), from the environment, each checked. */
 export interface DownloadLimits {
   maxBytes: number;
+  modelMaxBytes: number;
   minBytesPerSecond: number;
   rateWindowMs: number;
   headerTimeoutMs: number;
 }
 
 /**
+ * The cap on a model's file whose size the server does not give, in MB, where
+ * STITCHLAB_DOWNLOAD_MAX_MB is not set. The largest weights file the zoo loads is torchvision's
+ * vgg16_bn (vgg16_bn-6c64b313.pth, about 550 MB; timm's ViT-B about 350 MB, a ResNet-50 about
+ * 100 MB), so 1000 MB takes each of them with room to spare, while a body that never ends stops
+ * after 1 GB of disk and time rather than 4 GB. A file beyond it comes with its size from any
+ * real hub; a mirror that sends none needs STITCHLAB_DOWNLOAD_MAX_MB raised, which the error says.
+ */
+export const MODEL_FILE_MAX_MB = 1000;
+
+/**
  * The bounds the environment sets: STITCHLAB_DOWNLOAD_MAX_MB (default 4096: ViT-B's weights are
- * 350 MB), STITCHLAB_DOWNLOAD_MIN_RATE in kB/s (default 10; 0: no minimum) and
+ * 350 MB; where set, also the cap of a model's file of unknown size, else MODEL_FILE_MAX_MB),
+ * STITCHLAB_DOWNLOAD_MIN_RATE in kB/s (default 10; 0: no minimum) and
  * STITCHLAB_DOWNLOAD_RATE_WINDOW in seconds (default 60), and STITCHLAB_DOWNLOAD_HEADER_TIMEOUT
  * in seconds (default 60: each hop's headers). A value that is not a number is an error naming
  * the variable.
@@ -99,8 +121,12 @@ export function downloadLimits(env: NodeJS.ProcessEnv = process.env): DownloadLi
       throw new Error(`${name} is '${text}': expected a number of ${unit} ${zero ? ">= 0" : "> 0"}`);
     return v;
   };
+  const given = env.STITCHLAB_DOWNLOAD_MAX_MB !== undefined && env.STITCHLAB_DOWNLOAD_MAX_MB.trim() !== "";
+  const maxBytes = read("STITCHLAB_DOWNLOAD_MAX_MB", 4096, false, "megabytes") * 1e6;
   return {
-    maxBytes: read("STITCHLAB_DOWNLOAD_MAX_MB", 4096, false, "megabytes") * 1e6,
+    maxBytes,
+    // The setting, where given, is the one cap for every file: it raises a model's as well as lowers it.
+    modelMaxBytes: given ? maxBytes : MODEL_FILE_MAX_MB * 1e6,
     minBytesPerSecond: read("STITCHLAB_DOWNLOAD_MIN_RATE", 10, true, "kB/s") * 1e3,
     rateWindowMs: read("STITCHLAB_DOWNLOAD_RATE_WINDOW", 60, false, "seconds") * 1e3,
     headerTimeoutMs: read("STITCHLAB_DOWNLOAD_HEADER_TIMEOUT", 60, false, "seconds") * 1e3,
@@ -241,41 +267,88 @@ function get(url: string, idleMs: number, headerMs: number): Promise<Response> {
   return once(url, MAX_REDIRECTS);
 }
 
-/** A progress line on stderr: rewritten in place on a terminal, a line at the start and the end otherwise. */
-function progress(label: string, total: number | undefined) {
-  const tty = process.stderr.isTTY === true;
-  const t0 = Date.now();
-  let last = 0;
+/** What a download tells its display as it goes. */
+export interface DownloadDisplay {
+  /** Bytes in so far: called with every chunk, before the next is read. */
+  tick(got: number): void;
+  /** The bytes are all in (not yet verified). */
+  received(got: number): void;
+  /** Stopped by an error (the error says what happened). */
+  stopped(): void;
+  /** Verified and in place. */
+  done(got: number, verified: string[]): void;
+}
+
+/** What a display is started with: the file's label, the size the server gives (if it does) and the most bytes taken. */
+export interface DownloadStart {
+  label: string;
+  total: number | undefined;
+  /** The most bytes taken: the size given, else the cap of a file whose size is not given. */
+  cap: number;
+}
+
+/**
+ * A log's line at most this often (ms) while bytes come: often enough that a download of unknown
+ * size is seen to move, rarely enough that a long one does not fill a batch job's log.
+ */
+export const PROGRESS_LOG_EVERY_MS = 5_000;
+
+/** Where progressLine writes and what time it reads (stderr and the clock; a test's own). */
+export interface ProgressOutput {
+  tty: boolean;
+  write: (text: string) => void;
+  now: () => number;
+}
+
+const stderrOutput = (): ProgressOutput => ({
+  tty: process.stderr.isTTY === true,
+  write: (text) => process.stderr.write(text),
+  now: Date.now,
+});
+
+/**
+ * The progress line on stderr (the default display): on a terminal rewritten in place at most
+ * every 200 ms; otherwise a line at the start, a line with the bytes so far and the rate at most
+ * every PROGRESS_LOG_EVERY_MS, and one at the end. A file whose size the server does not give
+ * says so and the cap it stops at, since only the cap ends it.
+ */
+export function progressLine(start: DownloadStart, out: ProgressOutput = stderrOutput()): DownloadDisplay {
+  const { label, total, cap } = start;
+  const { tty, write, now } = out;
+  const t0 = now();
+  let last = t0;
   let open = false;
+  const unknown = `size not given; stops at ${mb(cap)}`;
   const line = (got: number) => {
-    const secs = Math.max((Date.now() - t0) / 1000, 1e-3);
-    const of = total ? ` of ${mb(total)} (${Math.floor((100 * got) / total)}%)` : "";
+    const secs = Math.max((now() - t0) / 1000, 1e-3);
+    const share = total ? ` (${Math.floor((100 * got) / total)}%)` : "";
+    const of = total !== undefined ? ` of ${mb(total)}${share}` : ` so far (${unknown})`;
     return `downloading ${label}: ${mb(got)}${of}, ${mb(got / secs)}/s`;
   };
-  if (!tty) process.stderr.write(`downloading ${label}${total ? ` (${mb(total)})` : ""}\n`);
+  if (!tty) write(`downloading ${label} (${total !== undefined ? mb(total) : unknown})\n`);
   return {
-    tick(got: number) {
-      if (!tty || Date.now() - last < 200) return;
-      last = Date.now();
-      open = true;
-      process.stderr.write(`\r${line(got)}\x1b[K`);
+    tick(got) {
+      const every = tty ? 200 : PROGRESS_LOG_EVERY_MS;
+      if (now() - last < every) return;
+      last = now();
+      if (tty) {
+        open = true;
+        write(`\r${line(got)}\x1b[K`);
+      } else write(`${line(got)}\n`);
     },
-    /** The bytes are all in (not yet verified): the terminal's line shows the total. */
-    received(got: number) {
+    received(got) {
       if (tty) {
         open = false;
-        process.stderr.write(`\r${line(got)}\x1b[K\n`);
+        write(`\r${line(got)}\x1b[K\n`);
       }
     },
-    /** Stopped by an error: the terminal's line is ended (the error says what happened). */
     stopped() {
-      if (tty && open) process.stderr.write("\n");
+      if (tty && open) write("\n");
       open = false;
     },
-    /** Verified and in place. */
-    done(got: number, verified: string[]) {
-      const secs = ((Date.now() - t0) / 1000).toFixed(1);
-      process.stderr.write(
+    done(got, verified) {
+      const secs = ((now() - t0) / 1000).toFixed(1);
+      write(
         `downloaded ${label}: ${mb(got)} in ${secs} s${verified.length ? `, verified (${verified.join("; ")})` : ""}\n`,
       );
     },
@@ -346,9 +419,13 @@ export function safetensorsProblem(path: string): string | null {
 
 /**
  * Downloads job.url to job.dest, verified (see the top of this file), through a temporary file
- * renamed into place. Throws a DownloadError naming the URL; the temporary file is removed.
+ * renamed into place, shown as it goes by `display` (progressLine on stderr by default). Throws a
+ * DownloadError naming the URL; the temporary file is removed.
  */
-export async function download(job: DownloadJob): Promise<DownloadResult> {
+export async function download(
+  job: DownloadJob,
+  display: (start: DownloadStart) => DownloadDisplay = progressLine,
+): Promise<DownloadResult> {
   const { url, dest } = job;
   const label = job.label ?? url;
   mkdirSync(dirname(dest), { recursive: true });
@@ -404,14 +481,22 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
       res.destroy();
       fail(`the server says ${mb(total)}, more than the cap of ${mbCap}; raise it to fetch this file`);
     }
+    // A model's file of unknown size has the smaller cap (MODEL_FILE_MAX_MB says why); the error
+    // names the setting that raises it, the one way past it.
+    const unknownCap = job.model ? Math.min(limits.maxBytes, limits.modelMaxBytes) : limits.maxBytes;
     const cap =
       total !== undefined
         ? {
             bytes: total,
             says: `the ${mb(total)} its ${Number.isFinite(length) ? "Content-Length" : "X-Linked-Size"} gives`,
+            raise: "",
           }
-        : { bytes: limits.maxBytes, says: `the cap of ${mbCap} for a file whose size the server does not give` };
-    const bar = progress(label, total);
+        : {
+            bytes: unknownCap,
+            says: `the cap of ${mb(unknownCap)} (STITCHLAB_DOWNLOAD_MAX_MB) for a ${job.model ? "model's file" : "file"} whose size the server does not give`,
+            raise: `; set STITCHLAB_DOWNLOAD_MAX_MB (megabytes) above ${Math.round(unknownCap / 1e6)} to take a larger file`,
+          };
+    const bar = display({ label, total, cap: cap.bytes });
     const sha = createHash("sha256");
     let got = 0;
     const tap = new Transform({
@@ -419,7 +504,13 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
         sha.update(chunk);
         got += chunk.byteLength;
         if (got > cap.bytes) {
-          done(new DownloadError(`${url}: more bytes than ${cap.says}: stopped; nothing was kept`, "failed", url));
+          done(
+            new DownloadError(
+              `${url}: more bytes than ${cap.says}: stopped; nothing was kept${cap.raise}`,
+              "failed",
+              url,
+            ),
+          );
           return;
         }
         bar.tick(got);
@@ -527,7 +618,7 @@ export async function download(job: DownloadJob): Promise<DownloadResult> {
 /** The bounds a job sets itself (undefined fields left to the environment's). */
 const definedOf = (job: DownloadJob): Partial<DownloadLimits> =>
   Object.fromEntries(
-    (["maxBytes", "minBytesPerSecond", "rateWindowMs", "headerTimeoutMs"] as const)
+    (["maxBytes", "modelMaxBytes", "minBytesPerSecond", "rateWindowMs", "headerTimeoutMs"] as const)
       .filter((k) => job[k] !== undefined)
       .map((k) => [k, job[k]]),
   );

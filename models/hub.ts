@@ -12,11 +12,12 @@
 //   torchvision:FILE             weights file by its published name (resnet18-f37072fd.pth)
 //
 // Files are downloaded once into the stitchlab cache, under hub/ (io/download.ts: verified, and
-// renamed into place only when whole), and used from there without the network afterwards. The
-// hubs' base URLs come from the environment (STITCHLAB_HF_ENDPOINT, else HF_ENDPOINT, else
-// https://huggingface.co; STITCHLAB_TORCHVISION_URL, else https://download.pytorch.org/models), so a
-// mirror, or the tests' local server, takes the same code path. STITCHLAB_OFFLINE=1 never touches
-// the network.
+// renamed into place only when whole; each a model's file, so one whose size the server does not
+// give has the model cap, io/download.ts MODEL_FILE_MAX_MB), and used from there without the
+// network afterwards. The hubs' base URLs come from the environment (STITCHLAB_HF_ENDPOINT, else
+// HF_ENDPOINT, else https://huggingface.co; STITCHLAB_TORCHVISION_URL, else
+// https://download.pytorch.org/models), so a mirror, or the tests' local server, takes the same
+// code path. STITCHLAB_OFFLINE=1 never touches the network.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
@@ -242,6 +243,7 @@ class HfModel {
         url: hfFileUrl(this.h.repo, this.h.revision, "config.json"),
         dest: this.config,
         hf: true,
+        model: true,
         label: `${this.h.name} config.json`,
       },
       () => this.wanted(),
@@ -265,7 +267,13 @@ class HfModel {
     for (const file of HF_WEIGHT_FILES) {
       const url = hfFileUrl(this.h.repo, at, file);
       try {
-        const r = downloadSync({ url, dest: join(this.dir, file), hf: true, label: `${this.h.name} ${file}` });
+        const r = downloadSync({
+          url,
+          dest: join(this.dir, file),
+          hf: true,
+          model: true,
+          label: `${this.h.name} ${file}`,
+        });
         record.files[file] = fileRecord(r);
         this.save(record);
         return r.path;
@@ -305,7 +313,7 @@ function torchvisionFile(h: Extract<HubName, { hub: "torchvision" }>): string {
   if (offline()) throw notCachedError(h.name, "STITCHLAB_OFFLINE is set", wanted(), torchCache);
   return fetchOne(
     h.name,
-    { url, dest: path, sha256Prefix: h.sha256Prefix, label: h.weights ? `${h.name} (${h.file})` : h.name },
+    { url, dest: path, sha256Prefix: h.sha256Prefix, model: true, label: h.weights ? `${h.name} (${h.file})` : h.name },
     wanted,
     torchCache,
   ).path;
