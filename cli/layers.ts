@@ -120,7 +120,7 @@ function printCuts(model: OnnxModel, json: boolean): void {
     `${c.file}: an ONNX graph (opset ${c.opset}${c.producer ? `, from ${c.producer}` : ""}), ${c.imageSize} px images, ${c.numClasses} classes; ${model.stitchPoints.length} stitch points`,
   );
   if (model.batchNormNote) console.log(`note: ${model.batchNormNote}`);
-  const label = (k: (typeof cuts)[number]) => (k.point || k.headForm ? k.name : `(${k.tensor})`);
+  const label = (k: (typeof cuts)[number]) => (k.point || k.headForm || k.note ? k.name : `(${k.tensor})`);
   const shape = (k: (typeof cuts)[number]) => k.shape.slice(1).join(" x ");
   // Columns as wide as their longest entry: scope names (blocks.11, features.denseblock4) vary.
   const w1 = Math.max("point / cut".length, ...cuts.map((k) => label(k).length));
@@ -129,7 +129,7 @@ function printCuts(model: OnnxModel, json: boolean): void {
   for (const k of cuts) {
     const also = k.aliases.filter((a) => a !== k.name);
     console.log(
-      `${label(k).padEnd(w1)}  ${shape(k).padEnd(w2)}${also.length ? `  (${also.join(", ")})` : ""}${k.point ? "" : k.headForm ? `  not a point: the head's input, reshaped (give ${HEAD_POINT})` : "  not a point: inside a module"}${k.name === HEAD_POINT ? "  the head's input: the front-only end, used when named" : ""}`.trimEnd(),
+      `${label(k).padEnd(w1)}  ${shape(k).padEnd(w2)}${also.length ? `  (${also.join(", ")})` : ""}${k.point ? "" : k.note ? `  not a point: ${k.note}` : k.headForm ? `  not a point: the head's input, reshaped (give ${HEAD_POINT})` : "  not a point: inside a module"}${k.name === HEAD_POINT ? "  the head's input: the front-only end, used when named" : ""}`.trimEnd(),
     );
   }
 }

@@ -105,7 +105,14 @@ export interface Plan {
 function pointNames(
   spec: ModelSpec,
   baseDir: string,
-): { arch: string; points: string[]; shapes: Record<string, StitchPoint>; numClasses: number; note: string | null } {
+): {
+  arch: string;
+  points: string[];
+  shapes: Record<string, StitchPoint>;
+  headRefused: string | null;
+  numClasses: number;
+  note: string | null;
+} {
   let m: StitchableModel;
   let note: string | null = null;
   if (isLoaded(spec)) {
@@ -126,11 +133,20 @@ function pointNames(
     m = createModel(spec.arch, options);
   }
   const points = m.stitchPoints.map((p) => p.name);
-  const shapes = Object.fromEntries([...m.stitchPoints, m.stitchPoint(HEAD_POINT)].map((p) => [p.name, p]));
+  // A graph whose head reads a map (a convolutional head: models/onnx/model.ts headRefusal) has
+  // no head point: its other points are planned, and a pair that names the head is told why.
+  let head: StitchPoint[] = [];
+  let headRefused: string | null = null;
+  try {
+    head = [m.stitchPoint(HEAD_POINT)];
+  } catch (e) {
+    headRefused = (e as Error).message;
+  }
+  const shapes = Object.fromEntries([...m.stitchPoints, ...head].map((p) => [p.name, p]));
   const arch = m.arch;
   const { numClasses } = m.config as { numClasses: number };
   m.dispose();
-  return { arch, points, shapes, numClasses, note };
+  return { arch, points, shapes, headRefused, numClasses, note };
 }
 
 /** The graph as it is built: its tasks by key, and the problems found so far (reported at once). */
@@ -151,7 +167,16 @@ export interface PlannedModels {
   /** Model name -> its reference (train task or checkpoint). */
   refs: Record<string, ModelRef>;
   /** Each model's architecture and stitch points, with their shapes (absent: the model had a problem). */
-  points: Record<string, { arch: string; points: string[]; shapes: Record<string, StitchPoint> }>;
+  points: Record<
+    string,
+    {
+      arch: string;
+      points: string[];
+      shapes: Record<string, StitchPoint>;
+      /** Why the model has no head point (pointNames), or null; absent where not asked. */
+      headRefused?: string | null;
+    }
+  >;
   /** Each model's class count: a checkpoint's head, or the classes of the dataset it is trained on (null: not known yet). */
   classes: Record<string, number | null>;
   /** The resolved training config of each model that is trained (replicates vary its seed). */
@@ -337,7 +362,15 @@ export function checkPair(
   const notInFront = list.map((p) => frontPointOf(pair, p)).filter((p) => !has(front, p));
   if (notInFront.length)
     ctx.problems.push(missing(front, notInFront, pair.frontPoints ? `${where}.frontPoints` : listed));
-  if (notInBack.length || notInFront.length || unknown.length) return null;
+  // The head asked of a model that has none: its own reason, once per side.
+  const headless = [
+    list.includes(HEAD_POINT) && back.headRefused ? `${listed}: ${back.headRefused}` : null,
+    list.some((p) => frontPointOf(pair, p) === HEAD_POINT) && front !== back && front.headRefused
+      ? `${pair.frontPoints ? `${where}.frontPoints` : listed}: ${front.headRefused}`
+      : null,
+  ].filter((why): why is string => why !== null);
+  ctx.problems.push(...headless);
+  if (notInBack.length || notInFront.length || unknown.length || headless.length) return null;
   // Across architectures, whether T can lay each front point onto its back point (stitch/layer.ts), before any work.
   const unstitchable = list.flatMap((p) => {
     const [a, b] = [front.shapes[frontPointOf(pair, p)], back.shapes[p]];

@@ -105,6 +105,11 @@ export class OnnxModel extends StitchableModel {
   /** Shape nodes' outputs as functions of the batch size (those the back may need without the front). */
   private readonly shapeOf = new Map<number, LinearShape>();
   private readonly headCut: Cut;
+  /**
+   * Why the head's input is not a point, where the graph's last cut before the output is not one
+   * vector per image (a convolutional head's [N, K, 1, 1]); null where it is.
+   */
+  readonly headRefusal: string | null;
   /** Cuts that are the head's input in another shape (a pooled [N, C, 1, 1] map before Flatten): not points of their own. */
   private readonly headForms = new Set<Cut>();
   /** Where each stage starts: the input, then each stage's end in turn (the last one: where embedFrom starts). */
@@ -205,12 +210,16 @@ export class OnnxModel extends StitchableModel {
           : null;
       this.cutShapes = new Map();
       this.probe(side);
-      const headShape = this.cutShapes.get(this.headCut.tensor) as LinearShape;
-      if (headShape.b.length !== 2)
-        throw new Error(
-          `${what}: the last cut before the output, '${this.headCut.name}', has shape [N, ${headShape.b.slice(1).join(", ")}]; the head's input must be one vector per image`,
-        );
-      this.embedDim = headShape.b[1] as number;
+      const headDims = (this.cutShapes.get(this.headCut.tensor) as LinearShape).b.slice(1);
+      // A convolutional head (SqueezeNet's 1x1 convolution to the classes, then pooling) leaves
+      // [N, K, 1, 1] class scores as the last cut: the points before it are maps like any other,
+      // but there is no vector per image to stitch into B's classifier at, or to embed. Refused
+      // where asked for (pointIndex, embed), not at load, so that the rest of the graph stitches.
+      this.headRefusal =
+        headDims.length === 1
+          ? null
+          : `${what}: the head's input, '${this.headCut.name}', is [N, ${headDims.join(", ")}]${headDims.length === 3 ? " (a convolutional head)" : ""}, not one vector per image: there is no '${HEAD_POINT}' point (from the front's penultimate features into the back's classifier) and no embedding; stitch at its other points (stitchlab layers lists them)`;
+      this.embedDim = headDims.reduce((a, b) => a * b, 1);
       const outShape = this.cutShapes.get(this.facts.output) as LinearShape;
       this.config = {
         file: basename(file),
@@ -226,7 +235,8 @@ export class OnnxModel extends StitchableModel {
       // torchvision's avgpool output ([N, 512, 1, 1]) reaches the head's input through Flatten
       // alone: the same numbers, so the zoo's last points (layer4.1, then head) stay the last.
       const reshapeOnly = new Set(["Flatten", "Reshape", "Squeeze", "Identity", "Shape", "Constant"]);
-      for (let k = cuts.length - 3; k > 0; k--) {
+      // (None where the head's input is no vector: nothing is the head's input in another shape.)
+      for (let k = cuts.length - 3; k > 0 && !this.headRefusal; k--) {
         const c = cuts[k] as Cut;
         const between = this.facts.nodes.filter((n) => n.live && n.index > c.after && n.index <= this.headCut.after);
         if (!between.every((n) => reshapeOnly.has(n.opType))) break;
@@ -272,6 +282,8 @@ export class OnnxModel extends StitchableModel {
 
   /** A point by name; a module scope that ends at a point (layers lists it "also named") says which. */
   protected override pointIndex(point: string): number {
+    if (this.headRefusal && [HEAD_POINT, this.headCut.name, ...this.headCut.aliases].includes(point))
+      throw new Error(this.headRefusal);
     for (const c of this.headForms)
       if (c.name === point || c.aliases.includes(point))
         throw new Error(`${this.file}: '${point}' is the head's input in another shape: give '${HEAD_POINT}'`);
@@ -282,6 +294,12 @@ export class OnnxModel extends StitchableModel {
         `${this.file}: '${point}' ends at the stitch point '${owner}': give that name (stitchlab layers lists both)`,
       );
     return super.pointIndex(point);
+  }
+
+  /** The head's input, one vector per image; refused where the graph has none (headRefusal). */
+  override embed(x: Tensor): Tensor {
+    if (this.headRefusal) throw new Error(this.headRefusal);
+    return super.embed(x);
   }
 
   protected embedFrom(h: Tensor): Tensor {
@@ -299,18 +317,26 @@ export class OnnxModel extends StitchableModel {
     point: boolean;
     /** The head's input in another shape (headForms). */
     headForm: boolean;
+    /** Why a cut that could be taken for a point is not one: the head's input that is no vector (headRefusal). */
+    note: string | null;
   }[] {
     const cuts = this.facts.cuts;
+    // A head's input that is no vector keeps its own name: 'head' is not offered (headRefusal).
+    const head = this.headRefusal ? null : this.headCut;
     return cuts.slice(1, -1).map((c) => ({
-      name: c === this.headCut ? HEAD_POINT : c.name,
+      name: c === head ? HEAD_POINT : c.name,
       tensor: c.tensor,
-      aliases: c === this.headCut ? [...new Set([c.name, ...c.aliases])] : c.aliases,
+      aliases: c === head ? [...new Set([c.name, ...c.aliases])] : c.aliases,
       shape: this.channelsLast.has(c.tensor)
         ? ((s) => [s[0], s[3], s[1], s[2]] as number[])(this.shapeAt(c, n))
         : this.shapeAt(c, n),
       channelsLast: this.channelsLast.has(c.tensor),
-      point: c === this.headCut || this.stitchPoints.some((p) => p.name === c.name),
+      point: c === head || this.stitchPoints.some((p) => p.name === c.name),
       headForm: this.headForms.has(c),
+      note:
+        c === this.headCut && this.headRefusal
+          ? `the head's input is [N, ${this.shapeAt(c, 1).slice(1).join(", ")}], not one vector per image: no '${HEAD_POINT}' point`
+          : null,
     }));
   }
 
