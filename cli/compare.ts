@@ -245,6 +245,10 @@ export function registerCompareCommand(program: Command): void {
     if (o.dryRun) return;
     mkdirSync(out, { recursive: true });
     writeFileSync(file, text);
+    // The estimate's own cost of each task starts the time left; it is for one worker, and w
+    // workers share the same cores, so each task takes about w times as long beside the others.
+    const w = exec.workers ?? 1;
+    const tasks = est?.probe ? Object.fromEntries(Object.entries(est.tasks).map(([k, v]) => [k, v * w])) : undefined;
     const failed = await runCommand(
       file,
       { out, cache, force: Boolean(o.force), ...exec },
@@ -273,6 +277,7 @@ export function registerCompareCommand(program: Command): void {
             }),
             `The experiment this ran: ${file} (go further: edit it, then stitchlab run ${file} --out ${out}).`,
           ],
+      { tasks },
     );
     if (failed) process.exitCode = 1;
   });

@@ -97,7 +97,7 @@ export async function estimateByTraining(
   cache: string,
   device: Device,
   workers: number,
-): Promise<{ line: string; prior: Record<string, number> } | null> {
+): Promise<{ line: string; prior: Record<string, number>; tasks?: Record<string, number> } | null> {
   const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
   if (!todo.length) return null;
   const first = plan.tasks.find((t) => t.kind === "train")?.spec as TrainTask | undefined;
@@ -117,8 +117,14 @@ export async function estimateByTraining(
   const n = (k: string) => todo.filter((t) => t.kind === k).length;
   const trained = sum(["train"]);
   const rest = sum(["iris", "stitch"]);
+  // Each task's own cost where it is known (a model's training steps), else its kind's: the time
+  // left starts from them (cli/progress.ts TimeLeft).
+  const tasks = Object.fromEntries(
+    todo.map((t) => [t.key, t.spec.kind === "train" ? trainSeconds(t.spec.config, rate) : (prior[t.kind] ?? 0)]),
+  );
   return {
     prior,
+    tasks,
     line:
       `estimate   ${formatDuration(trained + rest)} on this machine with ${workers} worker${workers === 1 ? "" : "s"} ` +
       `(${n("train")} models ${formatDuration(trained)}, from ${rate.steps} training steps timed here on ${rate.threads} thread${rate.threads === 1 ? "" : "s"} in ${rate.seconds.toFixed(1)} s; ` +
@@ -175,7 +181,10 @@ export function registerDemoCommand(program: Command): void {
         await runCommand(file, { ...o, cache, dataDir, workers });
         return;
       }
-      const failed = await runCommand(file, { ...o, cache, dataDir, workers }, undefined, { prior: est?.prior });
+      const failed = await runCommand(file, { ...o, cache, dataDir, workers }, undefined, {
+        prior: est?.prior,
+        tasks: est?.tasks,
+      });
       if (failed) process.exitCode = 1;
     });
 }

@@ -51,10 +51,21 @@ export function progressSink(label: string, format: (f: Record<string, number | 
 
 /**
  * A run's elapsed time and an estimate of the time left, updated as its tasks start, report their
- * share done and end. A kind's tasks are costed at the mean time of those of that kind that have
- * ended; a kind none of whose tasks has ended yet, at its weight times the seconds per weight of
- * the tasks that have (or, before any has, of the running tasks' projections: time so far over
- * their share done; or of `prior`, seconds per task by kind, where the caller has an estimate).
+ * share done and end.
+ *
+ * With each task's cost estimated before the run (`tasks`: compare's probe, experiments/estimate.ts
+ * estimateFrom), the time left starts from those costs, and the tasks that end correct them: a
+ * kind's costs are scaled by (its ended tasks' seconds + W) / (their estimates + W), W a tenth of
+ * the run's estimate, so a short task that ran twice as long as said barely moves a long one's cost
+ * while a long task moves it as far as it deserves. Per task matters: an IRI set at a model's last
+ * point can take a hundred times one at its middle, and a time left projected from the first
+ * (cheap) tasks of a kind said 1 min 40 s where 16 min were left.
+ *
+ * Without them, a kind's tasks are costed at the mean time of those of that kind that have ended;
+ * a kind none of whose tasks has ended yet, at its weight times the seconds per weight of the tasks
+ * that have (or, before any has, of the running tasks' projections: time so far over their share
+ * done; or of `prior`, seconds per task by kind, where the caller has an estimate).
+ *
  * The work left (tasks not started, and what is left of the running ones) is shared by the
  * workers. Null while nothing is known.
  */
@@ -62,7 +73,9 @@ export class TimeLeft {
   private readonly started: number;
   private readonly pending = new Map<string, string>();
   private readonly running = new Map<string, { kind: string; since: number; fraction: number }>();
-  private readonly ended: { kind: string; seconds: number }[] = [];
+  private readonly ended: { key: string; kind: string; seconds: number }[] = [];
+  /** W of the correction: a tenth of the estimated run (0 without per-task estimates). */
+  private readonly pseudo: number;
 
   constructor(
     todo: { key: string; kind: string }[],
@@ -72,12 +85,16 @@ export class TimeLeft {
       weight: Record<string, number>;
       /** Seconds per task by kind, estimated before the run (the demo's): used until tasks end. */
       prior?: Record<string, number>;
+      /** Seconds of each task by key, estimated before the run (compare's probe); tasks ending correct them. */
+      tasks?: Record<string, number>;
       /** Seconds (performance.now() / 1000 by default). */
       now?: () => number;
     },
   ) {
     this.started = this.now();
     for (const t of todo) this.pending.set(t.key, t.kind);
+    const own = opts.tasks ?? {};
+    this.pseudo = 0.1 * todo.reduce((s, t) => s + (own[t.key] ?? 0), 0);
   }
 
   private now(): number {
@@ -103,7 +120,7 @@ export class TimeLeft {
     const kind = r?.kind ?? this.pending.get(key);
     this.running.delete(key);
     this.pending.delete(key);
-    if (kind !== undefined && seconds !== null && Number.isFinite(seconds)) this.ended.push({ kind, seconds });
+    if (kind !== undefined && seconds !== null && Number.isFinite(seconds)) this.ended.push({ key, kind, seconds });
   }
 
   elapsed(): number {
@@ -118,10 +135,36 @@ export class TimeLeft {
   /** Seconds left, or null while nothing is known to cost it by. */
   left(): number | null {
     if (!this.remaining()) return 0;
+    const cost = this.opts.tasks ? this.perTaskCost(this.opts.tasks) : this.perKindCost();
+    if (!cost) return null;
+    const now = this.now();
+    let work = 0;
+    for (const [key, kind] of this.pending) work += cost(key, kind);
+    for (const [key, r] of this.running) {
+      const c = cost(key, r.kind);
+      work += r.fraction > 0 ? c * (1 - r.fraction) : Math.max(0, c - (now - r.since));
+    }
+    return work / Math.max(1, Math.min(this.opts.workers, this.remaining()));
+  }
+
+  /** Each task's estimate, scaled by its kind's correction (the class comment). */
+  private perTaskCost(tasks: Record<string, number>): (key: string, kind: string) => number {
+    const ratio = new Map<string, number>();
+    for (const kind of new Set(this.ended.map((e) => e.kind))) {
+      const own = this.ended.filter((e) => e.kind === kind && tasks[e.key] !== undefined);
+      const seconds = own.reduce((s, e) => s + e.seconds, 0);
+      const said = own.reduce((s, e) => s + (tasks[e.key] as number), 0);
+      ratio.set(kind, (seconds + this.pseudo) / Math.max(1e-9, said + this.pseudo));
+    }
+    return (key, kind) => (tasks[key] ?? this.opts.prior?.[kind] ?? 0) * (ratio.get(kind) ?? 1);
+  }
+
+  /** A kind's cost from its ended tasks, or from the weights and what has run (the class comment); null: nothing known. */
+  private perKindCost(): ((key: string, kind: string) => number) | null {
     const weight = (k: string) => this.opts.weight[k] ?? 1;
     const now = this.now();
     // Samples: ended tasks, else the running tasks' projections (a tenth done or more).
-    let samples = this.ended;
+    let samples: { kind: string; seconds: number }[] = this.ended;
     if (!samples.length)
       samples = [...this.running.values()]
         .filter((r) => r.fraction >= 0.1)
@@ -132,17 +175,10 @@ export class TimeLeft {
       scale = samples.reduce((s, x) => s + x.seconds, 0) / samples.reduce((s, x) => s + base(x.kind), 0);
     else if (this.opts.prior) scale = 1;
     else return null;
-    const cost = (k: string) => {
+    return (_key, k) => {
       const own = this.ended.filter((x) => x.kind === k);
       return own.length ? own.reduce((s, x) => s + x.seconds, 0) / own.length : base(k) * scale;
     };
-    let work = 0;
-    for (const k of this.pending.values()) work += cost(k);
-    for (const r of this.running.values()) {
-      const c = cost(r.kind);
-      work += r.fraction > 0 ? c * (1 - r.fraction) : Math.max(0, c - (now - r.since));
-    }
-    return work / Math.max(1, Math.min(this.opts.workers, this.remaining()));
   }
 }
 

@@ -1,6 +1,6 @@
 // A run's progress as `run`, `demo` and `compare` show it: on a terminal one overall bar weighted
 // by task kind, with the running tasks, the time elapsed and left (cli/progress.ts TimeLeft);
-// elsewhere one line per task's start, progress and end (eventPrinter).
+// elsewhere at most a line per task kind a minute (eventPrinter).
 import cliProgress from "cli-progress";
 import { formatDuration } from "../experiments/estimate.js";
 import type { Task } from "../experiments/plan.js";
@@ -33,22 +33,32 @@ function track(clock: TimeLeft, e: RunEvent): void {
   else clock.end(e.task.key, e.kind === "done" ? (e.seconds ?? null) : null);
 }
 
-/** How the run's progress is shown: the workers that share the work, and seconds per task by kind when estimated before. */
+/** How the run's progress is shown: the workers that share the work, and seconds per task by kind, or by task, when estimated before. */
 export interface ProgressOptions {
   workers?: number;
   prior?: Record<string, number>;
+  /** Each task's seconds by key (compare's estimate): the time left starts from them. */
+  tasks?: Record<string, number>;
 }
 
 /**
  * On a terminal: one overall bar for the whole run, weighted by task kind, with the running
  * tasks' labels, the time elapsed and an estimate of the time left (cli/progress.ts TimeLeft);
- * failures are printed above it. Elsewhere: eventPrinter's lines, with the run's elapsed and left
- * after each task's end.
+ * failures are printed above it. Elsewhere: eventPrinter's lines, at most one per task kind a
+ * minute, with the run's elapsed and left.
  */
 export function overallProgress(todo: Task[], opts: ProgressOptions = {}): ProgressDisplay {
-  const clock = new TimeLeft(todo, { workers: opts.workers ?? 1, weight: TASK_WEIGHT, prior: opts.prior });
+  const clock = new TimeLeft(todo, {
+    workers: opts.workers ?? 1,
+    weight: TASK_WEIGHT,
+    prior: opts.prior,
+    tasks: opts.tasks,
+  });
   if (!process.stderr.isTTY) return { onEvent: eventPrinter(undefined, clock), stop: () => {} };
-  const weight = (t: Task) => TASK_WEIGHT[t.kind] ?? 1;
+  // The bar weighs tasks by their own estimates where every task has one, else by kind.
+  const own = opts.tasks;
+  const weight = (t: Task) =>
+    own && todo.every((x) => own[x.key] !== undefined) ? (own[t.key] as number) : (TASK_WEIGHT[t.kind] ?? 1);
   const total = todo.reduce((s, t) => s + weight(t), 0);
   const multi = new cliProgress.MultiBar(
     {
@@ -101,41 +111,54 @@ export function overallProgress(todo: Task[], opts: ProgressOptions = {}): Progr
   };
 }
 
+/** Seconds between two of a task kind's lines in a log. */
+export const LOG_EVERY_S = 60;
+
 /**
- * Progress lines on stderr (`write`): one per task start and end, and for each running task at
- * most one progress line every 2 s, which names the task. The wait is per task: with several
- * workers, one shared wait printed whichever task spoke first after it, so a task's lines came
- * and went, and its progress read as if it continued the task printed before it (issue 23).
- * Given the run's clock, each task's end is followed by the run's elapsed time and time left.
+ * Progress lines on stderr (`write`) for a log, not a terminal: at most one line per task kind
+ * every LOG_EVERY_S seconds (a compare's log had 118 lines of time left, one per task), each saying
+ * how far that kind is, what of it runs now with its latest progress, and, given the run's clock,
+ * the run's time elapsed and left. A failed or skipped task is always told, on a line of its own.
+ * The first event of a kind is told at once, so a log shows what started.
  */
 export function eventPrinter(
   write: (line: string) => void = (line) => console.error(line),
   clock?: TimeLeft,
+  now: () => number = () => Date.now() / 1000,
 ): (e: RunEvent) => void {
   const last = new Map<string, number>();
+  const kinds = new Map<string, { total: number; ended: number; running: Map<string, string> }>();
   return (e) => {
     if (clock) track(clock, e);
-    const tag = `[${e.index}/${e.total}]`;
-    if (e.kind === "start") write(`${tag} ${e.task.label} ...`);
-    else if (e.kind === "done") write(`${tag} ${e.task.label}: done in ${e.seconds?.toFixed(1)} s`);
-    else if (e.kind === "failed") write(`${tag} ${e.task.label}: FAILED: ${e.error}`);
-    else if (e.kind === "skipped") write(`${tag} ${e.task.label}: skipped (${e.error})`);
-    else if (Date.now() - (last.get(e.task.key) ?? 0) > 2000) {
-      last.set(e.task.key, Date.now());
-      write(
-        `${tag} ${e.task.label}: ${Object.entries(e.fields ?? {})
-          // A value not known yet (NaN, or null from a worker's JSON) is left out, never printed.
-          .filter(([, v]) => v !== null && !(typeof v === "number" && !Number.isFinite(v)))
-          .map(([k, v]) => `${k} ${v}`)
-          .join(", ")}`,
-      );
+    const kind = e.task.kind;
+    const k = kinds.get(kind) ?? { total: 0, ended: 0, running: new Map<string, string>() };
+    kinds.set(kind, k);
+    if (e.kind === "start") {
+      k.total++;
+      k.running.set(e.task.key, e.task.label);
+    } else if (e.kind === "progress") {
+      const fields = Object.entries(e.fields ?? {})
+        // A value not known yet (NaN, or null from a worker's JSON) is left out, never printed.
+        .filter(([, v]) => v !== null && !(typeof v === "number" && !Number.isFinite(v)))
+        .map(([f, v]) => `${f} ${v}`)
+        .join(", ");
+      k.running.set(e.task.key, fields ? `${e.task.label}: ${fields}` : e.task.label);
+    } else {
+      k.running.delete(e.task.key);
+      k.ended++;
+      if (e.kind === "failed") write(`[${e.index}/${e.total}] ${e.task.label}: FAILED: ${e.error}`);
+      if (e.kind === "skipped") write(`[${e.index}/${e.total}] ${e.task.label}: skipped (${e.error})`);
     }
-    if (e.kind !== "start" && e.kind !== "progress") {
-      last.delete(e.task.key);
-      if (clock)
-        write(
-          `run: ${formatRunTime(clock.elapsed(), clock.left())} (${clock.remaining()} task${clock.remaining() === 1 ? "" : "s"} to go)`,
-        );
-    }
+    const t = now();
+    const before = last.get(kind);
+    if (before !== undefined && t - before < LOG_EVERY_S) return;
+    last.set(kind, t);
+    const running = [...k.running.values()];
+    const time = clock
+      ? `; run: ${formatRunTime(clock.elapsed(), clock.left())} (${clock.remaining()} task${clock.remaining() === 1 ? "" : "s"} to go)`
+      : "";
+    write(
+      `[${e.total} tasks] ${kind}: ${k.ended} ended${running.length ? `; running ${running.join("; ")}` : ""}${time}`,
+    );
   };
 }

@@ -17,16 +17,18 @@
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { type Dataset, datasetSize, disposeDataset, pixelScale, subset } from "../data/index.js";
+import { type Dataset, datasetSize, disposeDataset, type Normalization, pixelScale, subset } from "../data/index.js";
 import { readJsonFile, writeFileAtomic } from "../io/files.js";
 import { asModelSource, loadCheckpoint, type ModelSource, type ModelSourceLike } from "../models/checkpoint.js";
 import { requireNormalization } from "../models/record.js";
+import type { StitchableModel } from "../models/stitchable.js";
 import { type StitchConfig, stitchModeOf } from "../stitch/config.js";
 import { evaluateStitch, frontAndBack } from "../stitch/evaluate.js";
 import { type IriOptions, iriStepCap } from "../stitch/iri-options.js";
 import { generateIriBatch } from "../stitch/iris.js";
 import { loadSource, stitchedModelOf, stitchTrainOptionsOf } from "../stitch/jobs.js";
 import { trainStitch } from "../stitch/train.js";
+import type * as torch from "../torch/index.js";
 import { type Device, getNumThreads, onednnIsa } from "../torch/index.js";
 import { isDone } from "./cache.js";
 import type { IrisTask, ModelRef, Plan, StitchTask, TaskSpec } from "./plan.js";
@@ -42,6 +44,12 @@ export interface ProbeTimes {
   iriBatch: Record<string, number>;
   /** The images of the batch iriStep and iriBatch are for (the configured batch, or fewer where the training images are fewer). */
   iriImages: number;
+  /**
+   * Descent steps per image of a tight descent (the IRI setting target), by front (frontKey) and
+   * point, from a short run of the descent itself on a few images (probeDescent); absent where the
+   * settings give no target, or in a probe kept from before it was measured.
+   */
+  iriDescent?: Record<string, Record<string, number>>;
   /** One stitching step on a batch of stitchImages images, per mode. */
   stitchStep: { standard: number; iris: number };
   /** The batch stitchStep is for (the probed plan's). */
@@ -64,6 +72,8 @@ export interface ProbeTimes {
 export interface Estimate {
   /** Seconds for the tasks still to run. */
   seconds: number;
+  /** Each task's seconds, by key: where the run's progress starts its time left from (cli/run-progress.ts). */
+  tasks: Record<string, number>;
   iris: { tasks: number; seconds: number };
   stitch: { tasks: number; seconds: number };
   probe: ProbeTimes | null;
@@ -89,6 +99,60 @@ const sourceOf = (ref: ModelRef): ModelSource => {
   const { sha256: _s, ...source } = ref;
   return source;
 };
+
+/** A front's identity in ProbeTimes.iriDescent. */
+export const frontKey = (ref: ModelRef): string => JSON.stringify(sourceOf(ref));
+
+/** Stops a descent the probe has seen enough of. */
+class DescentProbeStop extends Error {}
+
+/** Images a descent probe runs on, and the seconds it may take at each (front, point). */
+export const DESCENT_PROBE_IMAGES = 6;
+export const DESCENT_PROBE_S = 2.5;
+
+/**
+ * Mean descent steps per image of the plan's own tight descent on a few images (x: uint8), run
+ * until every image is tight or capped, or for `budget` seconds. Where it ran to its end, the
+ * images' own counts; where it was stopped after K steps, those that were tight by then count the
+ * steps they had, and each still descending is costed halfway between K and the cap (all that is
+ * known of it: it needs more than K). The descent's length is the model's: two full-width
+ * ResNet-18s trained here needed 369 and 522 steps per image at layer4.1, two trained in plain
+ * PyTorch far fewer, so a fixed guess was off by 1.8x on the second pair.
+ */
+export function descentSteps(active: number[], finished: Int32Array | null, cap: number): number {
+  if (finished) return finished.reduce((a, b) => a + b, 0) / Math.max(1, finished.length);
+  const m = active[0] ?? 0;
+  if (!m) return cap;
+  const k = active.length;
+  let sum = 0;
+  // a_s - a_{s+1} images left the descent tight after s steps.
+  for (let s = 0; s + 1 < k; s++) sum += s * ((active[s] as number) - (active[s + 1] as number));
+  sum += (active[k - 1] as number) * ((k + cap) / 2);
+  return sum / m;
+}
+
+function probeDescent(
+  model: StitchableModel,
+  point: string,
+  x: torch.Tensor,
+  norm: Normalization,
+  options: IriOptions,
+  budget: number,
+): number {
+  const active: number[] = [];
+  const t0 = now();
+  try {
+    const out = generateIriBatch(model, point, x, norm, options, 0, (_step, _residual, n) => {
+      active.push(n);
+      if (now() - t0 > budget) throw new DescentProbeStop();
+    });
+    out.images.dispose();
+    return descentSteps(active, out.steps, iriStepCap(options));
+  } catch (e) {
+    if (!(e instanceof DescentProbeStop)) throw e;
+    return descentSteps(active, null, iriStepCap(options));
+  }
+}
 
 /** Images to run steps on: the first n of a dataset. */
 const first = (ds: Dataset, n: number): Dataset =>
@@ -196,6 +260,38 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
       iriBatch[point] = scaled(Math.max(0, timedRun.total - 3 * timedRun.step), timedRun.n, bs);
     }
 
+    // The descent's own length, per front and point (probeDescent): a step's time says nothing
+    // of how many steps a tight descent takes, and that differs by model more than by anything else.
+    const iriDescent: Record<string, Record<string, number>> = {};
+    const byFront = new Map<string, IrisTask[]>();
+    for (const i of allIris)
+      if (i.options.target !== undefined && !("task" in i.front))
+        byFront.set(frontKey(i.front), [...(byFront.get(frontKey(i.front)) ?? []), i]);
+    for (const [key, tasks] of byFront) {
+      const m = key === frontKey(stitch.front) ? front : load(sourceOf((tasks[0] as IrisTask).front));
+      const own = m.model.stitchPoints.map((q) => q.name);
+      const points = [...new Set(tasks.map((i) => i.point))].sort((x, y) => own.indexOf(x) - own.indexOf(y));
+      const few = first(train, DESCENT_PROBE_IMAGES);
+      owned.push(few);
+      const x = few.images.to(device);
+      try {
+        iriDescent[key] = {};
+        for (const point of new Set([points[0], points.at(-1)].filter((q): q is string => q !== undefined))) {
+          const spec = tasks.find((i) => i.point === point) as IrisTask;
+          iriDescent[key][point] = probeDescent(
+            m.model,
+            point,
+            x,
+            requireNormalization(m.record, "the front"),
+            spec.options,
+            DESCENT_PROBE_S,
+          );
+        }
+      } finally {
+        if (x !== few.images) x.dispose();
+      }
+    }
+
     // Stitching steps, per mode, as the task trains: three steps of one epoch (the first not
     // counted); the least-squares start on as many images, scaled to the config's.
     const stepsOf = (mode: "standard" | "iris") => {
@@ -266,6 +362,7 @@ export async function probePlan(plan: Plan, device: Device): Promise<ProbeTimes>
       iriStep,
       iriBatch,
       iriImages,
+      iriDescent,
       stitchStep: { standard: standard.step, iris: iris.step },
       stitchImages: c.batchSize,
       leastSquares: (standard.before * leastSquaresImages(c, datasetSize(train))) / Math.max(1, standard.lstsqImages),
@@ -297,8 +394,15 @@ function atPoint(probed: Record<string, number>, point: string, order: string[])
   return probed[lo] + Math.min(1, Math.max(0, f)) * (probed[hi] - probed[lo]);
 }
 
+/** An IRI task's steps per image: the probe's run of its front's descent where it has one, else iriSteps. */
+function descentFor(p: ProbeTimes, s: IrisTask, order: string[]): number {
+  const byPoint = "task" in s.front ? undefined : p.iriDescent?.[frontKey(s.front)];
+  if (s.options.target === undefined || !byPoint || !Object.keys(byPoint).length) return iriSteps(s.options);
+  return atPoint(byPoint, s.point, order);
+}
+
 /**
- * The steps an IRI descent is costed at per image: `steps`; a tight one (the setting target)
+ * The steps an IRI descent is costed at per image where no probe ran it: `steps`; a tight one (the setting target)
  * halfway between `steps` and its cap, since its early stops and restarts are not known before it
  * runs. Measured on two full-width ResNet-18s (bench compare-full): 18-21 steps per image at
  * layer2.1, 463 at layer4.1 (cap 600), against 400 costed for each.
@@ -326,6 +430,7 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
   const todo = plan.tasks.filter((t) => !isDone(cache, t.key));
   const iris = { tasks: 0, seconds: 0 };
   const stitch = { tasks: 0, seconds: 0 };
+  const tasks: Record<string, number> = {};
   // Null fronts' builds (compare --nulls): in the total, under neither kind.
   let builds = 0;
   const irisSize = new Map<string, number>();
@@ -336,9 +441,11 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
     if (s.kind === "iris") {
       const n = irisSize.get(t.key) ?? trainCount;
       const perImage =
-        (iriSteps(s.options) * atPoint(p.iriStep, s.point, order) + atPoint(p.iriBatch, s.point, order)) / p.iriImages;
+        (descentFor(p, s, order) * atPoint(p.iriStep, s.point, order) + atPoint(p.iriBatch, s.point, order)) /
+        p.iriImages;
       iris.tasks++;
-      iris.seconds += p.loadModel + p.loadTrain + n * perImage;
+      tasks[t.key] = p.loadModel + p.loadTrain + n * perImage;
+      iris.seconds += tasks[t.key] as number;
     } else if (s.kind === "stitch") {
       const c = s.config;
       const mode = stitchModeOf(c.mode);
@@ -348,7 +455,7 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
       const test = c.testLimit ?? ALL_TEST_IMAGES;
       const perStep = c.batchSize / p.stitchImages;
       stitch.tasks++;
-      stitch.seconds +=
+      tasks[t.key] =
         p.loadModel * (mode === "standard" ? 3 : 2) +
         p.loadTrain +
         p.loadTest +
@@ -357,12 +464,14 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
           ? steps * perStep * p.stitchStep.standard
           : n * p.frozenPerImage + steps * perStep * p.stitchStep.iris) +
         p.scorePerImage * test;
+      stitch.seconds += tasks[t.key] as number;
     } else if (s.kind === "train" && s.config.epochs === 0) {
       // A null front at its initialisation: built, and scored once on the test set.
-      builds += p.loadModel + p.loadTrain + p.loadTest + p.scorePerImage * (s.config.testLimit ?? ALL_TEST_IMAGES);
+      tasks[t.key] = p.loadModel + p.loadTrain + p.loadTest + p.scorePerImage * (s.config.testLimit ?? ALL_TEST_IMAGES);
+      builds += tasks[t.key] as number;
     } else throw new Error("the estimate covers checkpoints only (this plan trains models)");
   }
-  return { seconds: iris.seconds + stitch.seconds + builds, iris, stitch, probe: p };
+  return { seconds: iris.seconds + stitch.seconds + builds, tasks, iris, stitch, probe: p };
 }
 
 /** The probe's times kept for these models, settings and machine, or null (experiments/estimate.ts's header). */
@@ -376,7 +485,7 @@ function probeKey(plan: Plan, device: Device): string {
   };
   const stitches = betweenCheckpoints(specs);
   const what = {
-    probe: 4,
+    probe: 5,
     models: [...new Set(stitches.flatMap((s) => [JSON.stringify(models(s.front)), JSON.stringify(models(s.back))]))],
     iris: specs.filter((s): s is IrisTask => s.kind === "iris").map((s) => [s.point, s.limit, s.options.batchSize]),
     stitch: stitches.map((s) => {
@@ -432,7 +541,8 @@ export async function estimatePlan(
   onProbe: () => void = () => {},
 ): Promise<Estimate> {
   const kept = await probeFor(plan, cache, device, onProbe);
-  if (!kept) return { seconds: 0, iris: { tasks: 0, seconds: 0 }, stitch: { tasks: 0, seconds: 0 }, probe: null };
+  if (!kept)
+    return { seconds: 0, tasks: {}, iris: { tasks: 0, seconds: 0 }, stitch: { tasks: 0, seconds: 0 }, probe: null };
   return estimateFrom(plan, cache, kept.probe, kept.order);
 }
 

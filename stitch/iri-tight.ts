@@ -51,7 +51,8 @@ export interface TightDescentInput {
   /** The start of every image for restart r (0: the first start); same shape as x01. */
   startFor: (restart: number) => Tensor;
   opts: IriOptions & { target: number };
-  onStep: (step: number, residual: number) => void;
+  /** Each step: its number, the mean residual of the images still descending, and how many they are. */
+  onStep: (step: number, residual: number, active: number) => void;
 }
 
 export interface TightDescent {
@@ -153,7 +154,7 @@ export function tightDescent(input: TightDescentInput): TightDescent {
         const left = torch.tidy(() => {
           const r = residualsOf(p);
           const values = torch.noGrad(() => r.detach().toTypedArray()) as Float32Array;
-          onStep(first + t, values.reduce((s, v) => s + v, 0) / values.length);
+          onStep(first + t, values.reduce((s, v) => s + v, 0) / values.length, values.length);
           const tight = record(values, p);
           const [g] = torch.grad(r.sum(), p);
           torch.noGrad(() => {

@@ -60,7 +60,8 @@ function startingPoint(x01: Tensor, start: IriStart, norm: Normalization, batchS
 /**
  * IRIs for one batch. x is uint8 [B, C, H, W]; the front model is used frozen, in eval mode
  * (its weights stop requiring gradients; only x' does). `batchSeed` seeds the start.
- * `onStep(t, residual)` sees the batch residual of the iterate before step t.
+ * `onStep(t, residual, active)` sees the batch residual of the iterate before step t, and the images
+ * still descending (all of them, unless the options give a target).
  */
 export function generateIriBatch(
   front: StitchableModel,
@@ -69,7 +70,7 @@ export function generateIriBatch(
   norm: Normalization,
   opts: IriOptions,
   batchSeed: number,
-  onStep: (step: number, residual: number) => void = () => {},
+  onStep: (step: number, residual: number, active: number) => void = () => {},
 ): IriBatch {
   front.stitchPoint(point); // one error, naming the points, when there is no such point
   if (x.dtype !== "uint8") throw new Error(`generateIriBatch: expected uint8 images, got ${x.dtype}`);
@@ -163,7 +164,7 @@ export function generateIriBatch(
             graphed.step();
             const value = residualOut.item();
             if (!Number.isFinite(value)) throw new Error(`IRI generation diverged at step ${t + 1}: residual ${value}`);
-            onStep(t, value);
+            onStep(t, value, x.shape[0] as number);
           }
         else
           for (let t = 0; t < opts.steps; t++) {
@@ -175,7 +176,7 @@ export function generateIriBatch(
               const value = loss.item();
               if (!Number.isFinite(value))
                 throw new Error(`IRI generation diverged at step ${t + 1}: residual ${value}`);
-              onStep(t, value);
+              onStep(t, value, x.shape[0] as number);
               if (opts.keepBest)
                 track(
                   p.detach(),

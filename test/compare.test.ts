@@ -22,8 +22,8 @@ import {
   pointsAtDepths,
   protocolSummary,
 } from "../experiments/compare.js";
-import { estimateFrom, type ProbeTimes } from "../experiments/estimate.js";
-import { planExperiment } from "../experiments/plan.js";
+import { descentSteps, estimateFrom, frontKey, type ProbeTimes } from "../experiments/estimate.js";
+import { type IrisTask, planExperiment } from "../experiments/plan.js";
 import { standardError } from "../metrics/agreement.js";
 import { interval } from "../metrics/interval.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
@@ -613,6 +613,30 @@ test("the estimate costs a plan it did not probe per image of the probed batch: 
   const at96 = cost(96, 32);
   assert.equal(at96.iris.seconds, 2 * 800);
   assert.ok(Math.abs(at96.stitch.seconds - 2 * 120 * 3 * (32 / 48)) < 1e-9, `${at96.stitch.seconds}`);
+  // Each task's own cost, by key, adds up to the kinds' (the run's time left starts from them).
+  const sum = Object.values(at48.tasks).reduce((x, y) => x + y, 0);
+  assert.ok(Math.abs(sum - at48.seconds) < 1e-9, `${sum} vs ${at48.seconds}`);
+  // The descent's own length, where the probe ran it, replaces the guess: per front, 30 steps for
+  // one and 500 for the other; the same plan's IRI sets then cost 30 + 500 steps of 48 images.
+  const irisTasks = plan(48, 48).tasks.filter((t) => t.spec.kind === "iris");
+  const fronts = irisTasks.map((t) => frontKey((t.spec as IrisTask).front));
+  const iriDescent = { [fronts[0] as string]: { "layer4.1": 30 }, [fronts[1] as string]: { "layer4.1": 500 } };
+  const measured = estimateFrom(plan(48, 48), join(dir, "cache"), { ...probe, iriDescent }, ["layer4.1"]);
+  assert.equal(measured.iris.seconds, 30 + 500);
+  assert.deepEqual(
+    irisTasks.map((t) => measured.tasks[t.key]),
+    [30, 500],
+  );
+});
+
+test("the descent probe's steps per image: the images' own counts where it ran to its end; where stopped, the tight ones' steps and halfway to the cap for the rest", () => {
+  // Ran to its end: the mean of each image's steps.
+  assert.equal(descentSteps([4, 4, 2], Int32Array.from([10, 20, 30, 40]), 600), 25);
+  // Stopped after 5 steps of 4 images: two were tight after 1 and 3 steps, two still descending,
+  // each costed at (5 + 600) / 2.
+  assert.equal(descentSteps([4, 4, 3, 3, 2], null, 600), (1 + 3 + 2 * 302.5) / 4);
+  // Stopped before any image was tight: every image halfway between the steps run and the cap.
+  assert.equal(descentSteps([6, 6, 6], null, 600), 301.5);
 });
 
 test("compare --protocol paper --budget: the plan over an hour says how to cut it; the budget's dry run probes once, and the run after it reuses the probe", {

@@ -215,20 +215,86 @@ test("progress gives the time elapsed and left, the left updated as tasks finish
   assert.deepEqual(Object.keys(TASK_WEIGHT).sort(), ["iris", "stitch", "train"]);
 });
 
-test("into a pipe, each task's end is followed by the run's time elapsed and left", () => {
+test("the time left starts from each task's own estimate, and tasks that end correct it by their share of the run", () => {
+  let now = 0;
+  // The walk's compare: IRI sets at the middle point take seconds, at the last point minutes.
+  const todo = [
+    { key: "i2", kind: "iris" },
+    { key: "i4", kind: "iris" },
+    { key: "s2", kind: "stitch" },
+    { key: "s4", kind: "stitch" },
+  ];
+  const tasks = { i2: 10, i4: 400, s2: 200, s4: 100 };
+  const clock = new TimeLeft(todo, { workers: 1, weight: TASK_WEIGHT, tasks, now: () => now });
+  const close = (a: number | null, b: number) => assert.ok(a !== null && Math.abs(a - b) < 1e-6, `${a} vs ${b}`);
+  // The first time left is the estimate itself, not a projection from the first (cheap) task.
+  close(clock.left(), 710);
+  clock.start("i2");
+  now = 20;
+  clock.end("i2", 20);
+  // The cheap set ran twice as long as said: W = 71 s, so the last point's set is scaled by
+  // (20 + 71) / (10 + 71), not doubled.
+  close(clock.left(), 400 * (91 / 81) + 300);
+  clock.start("i4");
+  now = 320;
+  clock.end("i4", 300);
+  // The long one ran short: the kind's costs shrink by (320 + 71) / (410 + 71); stitches keep theirs.
+  close(clock.left(), 300);
+  clock.start("s2");
+  now = 420;
+  clock.progress("s2", 0.25);
+  close(clock.left(), 200 * 0.75 + 100);
+  // Per-kind costs without per-task estimates: as before.
+  const plain = new TimeLeft(todo, { workers: 1, weight: TASK_WEIGHT, now: () => 0 });
+  assert.equal(plain.left(), null);
+});
+
+test("into a pipe, progress is at most one line per task kind a minute, with the run's time elapsed and left; a failure always gets its line", () => {
   let now = 0;
   const task = (key: string, kind: string) => ({ key, label: `${kind} ${key}`, kind, deps: [] }) as unknown as Task;
-  const [a, b] = [task("a", "train"), task("b", "stitch")];
-  const clock = new TimeLeft([a, b], { workers: 1, weight: TASK_WEIGHT, now: () => now });
+  const iris = [task("a", "iris"), task("b", "iris"), task("c", "iris")];
+  const stitch = task("s", "stitch");
+  const clock = new TimeLeft([...iris, stitch], {
+    workers: 1,
+    weight: TASK_WEIGHT,
+    tasks: { a: 10, b: 10, c: 100, s: 50 },
+    now: () => now,
+  });
   const lines: string[] = [];
-  const print = eventPrinter((l) => lines.push(l), clock);
-  const event = (e: Omit<RunEvent, "total">): RunEvent => ({ ...e, total: 2 });
-  print(event({ kind: "start", task: a, index: 1 }));
-  now = 52;
-  print(event({ kind: "done", task: a, index: 1, seconds: 52 }));
+  const print = eventPrinter(
+    (l) => lines.push(l),
+    clock,
+    () => now,
+  );
+  const event = (e: Omit<RunEvent, "total">): RunEvent => ({ ...e, total: 4 });
+  print(event({ kind: "start", task: iris[0], index: 1 }));
   assert.deepEqual(lines, [
-    "[1/2] train a ...",
-    "[1/2] train a: done in 52.0 s",
-    "run: 52 s elapsed, about 5 s left (1 task to go)",
+    "[4 tasks] iris: 0 ended; running iris a; run: 1 s elapsed, about 2 min 50 s left (4 tasks to go)",
   ]);
+  // Within the minute: nothing more of the IRI sets, however many events.
+  for (let s = 1; s <= 50; s++) {
+    now = s;
+    print(event({ kind: "progress", task: iris[0], index: 1, fields: { batch: 1, step: s } }));
+  }
+  now = 10;
+  print(event({ kind: "done", task: iris[0], index: 1, seconds: 10 }));
+  print(event({ kind: "start", task: iris[1], index: 2 }));
+  now = 20;
+  print(event({ kind: "failed", task: iris[1], index: 2, error: "out of memory" }));
+  print(event({ kind: "start", task: iris[2], index: 3 }));
+  assert.deepEqual(lines.slice(1), ["[2/4] iris b: FAILED: out of memory"]);
+  // Another kind gets its own line at once.
+  print(event({ kind: "start", task: stitch, index: 4 }));
+  assert.match(
+    lines[2] as string,
+    /^\[4 tasks\] stitch: 0 ended; running stitch s; run: 20 s elapsed, about .* left \(2 tasks to go\)$/,
+  );
+  // A minute after the IRI sets' last line: the next event of theirs is told, with the latest progress.
+  now = 61;
+  print(event({ kind: "progress", task: iris[2], index: 3, fields: { batch: 1, step: 300, residual: Number.NaN } }));
+  assert.match(
+    lines[3] as string,
+    /^\[4 tasks\] iris: 2 ended; running iris c: batch 1, step 300; run: 61 s elapsed, about \d+ s left \(2 tasks to go\)$/,
+  );
+  assert.equal(lines.length, 4);
 });

@@ -131,11 +131,7 @@ export function findTimedAssertions(source: string, fileName = "test.ts"): Timed
     let found = false;
     const visit = (n: ts.Node): void => {
       if (found) return;
-      if (
-        ts.isBinaryExpression(n) &&
-        RELATIONAL.has(n.operatorToken.kind) &&
-        (timed(n.left) || timed(n.right))
-      )
+      if (ts.isBinaryExpression(n) && RELATIONAL.has(n.operatorToken.kind) && (timed(n.left) || timed(n.right)))
         found = true;
       else ts.forEachChild(n, visit);
     };
