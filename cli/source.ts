@@ -16,7 +16,7 @@ import {
   type ModelSourceLike,
   modelSourceSchema,
 } from "../models/checkpoint.js";
-import { isHubName } from "../models/hub.js";
+import { isHubName, resolveModelSource } from "../models/hub.js";
 import { modelNames } from "../models/registry.js";
 import { int } from "./parse.js";
 
@@ -285,8 +285,44 @@ export function missingModelSettings(
   ].join("\n");
 }
 
-/** missingModelSettings's message as an error, when anything required is missing. */
+/**
+ * What stops a source from being read at all: a file that is not there, a hub name that cannot be
+ * had (offline and not in the cache, unknown, unreachable; resolved now, downloading what it
+ * needs, which is kept). One line per model.
+ */
+export function sourceProblems(models: CommandModel[]): string[] {
+  const out: string[] = [];
+  for (const file of new Set(models.map((m) => m.file))) {
+    const m = models.find((x) => x.file === file) as CommandModel;
+    const who = m.name ? `${m.name} (${file})` : m.role ? `the ${m.role} (${file})` : file;
+    if (isHubName(file))
+      try {
+        resolveModelSource(file);
+      } catch (e) {
+        out.push(`${who}: ${(e as Error).message.split("\n")[0]}`);
+      }
+    else if (!existsSync(file)) out.push(`${who}: no such file`);
+  }
+  return out;
+}
+
+/**
+ * missingModelSettings's message as an error, when anything required is missing; with it, every
+ * source that cannot be read (sourceProblems), so that one message lists all there is to fix: a
+ * user told first of one model's facts and only on the next try that the other's hub name is not
+ * cached learns it a run too late. Where nothing is missing, a source's problem is left to its
+ * load, which names it as it always has.
+ */
 export function requireModelSettings(o: Record<string, unknown>, models: CommandModel[], ctx?: SettingsContext): void {
   const missing = missingModelSettings(o, models, ctx);
-  if (missing) throw new Error(missing);
+  if (!missing) return;
+  const problems = sourceProblems(models);
+  if (!problems.length) throw new Error(missing);
+  throw new Error(
+    [
+      `${problems.length === 1 ? "A model" : "Models"} that cannot be read:`,
+      ...problems.map((p) => `  ${p}`),
+      missing,
+    ].join("\n"),
+  );
 }

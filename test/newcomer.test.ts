@@ -88,6 +88,44 @@ test("compare on two plain state dicts asks for --arch, --normalization and --im
   flagsOnly(noData);
 });
 
+test("a source that cannot be read is told in the same message as the facts to give: a hub name not cached offline, a file not there", () => {
+  const was = { offline: process.env.STITCHLAB_OFFLINE, cache: process.env.STITCHLAB_CACHE };
+  process.env.STITCHLAB_OFFLINE = "1";
+  process.env.STITCHLAB_CACHE = join(tmp, "empty-cache");
+  try {
+    const models = (a: string) => [
+      { role: "front" as const, file: a, name: "A" },
+      { role: "back" as const, file: file("b.pt"), name: "B" },
+    ];
+    const ctx = { both: true, dataset: { flag: "--dataset", given: "fashion-mnist", from: "back" as const } };
+    const hub = thrown(() =>
+      requireModelSettings({ backArch: "resnet18" }, models("hf-hub:timm/resnet18.a1_in1k"), ctx),
+    );
+    assert.match(
+      hub,
+      /^A model that cannot be read:\n {2}A \(hf-hub:timm\/resnet18\.a1_in1k\): .*STITCHLAB_OFFLINE is set/,
+    );
+    assert.match(hub, /^B \(.*b\.pt\) is not a stitchlab checkpoint: give what the file does not say:$/m);
+    assert.match(hub, /^ {2}--back-normalization fashion-mnist /m);
+    const gone = thrown(() => requireModelSettings({ backArch: "resnet18" }, models(file("gone.pt")), ctx));
+    assert.match(gone, /^A model that cannot be read:\n {2}A \(.*gone\.pt\): no such file\n/);
+    assert.match(gone, /--back-normalization/);
+    // Nothing to ask: the source's own load names its problem, as before.
+    requireModelSettings(
+      { backArch: "resnet18", backNormalization: "fashion-mnist", backImageSize: 32 },
+      models(file("gone.pt")),
+      ctx,
+    );
+  } finally {
+    for (const [k, v] of [
+      ["STITCHLAB_OFFLINE", was.offline],
+      ["STITCHLAB_CACHE", was.cache],
+    ] as const)
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+  }
+});
+
 test("stitch and iris ask for each model's flags by its role, and import for its own", () => {
   // stitch: both models' settings in one message, under --front-* and --back-*, and the dataset.
   const stitch = thrown(() => modelSourceFrom({ front: file("a.pt"), back: file("b.pt") }, "front", file("a.pt")));
