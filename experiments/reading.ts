@@ -422,9 +422,24 @@ const standardMeans = (summary: SummaryRow[], pair: string): number[] =>
  * IRIs too loose to judge, with the intervals. What the terminal and the report open with; the
  * reading below gives the details.
  */
-export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summarize(rows)): string[] {
+export function verdictLines(
+  rows: StitchRow[],
+  summary: SummaryRow[] = summarize(rows),
+  recipe?: StandardRecipe,
+): string[] {
   const out: string[] = [];
   const pairs = [...new Set(rows.map((r) => r.pair))];
+  // Beside a failed identical control no verdict can be read: the recipe breaks a model even with
+  // itself, so a gap between pairs says nothing of them.
+  const meansOf = (mode: string) =>
+    summary.filter((s) => s.pair === "identical" && s.mode === mode).map((s) => s.scores.agreement_prob.mean);
+  const control = pairs.includes("identical")
+    ? controlReading({ standard: meansOf("standard"), iris: meansOf("iris") }, recipe)
+    : null;
+  const unreadable =
+    control && !control.passed && Number.isFinite(control.min)
+      ? `cannot be read: the identical control drops to ${control.min.toFixed(3)} (below ${CONTROL_MIN_AGREEMENT})${control.hint ? `. ${control.hint.replace(/\.$/, "")}` : ""}`
+      : null;
   const n = Math.max(0, ...summary.map((s) => s.n));
   const standard = (pair: string) => {
     const v = standardMeans(summary, pair);
@@ -437,6 +452,12 @@ export function verdictLines(rows: StitchRow[], summary: SummaryRow[] = summariz
         if (!c) continue;
         const { word, note } = verdictWords(c, other);
         const std = [standard("cross-seed"), standard(other)].filter((v): v is number => v !== null);
+        if (unreadable) {
+          out.push(
+            `Verdict, ${other} vs cross-seed (invariance-aware ${objective.toUpperCase()}, ${n} replicate${n === 1 ? "" : "s"}): ${unreadable}.`,
+          );
+          continue;
+        }
         out.push(
           `Verdict, ${other} vs cross-seed (invariance-aware ${objective.toUpperCase()}, ${n} replicate${n === 1 ? "" : "s"}): ${word} (${c.points
             .map((p) =>
@@ -536,7 +557,7 @@ export function reading(
 ): string[] {
   const out: string[] = [...(opts.settings ?? [])];
   // The answer first (one line per pair), then the settings and the details.
-  if (rows.length) out.unshift(...verdictLines(rows, opts.summary ?? summarize(rows)));
+  if (rows.length) out.unshift(...verdictLines(rows, opts.summary ?? summarize(rows), opts.recipe));
   if (rows.length === 0) return [...out, "No stitch has finished: nothing to read."];
   // summarize(rows), passed in where the report already made it (experiments/results.ts).
   const summary = opts.summary ?? summarize(rows);

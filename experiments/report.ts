@@ -12,7 +12,7 @@ import { isDone, readFailure } from "./cache.js";
 import { formatLocalStatus, localStatus, readLocalRun } from "./local.js";
 import { withOutLock } from "./outdir.js";
 import type { Plan } from "./plan.js";
-import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable, verdictLines } from "./reading.js";
+import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable } from "./reading.js";
 import { writeResults } from "./results.js";
 import type { RunSummary } from "./runner.js";
 import { formatStatus, readSlurmRun, slurmRunPath, slurmStatus } from "./slurm.js";
@@ -82,7 +82,9 @@ export function reportText(r: RunReport): { text: string; stream: "stdout" | "st
       stream: "stderr",
       text: `no stitch finished: ${r.out} keeps the report of an earlier run (report.html, results.csv); fix what failed above and run again`,
     };
-  const verdicts = verdictLines(r.rows, r.summary);
+  // The reading's own verdict lines (reading.ts verdictLines, made with the run's recipe, which a
+  // failed control's line names): printed first, and not again below.
+  const verdicts = r.reading.filter((l) => l.startsWith("Verdict, "));
   const parts = [
     ...(verdicts.length ? [verdicts.join("\n"), ""] : []),
     `agreement probability (larger = more similar; mean ± 95% half-width over replicates):\n${agreementTable(r.rows, r.summary)}`,

@@ -233,6 +233,53 @@ test("the reading's control line: passed, or FAILED with the likely cause where 
   assert.doesNotMatch(line(control(0.9, 0.9)), /Only standard runs/);
 });
 
+test("the run's verdict beside a failed identical control cannot be read, and says why; beside a passing one it reads as before", () => {
+  const pairs = rows(
+    [
+      [0.8, 0.6],
+      [0.81, 0.61],
+      [0.79, 0.59],
+    ],
+    [
+      [0.3, 0.2],
+      [0.31, 0.21],
+      [0.29, 0.19],
+    ],
+  );
+  const control = (std: number) => [
+    row({
+      pair: "identical",
+      front: "clean-s0",
+      back: "clean-s0",
+      point: "layer2.1",
+      pointIndex: 3,
+      mode: "standard",
+      agreement_prob: std,
+    }),
+    row({
+      pair: "identical",
+      front: "clean-s0",
+      back: "clean-s0",
+      point: "layer2.1",
+      pointIndex: 3,
+      mode: "iris",
+      agreement_prob: 0.999,
+    }),
+  ];
+  const recipe = { augmented: true, bnMode: "adapt" };
+  const failed = verdictLines([...pairs, ...control(0.62)], undefined, recipe);
+  assert.equal(failed.length, 1);
+  assert.match(
+    failed[0] as string,
+    /^Verdict, cross-bias vs cross-seed \(invariance-aware SLM, 3 replicates\): cannot be read: the identical control drops to 0\.620 \(below 0\.95\)\. Only standard runs fall short.*--no-stitch-augment/,
+  );
+  assert.doesNotMatch(failed[0] as string, /told apart/);
+  assert.match(
+    verdictLines([...pairs, ...control(0.98)], undefined, recipe)[0] as string,
+    /: told apart: cross-bias is less similar/,
+  );
+});
+
 test("the reading: 'apart' only where the 95% intervals separate, otherwise 'not told apart with N replicates'", () => {
   const apart = reading(
     rows(
