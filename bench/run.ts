@@ -13,6 +13,7 @@ const BENCHMARKS: Record<string, () => Promise<Benchmark>> = {
   "iri-tightness": () => import("./iri-tightness.js"),
   "compare-full": () => import("./compare-full.js"),
   onnx: () => import("./onnx.js"),
+  protocol: () => import("./protocol.js"),
 };
 
 const [name, ...args] = process.argv.slice(2);

@@ -173,3 +173,37 @@ test("npm run bench -- slurm --quick submits a graph to a private Slurm and time
   assert.ok(out.submit_small.submit_s > 0 && out.submit_small.status_s > 0);
   assert.ok(Math.abs(out.submit_small.ms_per_job - (out.submit_small.submit_s * 1000) / 9) < 2);
 });
+
+test("the protocol study's settings are valid experiments at both scales: one factor grown at a time, T's steps as asked", async () => {
+  const { FACTORS, settingYaml, demoScale, fullScale } = await import("../bench/protocol.js");
+  const { parseExperiment } = await import("../experiments/spec.js");
+  const scales = [demoScale(3), fullScale("/models/a.safetensors", "/models/b.safetensors", 1)];
+  const settings = Object.values(FACTORS).flat();
+  assert.deepEqual(
+    settings.map((s) => s.name),
+    [
+      "images-48",
+      "images-192",
+      "images-768",
+      "steps-120",
+      "steps-480",
+      "steps-1920",
+      "recipe-tight-image",
+      "recipe-tight-noise",
+      "recipe-reference",
+      "settled",
+    ],
+  );
+  for (const scale of scales)
+    for (const s of settings) {
+      const e = parseExperiment(settingYaml(s, scale), join("/tmp", `${s.name}.yaml`));
+      assert.equal(e.iris.limit, s.images, s.name);
+      assert.equal(e.stitch.limit, s.images, s.name);
+      // T's optimiser steps: epochs times the whole batches of 48 in its images, within a batch's worth.
+      const steps = (e.stitch.epochs as number) * Math.floor(s.images / 48);
+      assert.ok(Math.abs(steps - s.steps) <= Math.floor(s.images / 48), `${s.name}: ${steps} steps for ${s.steps}`);
+      // The reference's recipe has no target (every image its 200 signed steps); the others stop at 0.2.
+      assert.equal(e.iris.target, s.recipe === "reference" ? undefined : 0.2, s.name);
+      assert.equal(e.iris.start, s.recipe === "tight-image" ? "image" : "uniform", s.name);
+    }
+});
