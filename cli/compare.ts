@@ -157,7 +157,7 @@ export function registerCompareCommand(program: Command): void {
       throw new Error("--budget needs an estimate on this machine, and Slurm jobs run on other machines");
     if (!slurm && !o.dryRun) requireDevice(device);
     const announce = () =>
-      console.log("probing    timing a few IRI and stitching steps on these models (about 10 s)...");
+      console.log("probing    timing a few IRI and stitching steps and the IRI descent on these models (10-20 s)...");
 
     let study = planned();
     // B's batch norm under the standard recipe's adapt, before anything is timed or run: a model

@@ -95,7 +95,8 @@ test("stitchlab run shows one overall bar with an ETA on a terminal, and Ctrl-C 
   await new Promise<void>((resolve, reject) => {
     child.stderr?.setEncoding("utf8").on("data", (d: string) => {
       seen += d;
-      if (/done in/.test(seen)) resolve();
+      // An IRI set's first line: the models it starts from have ended.
+      if (/\] iris: /.test(seen)) resolve();
     });
     child.on("close", () => reject(new Error(`exited first: ${seen}`)));
   });
