@@ -165,12 +165,12 @@ export function registerCompareCommand(program: Command): void {
     // now rather than found broken after the run (experiments/sanity.ts adaptCheck).
     const notes: string[] = [];
     if (!slurm) {
-      const line = await checkStandardAdapt(study.plan, cache, device, o.stitchAugment !== undefined);
-      if (line?.augment === false) {
+      const checked = await checkStandardAdapt(study.plan, cache, device, o.stitchAugment !== undefined);
+      if (checked.augment === false) {
         o.stitchAugment = false;
         study = planned();
       }
-      if (line?.text) notes.push(line.text);
+      notes.push(...checked.lines);
     }
     let est: Estimate | null = null;
     if (o.budget) {
@@ -210,7 +210,7 @@ export function registerCompareCommand(program: Command): void {
         ]
       : [];
     console.log(planLines("compare", plan, cache, [intervalsLine(plan), ...oneModel, ...noUntrained]).join("\n"));
-    for (const n of notes) console.log(`note       ${n}`);
+    for (const n of notes) console.log(`  note       ${n}`);
     if (slurm) console.log("estimate: none (Slurm jobs run on other machines)");
     else {
       est ??= await estimatePlan(plan, cache, device, announce);

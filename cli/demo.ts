@@ -117,10 +117,11 @@ export async function estimateByTraining(
   const n = (k: string) => todo.filter((t) => t.kind === k).length;
   const trained = sum(["train"]);
   const rest = sum(["iris", "stitch"]);
-  // Each task's own cost where it is known (a model's training steps), else its kind's: the time
-  // left starts from them (cli/progress.ts TimeLeft).
+  // Each model's own cost, from its training steps: the time left starts from them, and the IRI
+  // sets and stitches, costed by kind (prior), take the mean of their kind's ended tasks as they
+  // end (cli/progress.ts TimeLeft).
   const tasks = Object.fromEntries(
-    todo.map((t) => [t.key, t.spec.kind === "train" ? trainSeconds(t.spec.config, rate) : (prior[t.kind] ?? 0)]),
+    todo.flatMap((t) => (t.spec.kind === "train" ? [[t.key, trainSeconds(t.spec.config, rate)]] : [])),
   );
   return {
     prior,

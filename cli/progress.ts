@@ -147,16 +147,30 @@ export class TimeLeft {
     return work / Math.max(1, Math.min(this.opts.workers, this.remaining()));
   }
 
-  /** Each task's estimate, scaled by its kind's correction (the class comment). */
+  /**
+   * Each task's estimate, scaled by its kind's correction (the class comment). A task without an
+   * estimate of its own (the demo's IRI sets and stitches, costed by kind) costs the mean of its
+   * kind's ended tasks once one has ended, else its kind's prior (or weight) scaled as the ended
+   * tasks with estimates ran.
+   */
   private perTaskCost(tasks: Record<string, number>): (key: string, kind: string) => number {
-    const ratio = new Map<string, number>();
-    for (const kind of new Set(this.ended.map((e) => e.kind))) {
-      const own = this.ended.filter((e) => e.kind === kind && tasks[e.key] !== undefined);
+    const ratio = (ended: { key: string; seconds: number }[]) => {
+      const own = ended.filter((e) => tasks[e.key] !== undefined);
       const seconds = own.reduce((s, e) => s + e.seconds, 0);
       const said = own.reduce((s, e) => s + (tasks[e.key] as number), 0);
-      ratio.set(kind, (seconds + this.pseudo) / Math.max(1e-9, said + this.pseudo));
-    }
-    return (key, kind) => (tasks[key] ?? this.opts.prior?.[kind] ?? 0) * (ratio.get(kind) ?? 1);
+      return (seconds + this.pseudo) / Math.max(1e-9, said + this.pseudo);
+    };
+    const byKind = new Map<string, number>();
+    for (const kind of new Set(this.ended.map((e) => e.kind)))
+      byKind.set(kind, ratio(this.ended.filter((e) => e.kind === kind)));
+    const overall = ratio(this.ended);
+    return (key, kind) => {
+      const own = tasks[key];
+      if (own !== undefined) return own * (byKind.get(kind) ?? 1);
+      const done = this.ended.filter((e) => e.kind === kind);
+      if (done.length) return done.reduce((s, e) => s + e.seconds, 0) / done.length;
+      return (this.opts.prior?.[kind] ?? this.opts.weight[kind] ?? 1) * overall;
+    };
   }
 
   /** A kind's cost from its ended tasks, or from the weights and what has run (the class comment); null: nothing known. */

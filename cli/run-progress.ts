@@ -54,7 +54,11 @@ export function overallProgress(todo: Task[], opts: ProgressOptions = {}): Progr
     prior: opts.prior,
     tasks: opts.tasks,
   });
-  if (!process.stderr.isTTY) return { onEvent: eventPrinter(undefined, clock), stop: () => {} };
+  if (!process.stderr.isTTY) {
+    const counts: Record<string, number> = {};
+    for (const t of todo) counts[t.kind] = (counts[t.kind] ?? 0) + 1;
+    return { onEvent: eventPrinter(undefined, clock, undefined, counts), stop: () => {} };
+  }
   // The bar weighs tasks by their own estimates where every task has one, else by kind.
   const own = opts.tasks;
   const weight = (t: Task) =>
@@ -125,16 +129,17 @@ export function eventPrinter(
   write: (line: string) => void = (line) => console.error(line),
   clock?: TimeLeft,
   now: () => number = () => Date.now() / 1000,
+  /** The run's tasks per kind, where known: a line says "3/8 ended", not "3 ended". */
+  counts: Record<string, number> = {},
 ): (e: RunEvent) => void {
   const last = new Map<string, number>();
-  const kinds = new Map<string, { total: number; ended: number; running: Map<string, string> }>();
+  const kinds = new Map<string, { ended: number; running: Map<string, string> }>();
   return (e) => {
     if (clock) track(clock, e);
     const kind = e.task.kind;
-    const k = kinds.get(kind) ?? { total: 0, ended: 0, running: new Map<string, string>() };
+    const k = kinds.get(kind) ?? { ended: 0, running: new Map<string, string>() };
     kinds.set(kind, k);
     if (e.kind === "start") {
-      k.total++;
       k.running.set(e.task.key, e.task.label);
     } else if (e.kind === "progress") {
       const fields = Object.entries(e.fields ?? {})
@@ -157,8 +162,9 @@ export function eventPrinter(
     const time = clock
       ? `; run: ${formatRunTime(clock.elapsed(), clock.left())} (${clock.remaining()} task${clock.remaining() === 1 ? "" : "s"} to go)`
       : "";
+    const of = counts[kind] === undefined ? "" : `/${counts[kind]}`;
     write(
-      `[${e.total} tasks] ${kind}: ${k.ended} ended${running.length ? `; running ${running.join("; ")}` : ""}${time}`,
+      `[${e.total} tasks] ${kind}: ${k.ended}${of} ended${running.length ? `; running ${running.join("; ")}` : ""}${time}`,
     );
   };
 }

@@ -486,9 +486,15 @@ function probeKey(plan: Plan, device: Device): string {
   };
   const stitches = betweenCheckpoints(specs);
   const what = {
-    probe: 5,
+    probe: 6,
     models: [...new Set(stitches.flatMap((s) => [JSON.stringify(models(s.front)), JSON.stringify(models(s.back))]))],
-    iris: specs.filter((s): s is IrisTask => s.kind === "iris").map((s) => [s.point, s.limit, s.options.batchSize]),
+    // The descent's settings too: the probe measures how many steps it takes (iriDescent).
+    iris: specs
+      .filter((s): s is IrisTask => s.kind === "iris")
+      .map((s) => {
+        const { seed: _s, ...options } = s.options as IrisTask["options"] & { seed?: number };
+        return [s.point, s.limit, options];
+      }),
     stitch: stitches.map((s) => {
       const { seed: _s, ...config } = s.config;
       return config;

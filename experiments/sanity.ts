@@ -17,6 +17,7 @@ import type { StitchableModel } from "../models/stitchable.js";
 import { loadSource } from "../stitch/jobs.js";
 import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
+import { isDone } from "./cache.js";
 import type { Plan, StitchTask } from "./plan.js";
 import { CONTROL_MIN_AGREEMENT, nearChance } from "./reading.js";
 import { modelSource } from "./tasks.js";
@@ -153,8 +154,10 @@ function adaptedAgreement(
   opts: { batchSize: number; augment: AugmentOptions | null; device: torch.Device },
 ): number {
   const trained = loadCheckpoint(source);
-  const adapted = loadCheckpoint(source);
+  let second: ReturnType<typeof loadCheckpoint> | null = null;
   try {
+    const adapted = loadCheckpoint(source);
+    second = adapted;
     const normalization = requireNormalization(trained.record, name);
     trained.model.to(opts.device);
     adapted.model.to(opts.device);
@@ -174,10 +177,16 @@ function adaptedAgreement(
         device: opts.device,
       })) {
         try {
-          if (step++ < ADAPT_CHECK_STEPS) torch.noGrad(() => torch.tidy(() => adapted.model.forward(b.x)));
+          if (step++ < ADAPT_CHECK_STEPS)
+            torch.noGrad(() =>
+              torch.tidy(() => {
+                adapted.model.forward(b.x);
+              }),
+            );
         } finally {
           torch.dispose(b);
         }
+        if (step >= ADAPT_CHECK_STEPS) break;
       }
     const meter = new AgreementMeter();
     forEachEvalBatch([trained.model, adapted.model], test, { normalization, device: opts.device }, (b) =>
@@ -186,7 +195,7 @@ function adaptedAgreement(
     return meter.result().agreementProbability;
   } finally {
     trained.model.dispose();
-    adapted.model.dispose();
+    second?.model.dispose();
   }
 }
 
@@ -244,35 +253,51 @@ export function adaptDecision(
 }
 
 /**
- * Runs adaptCheck on the plan's back where its standard stitches adapt batch norm on augmented
- * images (the default); null where they do not, or the check passed. A check that cannot run is a
- * note, not a stop: the run meets the same problem, if it is one, where it has its own error.
+ * Runs adaptCheck on each back of the plan's standard stitches that adapt batch norm on augmented
+ * images (the default): B, and with --both-ways A too (B -> A and A's own control). The lines to
+ * print (none where every check passed), and augment false where one back is broken by
+ * augmentation alone and the user left the setting to compare: the setting is the run's, not a
+ * back's. A check that cannot run is a note, not a stop: the run meets the same problem, if it is
+ * one, where it has its own error.
  */
 export async function checkStandardAdapt(
   plan: Plan,
   cache: string,
   device: torch.Device,
   given: boolean,
-): Promise<{ augment: boolean | null; text: string } | null> {
+): Promise<{ augment: boolean | null; lines: string[] }> {
+  // Only tasks still to run: a run served from the cache has nothing left for the check to save.
   const standard = plan.tasks
+    .filter((t) => !isDone(cache, t.key))
     .map((t) => t.spec)
-    .find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === "standard" && t.config.bnMode === "adapt");
-  if (!standard || standard.config.augment === false || !("checkpoint" in standard.back)) return null;
-  const d = plan.experiment.dataset;
-  const name =
-    Object.entries(plan.models).find(([, ref]) => JSON.stringify(ref) === JSON.stringify(standard.back))?.[0] ?? "B";
-  try {
-    const check = await adaptCheck(
-      { name, source: modelSource(cache, standard.back) },
-      { dataset: d.name, root: d.root ?? null, imageSize: d.imageSize ?? null },
-      { limit: standard.config.limit ?? 512, batchSize: standard.config.batchSize, device },
+    .filter(
+      (t): t is StitchTask =>
+        t.kind === "stitch" &&
+        t.config.mode === "standard" &&
+        t.config.bnMode === "adapt" &&
+        t.config.augment !== false &&
+        "checkpoint" in t.back,
     );
-    const decision = adaptDecision(check, name, given);
-    return decision.line ? { augment: decision.augment, text: decision.line } : null;
-  } catch (e) {
-    return {
-      augment: null,
-      text: `B's batch norm under the standard recipe could not be checked: ${(e as Error).message.split("\n")[0]}`,
-    };
+  const backs = [...new Map(standard.map((t) => [JSON.stringify(t.back), t])).values()];
+  const d = plan.experiment.dataset;
+  const out: { augment: boolean | null; lines: string[] } = { augment: null, lines: [] };
+  for (const task of backs) {
+    const name =
+      Object.entries(plan.models).find(([, ref]) => JSON.stringify(ref) === JSON.stringify(task.back))?.[0] ?? "B";
+    try {
+      const check = await adaptCheck(
+        { name, source: modelSource(cache, task.back) },
+        { dataset: d.name, root: d.root ?? null, imageSize: d.imageSize ?? null },
+        { limit: task.config.limit ?? 512, batchSize: task.config.batchSize, device },
+      );
+      const decision = adaptDecision(check, name, given);
+      if (decision.line) out.lines.push(decision.line);
+      if (decision.augment === false) out.augment = false;
+    } catch (e) {
+      out.lines.push(
+        `${name}'s batch norm under the standard recipe could not be checked: ${(e as Error).message.split("\n")[0]}`,
+      );
+    }
   }
+  return out;
 }

@@ -285,6 +285,26 @@ test("the time left starts from each task's own estimate, and tasks that end cor
   // Per-kind costs without per-task estimates: as before.
   const plain = new TimeLeft(todo, { workers: 1, weight: TASK_WEIGHT, now: () => 0 });
   assert.equal(plain.left(), null);
+  // The demo's: models estimated each, the rest by kind. A kind with no estimate of its own costs
+  // its prior until one of its tasks ends, then the mean of those ended, not a damped prior.
+  let t = 0;
+  const demo = new TimeLeft(
+    [
+      { key: "m", kind: "train" },
+      { key: "i1", kind: "iris" },
+      { key: "i2", kind: "iris" },
+    ],
+    { workers: 1, weight: TASK_WEIGHT, prior: { iris: 8 }, tasks: { m: 50 }, now: () => t },
+  );
+  close(demo.left(), 66);
+  demo.start("m");
+  t = 50;
+  demo.end("m", 50);
+  demo.start("i1");
+  t = 74;
+  demo.end("i1", 24);
+  // The IRI set took 3x its prior: the other costs what it took.
+  close(demo.left(), 24);
 });
 
 test("into a pipe, progress is at most one line per task kind a minute, with the run's time elapsed and left; a failure always gets its line", () => {
@@ -303,11 +323,12 @@ test("into a pipe, progress is at most one line per task kind a minute, with the
     (l) => lines.push(l),
     clock,
     () => now,
+    { iris: 3, stitch: 1 },
   );
   const event = (e: Omit<RunEvent, "total">): RunEvent => ({ ...e, total: 4 });
   print(event({ kind: "start", task: iris[0], index: 1 }));
   assert.deepEqual(lines, [
-    "[4 tasks] iris: 0 ended; running iris a; run: 1 s elapsed, about 2 min 50 s left (4 tasks to go)",
+    "[4 tasks] iris: 0/3 ended; running iris a; run: 1 s elapsed, about 2 min 50 s left (4 tasks to go)",
   ]);
   // Within the minute: nothing more of the IRI sets, however many events.
   for (let s = 1; s <= 50; s++) {
@@ -325,14 +346,14 @@ test("into a pipe, progress is at most one line per task kind a minute, with the
   print(event({ kind: "start", task: stitch, index: 4 }));
   assert.match(
     lines[2] as string,
-    /^\[4 tasks\] stitch: 0 ended; running stitch s; run: 20 s elapsed, about .* left \(2 tasks to go\)$/,
+    /^\[4 tasks\] stitch: 0\/1 ended; running stitch s; run: 20 s elapsed, about .* left \(2 tasks to go\)$/,
   );
   // A minute after the IRI sets' last line: the next event of theirs is told, with the latest progress.
   now = 61;
   print(event({ kind: "progress", task: iris[2], index: 3, fields: { batch: 1, step: 300, residual: Number.NaN } }));
   assert.match(
     lines[3] as string,
-    /^\[4 tasks\] iris: 2 ended; running iris c: batch 1, step 300; run: 61 s elapsed, about \d+ s left \(2 tasks to go\)$/,
+    /^\[4 tasks\] iris: 2\/3 ended; running iris c: batch 1, step 300; run: 61 s elapsed, about \d+ s left \(2 tasks to go\)$/,
   );
   assert.equal(lines.length, 4);
 });
