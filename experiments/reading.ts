@@ -431,11 +431,7 @@ export function verdictLines(
   const pairs = [...new Set(rows.map((r) => r.pair))];
   // Beside a failed identical control no verdict can be read: the recipe breaks a model even with
   // itself, so a gap between pairs says nothing of them.
-  const meansOf = (mode: string) =>
-    summary.filter((s) => s.pair === "identical" && s.mode === mode).map((s) => s.scores.agreement_prob.mean);
-  const control = pairs.includes("identical")
-    ? controlReading({ standard: meansOf("standard"), iris: meansOf("iris") }, recipe)
-    : null;
+  const control = pairs.includes("identical") ? identicalControl(summary, recipe) : null;
   const unreadable =
     control && !control.passed && Number.isFinite(control.min)
       ? `cannot be read: the identical control drops to ${control.min.toFixed(3)} (below ${CONTROL_MIN_AGREEMENT})${control.hint ? `. ${control.hint.replace(/\.$/, "")}` : ""}`
@@ -525,6 +521,13 @@ export function controlReading(
   return { passed: false, min, hint };
 }
 
+/** The identical pair's control, read from the summary's agreement means by mode (the verdicts' and the reading's). */
+const identicalControl = (summary: SummaryRow[], recipe?: StandardRecipe): ControlReading => {
+  const meansOf = (mode: string) =>
+    summary.filter((s) => s.pair === "identical" && s.mode === mode).map((s) => s.scores.agreement_prob.mean);
+  return controlReading({ standard: meansOf("standard"), iris: meansOf("iris") }, recipe);
+};
+
 /** What a plan's standard stitches do to the real images and batch norm: what a failed control's hint reads. */
 export interface StandardRecipe {
   /** stitch.augment: true unless false. */
@@ -574,9 +577,7 @@ export function reading(
     `${said ? "" : `Replicates: ${n}. `}Values are means${n > 1 ? " ± the half-width of their 95% Student-t interval" : " (one replicate: no interval over replicates, so no difference between pairs is called here; `stitchlab compare` gives its verdict intervals over the test images)"}.`,
   );
   if (pairs.includes("identical")) {
-    const meansOf = (mode: string) =>
-      summary.filter((s) => s.pair === "identical" && s.mode === mode).map((s) => s.scores.agreement_prob.mean);
-    const c = controlReading({ standard: meansOf("standard"), iris: meansOf("iris") }, opts.recipe);
+    const c = identicalControl(summary, opts.recipe);
     out.push(
       Number.isNaN(c.min)
         ? "Control: the identical pair has no finite score."
