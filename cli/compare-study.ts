@@ -49,7 +49,7 @@ export const COMPARE_FLAGS: FlagTable = {
   keys: {
     replicates: {
       describe:
-        "replicates of A -> B: other IRI and stitching seeds (1: intervals over the test images; 2 or more: over the seeds)",
+        "replicates of A -> B: other IRI and stitching seeds (2 or more: intervals over the seeds and the test images; 1: over the test images only)",
       note: `--protocol paper: ${paper.replicates}`,
     },
     "dataset.testLimit": { flag: "--test-limit", note: `--protocol paper: ${paper.test}` },
@@ -147,7 +147,8 @@ export function givenSizes(o: Record<string, unknown>): Set<ScaleKey> {
 
 /**
  * compare's line under its plan (cli/plan-lines.ts) on what the intervals are over: its models are
- * fixed checkpoints, so replicates differ in IRI and stitching seeds only.
+ * fixed checkpoints, so replicates differ in IRI and stitching seeds only, and the test sample is
+ * the other source (report/summary.ts seedAndImageInterval).
  */
 export function intervalsLine(plan: Plan): string {
   const e = plan.experiment;
@@ -155,7 +156,7 @@ export function intervalsLine(plan: Plan): string {
   const replicates = Math.max(
     ...e.pairs.filter((p) => !isNullRelation(p.relation)).map((p) => p.replicates ?? e.replicates),
   );
-  return `  intervals  ${replicates > 1 ? `Student t over ${replicates} replicates (IRI and stitching seeds)` : "one replicate: 95% intervals over the test images (mean ± 1.96 standard errors), none over seeds; --replicates N for those"}`;
+  return `  intervals  ${replicates > 1 ? `95%, over ${replicates} replicates' IRI and stitching seeds (Student t) and the test images together` : "one replicate: 95% over the test images only (mean ± 1.96 standard errors), not over seeds, so another --seed may land outside them; --replicates 3 for both"}`;
 }
 
 /** What compareStudy needs besides the flags: the protocol, both models, the dataset, compare.yaml's path. */

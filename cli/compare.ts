@@ -81,7 +81,7 @@ export function registerCompareCommand(program: Command): void {
     )
     .option(
       "--budget <time>",
-      `fit the run into this time on this machine (e.g. 90s, 30m, 2h): after the probe, the largest settings whose estimate fits, reducing replicates (to ${BUDGET_FLOORS.replicates}), then points (to ${BUDGET_FLOORS.points}: the middle and the last), then IRIs per set and T's images (to ${BUDGET_FLOORS.images}), then test images (to ${BUDGET_FLOORS.test}), never a setting given as a flag; prints what it reduced, or refuses when even the smallest do not fit`,
+      `fit the run into this time on this machine (e.g. 90s, 30m, 2h): after the probe, the largest settings whose estimate fits, reducing points (to ${BUDGET_FLOORS.points}: the middle and the last), then replicates (to ${BUDGET_FLOORS.replicates}), then IRIs per set and T's images (to ${BUDGET_FLOORS.images}), then test images (to ${BUDGET_FLOORS.test}), never a setting given as a flag; prints what it reduced, or refuses when even the smallest do not fit`,
       budget,
     )
     .option(

@@ -2,12 +2,13 @@
 // machine, from the one probe of the protocol's plan (the CLI costs each candidate with
 // experiments/estimate.ts estimateFrom on its re-planned experiment). What may be reduced, in this
 // order, each only as far as needed and never below its floor (BUDGET_FLOORS):
-//   1. replicates, to 1: the models are fixed checkpoints, so replicates differ only in IRI and
-//      stitching seeds, which moved a score by at most 0.006, less than the test sample moves it;
-//      with one replicate the intervals come over the test images (experiments/compare.ts);
-//   2. points, to 2 (relative depths 1/2 and 1, pointsAtDepths): the middle and the last are where
+//   1. points, to 2 (relative depths 1/2 and 1, pointsAtDepths): the middle and the last are where
 //      the paper's findings part; the points between place the parting more finely, they do not
 //      decide whether there is one;
+//   2. replicates, to 1: fewer IRI and stitching seeds widen the intervals honestly (Student t over
+//      fewer), where fewer images would move the scores themselves; with one, the intervals cover the
+//      test images only, and the verdict says another seed may land outside them (a seed moved a
+//      full-width score at the last point by 0.043, twice the test images' half-width);
 //   3. IRIs per set and T's real images, together (standard and invariance-aware T then see as
 //      many images), to 32; T keeps at least the fast protocol's steps (its batch follows the
 //      images, its epochs rise), since fewer leave T near its least-squares start;
@@ -35,14 +36,14 @@ export type ScaleKey = keyof CompareScale;
 
 /**
  * How far a budget reduces each setting:
- * - replicates 1: the intervals are then over the test images;
  * - points 2: the middle and the last;
+ * - replicates 1: the intervals are then over the test images only;
  * - 32 images: at a 32 px ResNet-18's last point (4 x 4 positions of 512 channels) 32 images give T's
  *   least-squares start 512 samples, as many as T has inputs; fewer leave it under-determined;
  * - 500 test images: the 95% half-width over them is then about 0.03 (a standard error of about
  *   0.01 at 1,000), still inside the 0.05 margin by which two scores are close.
  */
-export const BUDGET_FLOORS = { replicates: 1, points: 2, images: 32, test: 500 } as const;
+export const BUDGET_FLOORS = { points: 2, replicates: 1, images: 32, test: 500 } as const;
 
 /** The least steps a budget leaves T: the fast protocol's (120 steps of one batch of 48). */
 export const BUDGET_MIN_STITCH_STEPS =
@@ -117,10 +118,6 @@ function shrinkImages(s: CompareScale, n: number, b: BudgetBounds): CompareScale
 
 /** Each reduction stage's candidates from the scale it starts at, largest first (BUDGET_FLOORS's order). */
 const STAGES: ((s: CompareScale, b: BudgetBounds) => CompareScale[])[] = [
-  (s, b) =>
-    b.fixed.has("replicates")
-      ? []
-      : below(s.replicates, BUDGET_FLOORS.replicates, 1).map((replicates) => ({ ...s, replicates })),
   (s, b) => {
     if (b.fixed.has("points")) return [];
     const out: CompareScale[] = [];
@@ -130,6 +127,10 @@ const STAGES: ((s: CompareScale, b: BudgetBounds) => CompareScale[])[] = [
     }
     return out;
   },
+  (s, b) =>
+    b.fixed.has("replicates")
+      ? []
+      : below(s.replicates, BUDGET_FLOORS.replicates, 1).map((replicates) => ({ ...s, replicates })),
   (s, b) => {
     if (b.fixed.has("iris") && b.fixed.has("images")) return [];
     const top = Math.max(
@@ -264,7 +265,7 @@ export function longPlanAdvice(seconds: number, device: string, s: CompareScale)
   ];
   return [
     `too long   ${formatDuration(seconds)} is over an hour on the CPU. To cut it: --budget 45m picks the largest settings that fit ` +
-      "(fewer replicates first, then points, then IRIs and T's images, then test images)" +
+      "(fewer points first, then replicates, then IRIs and T's images, then test images)" +
       (flags.length ? `, or give the fast protocol's sizes yourself: ${flags.join(" ")}` : "") +
       ". A GPU (--device cuda) runs it as planned.",
   ];

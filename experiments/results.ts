@@ -10,6 +10,7 @@ import type { IriPreview, ModelRow, StitchRow, SummaryRow } from "../report/inde
 import { summarize, writeReport } from "../report/index.js";
 import type { IriSetInfo } from "../stitch/iriset.js";
 import type { StitchResult } from "../stitch/jobs.js";
+import { fullRateLossFall } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { readManifest, taskDir } from "./cache.js";
 import type { ModelRef, Plan } from "./plan.js";
@@ -130,6 +131,8 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       front_alone_agreement_prob: r.frontAlone?.agreementProbability ?? null,
       agreement_prob_se: r.scores.agreementProbabilitySe ?? null,
       train_steps: r.config.epochs * Math.floor(r.training.trainImages / r.config.batchSize),
+      t_loss: r.training.epochLosses.at(-1) ?? null,
+      t_loss_fall: fullRateLossFall(r.training.epochLosses, r.config),
       threads: lineageThreads(deps, made, s.key).join("/"),
     });
   }

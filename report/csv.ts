@@ -36,6 +36,8 @@ export const CSV_COLUMNS = [
   "threads",
   "front_reliance",
   "front_point",
+  "t_loss",
+  "t_loss_fall",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

@@ -32,8 +32,10 @@ export interface SummaryRow {
   n: number;
   scores: Record<SummaryScore, Interval>;
   /**
-   * With one replicate: agreement_prob's standard error over the test images (null: several
-   * replicates, or not recorded). What experiments/compare.ts builds its one-replicate interval from.
+   * agreement_prob's standard error over the test images: a replicate's own, or the mean of the
+   * replicates' (null where one was not recorded). Replicates are scored on the same test images,
+   * so averaging them does not shrink the test sample's error. What compare's intervals add to the
+   * seeds' spread (seedAndImageInterval).
    */
   agreementProbSe: number | null;
 }
@@ -84,10 +86,16 @@ export function summarize(rows: StitchRow[]): SummaryRow[] {
       test_data: r.test_data,
       n: new Set(rs.map((x) => x.replicate)).size,
       scores,
-      agreementProbSe: rs.length === 1 ? (rs[0].agreement_prob_se ?? null) : null,
+      agreementProbSe: testImageSe(rs),
     });
   }
   return out.sort((a, b) => groupKey(a).localeCompare(groupKey(b)) || a.pointIndex - b.pointIndex);
+}
+
+/** The mean of the replicates' test-image standard errors of agreement_prob (null where any lacks one). */
+function testImageSe(rows: StitchRow[]): number | null {
+  const per = perReplicate(rows, (r) => r.agreement_prob_se ?? Number.NaN);
+  return per.length && per.every(Number.isFinite) ? per.reduce((a, b) => a + b, 0) / per.length : null;
 }
 
 /**
@@ -135,6 +143,7 @@ const Z_975 = 1.959964;
 /**
  * A summary row's agreement with its interval: over replicates where there are several; with one,
  * mean +- 1.96 standard errors over the test images (what another draw of test images would give).
+ * The band a null front is read with (report/chance.ts).
  */
 export function agreementInterval(row: SummaryRow): Interval {
   const over = row.scores.agreement_prob;
@@ -142,4 +151,31 @@ export function agreementInterval(row: SummaryRow): Interval {
   if (row.n > 1 || !Number.isFinite(se) || !Number.isFinite(over.mean)) return over;
   const halfWidth = Z_975 * se;
   return { ...over, halfWidth, lo: over.mean - halfWidth, hi: over.mean + halfWidth };
+}
+
+/** What an interval of seedAndImageInterval is over. */
+export type IntervalSources = "seeds and test images" | "seeds" | "test images" | "none";
+
+/**
+ * A summary row's agreement with an interval over both sources that move a score of fixed models
+ * (compare's verdict): the replicates' IRI and stitching seeds, Student t over replicates, and the
+ * test sample, 1.96 standard errors (the replicates' mean: they share the test images). The two
+ * half-widths add in quadrature, as the errors of independent sources do: the mean of R replicates
+ * on one test sample has variance seeds^2 / R + test^2. One replicate: the test images' alone
+ * (another seed may land outside it: the verdict says so); no standard error recorded: the seeds'.
+ */
+export function seedAndImageInterval(row: SummaryRow): Interval & { over: IntervalSources } {
+  const seeds = row.scores.agreement_prob;
+  const se = row.agreementProbSe ?? Number.NaN;
+  const hasSeeds = Number.isFinite(seeds.halfWidth);
+  if (!Number.isFinite(seeds.mean) || !Number.isFinite(se)) return { ...seeds, over: hasSeeds ? "seeds" : "none" };
+  const images = Z_975 * se;
+  const halfWidth = hasSeeds ? Math.hypot(seeds.halfWidth, images) : images;
+  return {
+    ...seeds,
+    halfWidth,
+    lo: seeds.mean - halfWidth,
+    hi: seeds.mean + halfWidth,
+    over: hasSeeds ? "seeds and test images" : "test images",
+  };
 }

@@ -64,6 +64,14 @@ export interface StitchRow {
   agreement_prob_se?: number | null;
   /** Optimiser steps T was trained for (epochs x full batches). */
   train_steps: number;
+  /** T's mean training loss in its last epoch (null in rows built without it). */
+  t_loss?: number | null;
+  /**
+   * How far T's loss was still falling when its rate first fell (stitch/train.ts fullRateLossFall:
+   * the relative fall from the third to the last quarter of the full-rate phase); null where
+   * that phase is under 4 epochs.
+   */
+  t_loss_fall?: number | null;
   /**
    * The thread counts the row's tasks ran with (its base models' training, its IRI set, its
    * stitch), from their cache manifests: "1", or "1/2" when they differ; "" when not recorded.

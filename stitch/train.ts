@@ -23,7 +23,7 @@ import type { StitchableModel } from "../models/stitchable.js";
 import { BatchNorm2d } from "../nn/layers.js";
 import { inEvalMode } from "../nn/module.js";
 import { Adam } from "../nn/optim.js";
-import { stepSchedule } from "../nn/schedule.js";
+import { stepSchedule, stepScheduleMilestones } from "../nn/schedule.js";
 import * as torch from "../torch/index.js";
 
 type Tensor = torch.Tensor;
@@ -144,6 +144,32 @@ export interface StitchTrainProgress {
   loss: number;
   /** The epoch's learning rate (the step schedule's, as base training reports it). */
   lr: number;
+}
+
+/**
+ * How far T's loss was still falling when its learning rate first fell: the relative fall of the
+ * mean epoch loss from the third to the last quarter of the full-rate phase (the epochs before the
+ * first milestone; every epoch where none falls inside training). The step schedule flattens the
+ * loss after a milestone by construction (a tenth of the rate takes a tenth of each step), so a
+ * flat tail says nothing of whether T had learnt; the full-rate phase's own slope does. Null with
+ * fewer than 4 full-rate epochs (a quarter of none) or a loss that is not finite.
+ */
+export function fullRateLossFall(
+  epochLosses: readonly number[],
+  schedule: { milestones: readonly number[]; lrDecay: number },
+): number | null {
+  const epochs = epochLosses.length;
+  const first =
+    schedule.lrDecay === 1
+      ? epochs
+      : Math.min(epochs, ...stepScheduleMilestones(schedule.milestones, epochs).filter((m) => m > 0));
+  const q = Math.floor(first / 4);
+  if (q < 1) return null;
+  const mean = (from: number, to: number) => epochLosses.slice(from, to).reduce((a, b) => a + b, 0) / (to - from);
+  const third = mean(first - 2 * q, first - q);
+  const last = mean(first - q, first);
+  const fall = (third - last) / Math.abs(last);
+  return Number.isFinite(fall) ? fall : null;
 }
 
 /**

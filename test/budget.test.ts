@@ -55,16 +55,18 @@ function cost(s: CompareScale): number {
 
 const bounds = (fixed: ScaleKey[] = []) => ({ trainCount: 1000, testCount: 10000, fixed: new Set(fixed) });
 
-test("a budget reduces replicates first, then points, then IRIs and T's images, then test images, each only as far as it must", () => {
+test("a budget reduces points first, then replicates, then IRIs and T's images, then test images, each only as far as it must", () => {
   // The whole plan costs 3 x 9 x 2000 / 100 + 100 = 640.
   assert.deepEqual(fitBudget(PAPER, 640, cost, bounds()), { scale: PAPER, seconds: 640, fits: true });
-  // Two replicates: 460.
-  assert.deepEqual(fitBudget(PAPER, 500, cost, bounds()).scale, { ...PAPER, replicates: 2 });
-  // One replicate (280) is not enough for 200: k points cost 20 k + 100, so 5 points (relative depths 1/5 ... 1).
-  const five = fitBudget(PAPER, 200, cost, bounds());
-  assert.deepEqual(five.scale, { ...PAPER, replicates: 1, points: ["p2", "p3", "p5", "p6", "p8"] });
-  assert.equal(five.seconds, 200);
-  // Two points (140) are not enough for 130: 4 n / 100 + 100 <= 130 gives n <= 750, tried in 16s: 736.
+  // k points cost 60 k + 100: six (relative depths 1/6 ... 1) for 500.
+  const six = fitBudget(PAPER, 500, cost, bounds());
+  assert.deepEqual(six.scale, { ...PAPER, points: ["p1", "p3", "p4", "p5", "p7", "p8"] });
+  assert.equal(six.seconds, 460);
+  // Two points (220) are not enough for 200: two replicates (180).
+  const two = fitBudget(PAPER, 200, cost, bounds());
+  assert.deepEqual(two.scale, { ...PAPER, replicates: 2, points: ["p4", "p8"] });
+  assert.equal(two.seconds, 180);
+  // One replicate (140) is not enough for 130: 4 n / 100 + 100 <= 130 gives n <= 750, tried in 16s: 736.
   const images = fitBudget(PAPER, 130, cost, bounds());
   assert.deepEqual(images.scale, { ...PAPER, replicates: 1, points: ["p4", "p8"], iris: 736, images: 736 });
   // n <= 125: 112 images, one batch of them, so T's epochs rise to keep its steps.
@@ -147,9 +149,11 @@ test("a plan over an hour on the CPU says how to cut it and that a GPU runs it a
   assert.equal(
     line,
     "too long   1 h 0 min is over an hour on the CPU. To cut it: --budget 45m picks the largest settings that fit " +
-      "(fewer replicates first, then points, then IRIs and T's images, then test images), or give the fast protocol's sizes yourself: " +
-      "--replicates 1 --points p4,p8 --limit 48 --batch-size 48 --epochs 120 --test-limit 1000. A GPU (--device cuda) runs it as planned.",
+      "(fewer points first, then replicates, then IRIs and T's images, then test images), or give the fast protocol's sizes yourself: " +
+      "--points p4,p8 --limit 48 --batch-size 48 --epochs 120 --test-limit 1000. A GPU (--device cuda) runs it as planned.",
   );
+  // The fast protocol's replicates are the paper's three: nothing to cut there.
+  assert.equal(COMPARE_DEFAULTS.replicates, PAPER.replicates);
   assert.deepEqual(longPlanAdvice(3600, "cpu", PAPER), [], "an hour is not over an hour");
   assert.deepEqual(longPlanAdvice(40_000, "cuda", PAPER), []);
   assert.deepEqual(longPlanAdvice(40_000, "cuda:1", PAPER), []);

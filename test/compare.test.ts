@@ -313,11 +313,11 @@ function row(point: string, index: number, mode: string, m: number, spread: { se
     test_data: "clean",
     n: values.length,
     scores: Object.fromEntries(SUMMARY_SCORES.map((s) => [s, over])) as SummaryRow["scores"],
-    agreementProbSe: values.length === 1 ? (spread.se ?? null) : null,
+    agreementProbSe: spread.se ?? null,
   } satisfies SummaryRow;
 }
 
-test("one replicate: the verdict's intervals are over the test images (mean ± 1.96 standard errors), and say so", () => {
+test("the verdict's intervals: over the seeds and the test images together; with one replicate over the test images only, and say so", () => {
   const tight = { mean: 0.1, median: 0.1, p90: 0.15, below01: 0.5 };
   const iris: IriPreview[] = ["layer2.1", "layer4.1"].map((point) => ({
     front: "a",
@@ -347,7 +347,10 @@ test("one replicate: the verdict's intervals are over the test images (mean ± 1
   assert.ok(Math.abs(v.points[0].standard.halfWidth - 1.959964 * 0.01) < 1e-9);
   const text = compareVerdictLines([v]).join("\n");
   assert.match(text, /standard 0\.800 ± 0\.020/);
-  assert.match(text, /One replicate: each interval is over the test images \(mean ± 1\.96 standard errors/);
+  assert.match(
+    text,
+    /One replicate: each interval is over the test images only \(mean ± 1\.96 standard errors\)\. Another IRI and stitching seed moves a score as well/,
+  );
   assert.match(
     text,
     /^What it means: standard stitching asks whether A's features.*Even two seeds of one architecture part/m,
@@ -356,16 +359,29 @@ test("one replicate: the verdict's intervals are over the test images (mean ± 1
   const [old] = compareVerdicts([row("layer2.1", 4, "standard", 0.8, {}), row("layer2.1", 4, "iris", 0.7, {})], iris);
   assert.equal(old.intervals, "none");
   assert.ok(Number.isNaN(old.points[0].standard.halfWidth));
-  // Several replicates: Student t over them, the standard error unused.
-  const [many] = compareVerdicts(
+  // Several replicates without a standard error: Student t over the seeds alone.
+  const [seeds] = compareVerdicts(
     [
       row("layer2.1", 4, "standard", 0.8, { values: [0.79, 0.8, 0.81] }),
       row("layer2.1", 4, "iris", 0.7, { values: [0.69, 0.7, 0.71] }),
     ],
     iris,
   );
-  assert.equal(many.intervals, "replicates");
-  assert.ok(Math.abs(many.points[0].standard.halfWidth - interval([0.79, 0.8, 0.81]).halfWidth) < 1e-12);
+  assert.equal(seeds.intervals, "seeds");
+  assert.ok(Math.abs(seeds.points[0].standard.halfWidth - interval([0.79, 0.8, 0.81]).halfWidth) < 1e-12);
+  // With it: the seeds' and the test images' half-widths in quadrature. Seeds alone (4.303 x 0.01 /
+  // sqrt 3 = 0.0248) would keep 0.80 and 0.74 apart, and the test images alone (1.96 x 0.01) too;
+  // together (0.0317 each) they overlap, so the two are close.
+  const both = (mode: string, m: number) => row("layer4.1", 8, mode, m, { values: [m - 0.01, m, m + 0.01], se: 0.01 });
+  const [combined] = compareVerdicts([both("standard", 0.8), both("iris", 0.74)], iris);
+  assert.equal(combined.intervals, "seeds and test images");
+  const hw = Math.hypot(interval([0.79, 0.8, 0.81]).halfWidth, 1.959964 * 0.01);
+  assert.ok(Math.abs(combined.points[0].standard.halfWidth - hw) < 1e-12, `${combined.points[0].standard.halfWidth}`);
+  assert.equal(combined.points[0].state, "close");
+  assert.match(
+    compareVerdictLines([combined]).join("\n"),
+    /two sources move a score: the IRI and stitching seeds \(the 3 replicates, Student t\) and the test sample/,
+  );
 });
 
 test("a control failing in standard runs only names the likely cause and the flag; one failing everywhere, or passing, does not", () => {
@@ -525,7 +541,7 @@ test("--protocol paper: every shared point, three replicates, IRIs and T on the 
   );
   assert.equal(
     protocolSummary("fast"),
-    "2 points, 1 replicate, 48 IRIs per set, T 120 epochs on 48 training images in batches of 48 at lr 0.001, 1000 test images",
+    "2 points, 3 replicates, 48 IRIs per set, T 120 epochs on 48 training images in batches of 48 at lr 0.001, 1000 test images",
   );
 });
 
@@ -657,7 +673,7 @@ test("compare --protocol paper --budget: the plan over an hour says how to cut i
   );
   assert.match(
     paper.stdout,
-    /^too long {3}.* is over an hour on the CPU\. To cut it: --budget 45m .*--replicates 1 --points layer2\.1,layer4\.1 --limit 48 .*A GPU \(--device cuda\) runs it as planned\.$/m,
+    /^too long {3}.* is over an hour on the CPU\. To cut it: --budget 45m .*--points layer2\.1,layer4\.1 --limit 48 .*A GPU \(--device cuda\) runs it as planned\.$/m,
   );
 
   // Small sizes given (never reduced), so that only the replicates are left to cut. One replicate

@@ -61,6 +61,8 @@ const ALL_COLUMNS = [
   "threads",
   "front_reliance",
   "front_point",
+  "t_loss",
+  "t_loss_fall",
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
