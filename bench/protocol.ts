@@ -26,8 +26,10 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml, stringify } from "yaml";
 import { taskDir } from "../experiments/cache.js";
+import { closeness } from "../experiments/compare.js";
+import { CONTROL_MIN_AGREEMENT } from "../experiments/reading.js";
 import { cliCommand } from "../experiments/tasks.js";
-import { interval } from "../metrics/interval.js";
+import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
 import { csvRows } from "../test/helpers/csv.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -203,10 +205,12 @@ export async function main(args: string[]): Promise<void> {
     console.error(`protocol: ${setting.name} in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
     cells.push(...readCells(out, cache, setting));
   }
-  const result = { scale: scaleName, replicates, settings: factors.flatMap((f) => FACTORS[f]), cells };
+  const distances = distancesFromSettled(cells);
+  const result = { scale: scaleName, replicates, settings: factors.flatMap((f) => FACTORS[f]), cells, distances };
   const path = join(here, "results", `protocol-${scaleName}.json`);
   writeFileSync(path, `${JSON.stringify(result, null, 2)}\n`);
   console.log(tables(cells).join("\n"));
+  console.log(distanceTable(distances).join("\n"));
   console.error(`protocol: wrote ${path}`);
 }
 
@@ -276,4 +280,94 @@ export function tables(cells: Cell[]): string[] {
       );
   }
   return lines;
+}
+
+/** A cell's interval over its replicates (Student t; one replicate: none). */
+const cellInterval = (c: Cell): Interval => ({
+  n: c.n,
+  mean: c.mean,
+  std: Number.NaN,
+  halfWidth: c.halfWidth,
+  lo: c.mean - c.halfWidth,
+  hi: c.mean + c.halfWidth,
+  dropped: 0,
+});
+
+/**
+ * A setting's verdicts, each a key and its answer: per pair and point, standard against
+ * invariance-aware by compare's rule (close or apart: experiments/compare.ts closeness); per point,
+ * cross-seed against every other pair in invariance-aware mode (higher, lower or overlap: the
+ * demo's reading); and whether the control (identical) holds CONTROL_MIN_AGREEMENT everywhere.
+ */
+export function verdictsOf(cells: Cell[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  const find = (pair: string, point: string, mode: string) =>
+    cells.find((c) => c.pair === pair && c.point === point && c.mode === mode);
+  const points = [...new Set(cells.map((c) => c.point))];
+  const pairs = [...new Set(cells.map((c) => c.pair))];
+  for (const point of points) {
+    for (const pair of pairs.filter((p) => p !== "identical")) {
+      const [std, iri] = [find(pair, point, "standard"), find(pair, point, "iris")];
+      if (std && iri)
+        out[`${pair} ${point}: standard vs invariance-aware`] = closeness(cellInterval(std), cellInterval(iri));
+    }
+    const seed = find("cross-seed", point, "iris");
+    for (const pair of pairs.filter((p) => p !== "identical" && p !== "cross-seed")) {
+      const other = find(pair, point, "iris");
+      if (seed && other)
+        out[`cross-seed vs ${pair} ${point}: invariance-aware`] = compareIntervals(
+          cellInterval(seed),
+          cellInterval(other),
+        );
+    }
+  }
+  const control = cells.filter((c) => c.pair === "identical");
+  if (control.length) out.control = control.every((c) => c.mean >= CONTROL_MIN_AGREEMENT) ? "passed" : "failed";
+  return out;
+}
+
+/** How far one setting stands from the settled one: the largest distance of a cell's mean, where, and the verdicts that differ. */
+export interface Distance {
+  setting: string;
+  maxAbs: number;
+  at: string;
+  differ: string[];
+}
+
+/** Every setting's distance from the settled setting (none without a settled run). */
+export function distancesFromSettled(cells: Cell[]): Distance[] {
+  const settled = cells.filter((c) => c.setting === "settled");
+  if (!settled.length) return [];
+  const key = (c: Cell) => `${c.pair} ${c.point} ${c.mode}`;
+  const base = verdictsOf(settled);
+  const out: Distance[] = [];
+  for (const setting of [...new Set(cells.map((c) => c.setting))].filter((s) => s !== "settled")) {
+    const mine = cells.filter((c) => c.setting === setting);
+    let maxAbs = 0;
+    let at = "";
+    for (const c of mine) {
+      const s = settled.find((x) => key(x) === key(c));
+      if (s && Math.abs(c.mean - s.mean) > maxAbs) [maxAbs, at] = [Math.abs(c.mean - s.mean), key(c)];
+    }
+    const v = verdictsOf(mine);
+    const differ = Object.keys(base)
+      .filter((k) => k in v && v[k] !== base[k])
+      .map((k) => `${k}: ${v[k]} (settled: ${base[k]})`);
+    out.push({ setting, maxAbs, at, differ });
+  }
+  return out;
+}
+
+/** The distances as a markdown table. */
+export function distanceTable(ds: Distance[]): string[] {
+  if (!ds.length) return ["", "(no settled run: no distances)"];
+  return [
+    "",
+    "distance from the settled setting:",
+    "| setting | largest distance of a mean | where | verdicts that differ |",
+    "|---|---|---|---|",
+    ...ds.map(
+      (d) => `| ${d.setting} | ${d.maxAbs.toFixed(3)} | ${d.at} | ${d.differ.length ? d.differ.join("; ") : "none"} |`,
+    ),
+  ];
 }

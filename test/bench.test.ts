@@ -207,3 +207,46 @@ test("the protocol study's settings are valid experiments at both scales: one fa
       assert.equal(e.iris.start, s.recipe === "tight-image" ? "image" : "uniform", s.name);
     }
 });
+
+test("the protocol study's distance from the settled setting: the largest shift of a mean, where, and each verdict that differs", async () => {
+  const { distancesFromSettled, verdictsOf } = await import("../bench/protocol.js");
+  const cell = (setting: string, pair: string, point: string, mode: string, mean: number, halfWidth = 0.02) => ({
+    setting,
+    factor: setting === "settled" ? "settled" : "recipe",
+    pair,
+    point,
+    mode,
+    n: 3,
+    mean,
+    halfWidth,
+    residual: null,
+    descentSteps: null,
+  });
+  const run = (setting: string, seedIris: number, biasIris: number) => [
+    cell(setting, "identical", "layer4.1", "standard", 0.98),
+    cell(setting, "identical", "layer4.1", "iris", 0.99),
+    cell(setting, "cross-seed", "layer4.1", "standard", 0.9),
+    cell(setting, "cross-seed", "layer4.1", "iris", seedIris),
+    cell(setting, "cross-bias", "layer4.1", "standard", 0.78),
+    cell(setting, "cross-bias", "layer4.1", "iris", biasIris),
+  ];
+  // Settled: cross-seed 0.5 and cross-bias 0.2 invariance-aware, both apart from standard, and apart from each other.
+  assert.deepEqual(verdictsOf(run("settled", 0.5, 0.2)), {
+    "cross-seed layer4.1: standard vs invariance-aware": "apart",
+    "cross-bias layer4.1: standard vs invariance-aware": "apart",
+    "cross-seed vs cross-bias layer4.1: invariance-aware": "higher",
+    control: "passed",
+  });
+  const [near, far] = distancesFromSettled([
+    ...run("settled", 0.5, 0.2),
+    ...run("near", 0.53, 0.21),
+    // Cross-seed at 0.88 is close to its standard 0.90, and cross-bias at 0.5 overlaps nothing new.
+    ...run("far", 0.88, 0.5),
+  ]);
+  assert.equal(near.setting, "near");
+  assert.ok(Math.abs(near.maxAbs - 0.03) < 1e-12 && near.at === "cross-seed layer4.1 iris", JSON.stringify(near));
+  assert.deepEqual(near.differ, []);
+  assert.ok(Math.abs(far.maxAbs - 0.38) < 1e-12, JSON.stringify(far));
+  assert.deepEqual(far.differ, ["cross-seed layer4.1: standard vs invariance-aware: close (settled: apart)"]);
+  assert.deepEqual(distancesFromSettled(run("near", 0.5, 0.2)), [], "no settled run, no distances");
+});
