@@ -70,7 +70,7 @@ export function registerCompareCommand(program: Command): void {
     .command("compare <a> <b>")
     .description(
       "is A functionally similar to B? Standard and invariance-aware stitching of A into B at the middle and the last of the points they share " +
-        `(SLM, ${d.replicates} replicate, intervals over the test images), with B into itself as the control, run as an experiment (cached, resumable); ` +
+        `(SLM, ${d.replicates} replicates, intervals over the IRI and stitching seeds and the test images), with B into itself as the control, run as an experiment (cached, resumable); ` +
         "prints the plan and a time estimate, then the verdict and the report, and writes the experiment as compare.yaml",
     )
     .option(
