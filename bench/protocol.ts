@@ -8,7 +8,9 @@
 // - recipe: the IRI recipe: the reference's (uniform noise, 200 signed steps of 1/255, the last
 //   iterate: pgd_iris.py with random_start in every config), tight from noise (start uniform, stop
 //   at residual 0.2, restarts), tight from another image (the fast default);
-// - settled: every factor at its largest at once, the run the others are measured against.
+// - settled: every factor at its largest at once, the run the others are measured against;
+// - shipped: the scale's defaults as they ship (the demo's preset, compare's COMPARE_DEFAULTS),
+//   whatever they are now, measured against the settled run like every other setting.
 // Two scales: `--scale demo`, the demo's models (presets/demo.yaml: width 1/8, Fashion-MNIST;
 // identical, cross-seed and cross-bias, three fronts each; trained once in the cache, as the demo
 // trains them), and `--scale full`, two full-width ResNet-18s of different seeds and B into
@@ -18,6 +20,7 @@
 // each cell mean ± 95% interval over replicates, with the IRI sets' mean residual and descent steps.
 //
 //   npm run bench -- protocol --scale demo|full [--work DIR] [--cache DIR] [--factors LIST]
+//                            (factors: images, steps, recipe, settled, shipped; default all)
 //                            [--replicates N] [--workers N] [--a CKPT --b CKPT]
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -26,7 +29,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml, stringify } from "yaml";
 import { taskDir } from "../experiments/cache.js";
-import { closeness } from "../experiments/compare.js";
+import { COMPARE_DEFAULTS, closeness } from "../experiments/compare.js";
 import { CONTROL_MIN_AGREEMENT } from "../experiments/reading.js";
 import { cliCommand } from "../experiments/tasks.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
@@ -43,11 +46,15 @@ const RECIPES = {
 
 type Recipe = keyof typeof RECIPES;
 
-/** One setting of the study: the IRI recipe, the images per set (IRIs and T's), and T's steps. */
+/**
+ * One setting of the study: the IRI recipe, the images per set (IRIs and T's), and T's steps; or
+ * "shipped", the scale's own defaults as they ship (presets/demo.yaml's iris and stitch sections,
+ * compare's COMPARE_DEFAULTS), so that the defaults are always measured against the settled run.
+ */
 interface Setting {
   factor: string;
   name: string;
-  recipe: Recipe;
+  recipe: Recipe | "shipped";
   images: number;
   steps: number;
 }
@@ -78,6 +85,8 @@ export const FACTORS: Record<string, Setting[]> = {
     steps: 120,
   })),
   settled: [{ factor: "settled", name: "settled", recipe: "tight-noise", images: 768, steps: 1920 }],
+  // Images and steps as the scale's defaults set them (read from there: settingYaml).
+  shipped: [{ factor: "shipped", name: "shipped", recipe: "shipped", images: 0, steps: 0 }],
 };
 
 /** The experiment file of one setting at one scale. */
@@ -89,6 +98,8 @@ interface Scale {
   dataset: unknown;
   lr: number | null;
   replicates: number;
+  /** The scale's shipped IRI and stitching settings (the "shipped" setting runs them as they are). */
+  shipped: { iris: Record<string, unknown>; stitch: Record<string, unknown> };
 }
 
 export function settingYaml(s: Setting, scale: Scale): string {
@@ -103,14 +114,18 @@ export function settingYaml(s: Setting, scale: Scale): string {
     objectives: ["slm"],
     modes: ["standard", "iris"],
     replicates: scale.replicates,
-    iris: { limit: s.images, ...RECIPES[s.recipe] },
-    // T's steps are epochs times the batches of its images (the last partial batch dropped).
-    stitch: {
-      limit: s.images,
-      batchSize: BATCH,
-      epochs: Math.max(1, Math.round(s.steps / batches)),
-      ...(scale.lr === null ? {} : { lr: scale.lr }),
-    },
+    ...(s.recipe === "shipped"
+      ? scale.shipped
+      : {
+          iris: { limit: s.images, ...RECIPES[s.recipe] },
+          // T's steps are epochs times the batches of its images (the last partial batch dropped).
+          stitch: {
+            limit: s.images,
+            batchSize: BATCH,
+            epochs: Math.max(1, Math.round(s.steps / batches)),
+            ...(scale.lr === null ? {} : { lr: scale.lr }),
+          },
+        }),
   });
 }
 
@@ -120,7 +135,8 @@ export function demoScale(replicates: number): Scale {
     dataset: unknown;
     models: Record<string, unknown>;
     pairs: unknown[];
-    stitch: { lr: number };
+    iris: Record<string, unknown>;
+    stitch: Record<string, unknown> & { lr: number };
   };
   return {
     name: "demo",
@@ -129,6 +145,7 @@ export function demoScale(replicates: number): Scale {
     dataset: demo.dataset,
     lr: demo.stitch.lr,
     replicates,
+    shipped: { iris: demo.iris, stitch: demo.stitch },
   };
 }
 
@@ -145,6 +162,7 @@ export function fullScale(a: string, b: string, replicates: number): Scale {
     // compare's: the stitching default's lr (1e-3).
     lr: null,
     replicates,
+    shipped: { iris: { ...COMPARE_DEFAULTS.iris }, stitch: { ...COMPARE_DEFAULTS.stitch } },
   };
 }
 

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
+import { parse as parseYaml } from "yaml";
 import * as torch from "../torch/index.js";
 import { runTs } from "./helpers/cli.js";
 import { pythonTorchVersion, skipUnlessPytorch } from "./helpers/pytorch.js";
@@ -177,6 +178,11 @@ test("npm run bench -- slurm --quick submits a graph to a private Slurm and time
 test("the protocol study's settings are valid experiments at both scales: one factor grown at a time, T's steps as asked", async () => {
   const { FACTORS, settingYaml, demoScale, fullScale } = await import("../bench/protocol.js");
   const { parseExperiment } = await import("../experiments/spec.js");
+  const { COMPARE_DEFAULTS } = await import("../experiments/compare.js");
+  const demo = parseYaml(readFileSync(join(import.meta.dirname, "..", "presets", "demo.yaml"), "utf8")) as {
+    iris: Record<string, unknown>;
+    stitch: Record<string, unknown>;
+  };
   const scales = [demoScale(3), fullScale("/models/a.safetensors", "/models/b.safetensors", 1)];
   const settings = Object.values(FACTORS).flat();
   assert.deepEqual(
@@ -192,11 +198,22 @@ test("the protocol study's settings are valid experiments at both scales: one fa
       "recipe-tight-noise",
       "recipe-reference",
       "settled",
+      "shipped",
     ],
   );
   for (const scale of scales)
     for (const s of settings) {
       const e = parseExperiment(settingYaml(s, scale), join("/tmp", `${s.name}.yaml`));
+      if (s.recipe === "shipped") {
+        // The scale's defaults as they ship: the demo preset's, or compare's.
+        const [iris, stitch] =
+          scale.name === "demo" ? [demo.iris, demo.stitch] : [COMPARE_DEFAULTS.iris, COMPARE_DEFAULTS.stitch];
+        for (const [k, v] of Object.entries(iris))
+          assert.deepEqual(e.iris[k as keyof typeof e.iris], v, `${scale.name} iris.${k}`);
+        for (const [k, v] of Object.entries(stitch))
+          assert.deepEqual(e.stitch[k as keyof typeof e.stitch], v, `${scale.name} stitch.${k}`);
+        continue;
+      }
       assert.equal(e.iris.limit, s.images, s.name);
       assert.equal(e.stitch.limit, s.images, s.name);
       // T's optimiser steps: epochs times the whole batches of 48 in its images, within a batch's worth.
