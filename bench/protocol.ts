@@ -224,7 +224,15 @@ export async function main(args: string[]): Promise<void> {
     cells.push(...readCells(out, cache, setting));
   }
   const distances = distancesFromSettled(cells);
-  const result = { scale: scaleName, replicates, settings: factors.flatMap((f) => FACTORS[f]), cells, distances };
+  const result = {
+    scale: scaleName,
+    replicates,
+    settings: factors.flatMap((f) => FACTORS[f]),
+    shipped: scale.shipped,
+    settled: FACTORS.settled,
+    cells,
+    distances,
+  };
   const path = join(here, "results", `protocol-${scaleName}.json`);
   writeFileSync(path, `${JSON.stringify(result, null, 2)}\n`);
   console.log(tables(cells).join("\n"));

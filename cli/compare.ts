@@ -41,6 +41,7 @@ import {
 } from "../experiments/estimate.js";
 import { nullRelation } from "../experiments/nulls.js";
 import { claimOut } from "../experiments/outdir.js";
+import { compareProtocolLine } from "../experiments/protocol-distance.js";
 import { standardRecipe } from "../experiments/reading.js";
 import { defaultCache } from "../experiments/run.js";
 import { checkStandardAdapt, normalizationScores, normalizationWarnings } from "../experiments/sanity.js";
@@ -209,7 +210,15 @@ export function registerCompareCommand(program: Command): void {
           `  note       A and B are ${same}: A -> B is the control, B stitched into itself; it runs once${o.bothWays ? " (--both-ways adds nothing: B -> A is the same stitch)" : ""}`,
         ]
       : [];
-    console.log(planLines("compare", plan, cache, [intervalsLine(plan), ...oneModel, ...noUntrained]).join("\n"));
+    // How far the fast protocol stands from the settled one, where the run is at its sizes (no size
+    // flag, no budget): the study's measured distance, or that it is not checked (protocol-distance.ts).
+    const fast =
+      protocol === "fast" && !o.budget && givenSizes(o).size === 0
+        ? [compareProtocolLine({ iris: { ...COMPARE_DEFAULTS.iris }, stitch: { ...COMPARE_DEFAULTS.stitch } })]
+        : [];
+    console.log(
+      planLines("compare", plan, cache, [intervalsLine(plan), ...fast, ...oneModel, ...noUntrained]).join("\n"),
+    );
     for (const n of notes) console.log(`  note       ${n}`);
     if (slurm) console.log("estimate: none (Slurm jobs run on other machines)");
     else {

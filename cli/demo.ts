@@ -9,6 +9,7 @@ import { isDone } from "../experiments/cache.js";
 import { formatDuration } from "../experiments/estimate.js";
 import { claimOut } from "../experiments/outdir.js";
 import { type Plan, planExperiment, type TrainTask } from "../experiments/plan.js";
+import { demoProtocolLine } from "../experiments/protocol-distance.js";
 import { defaultCache } from "../experiments/run.js";
 import { readExperiment, shiftSeeds } from "../experiments/spec.js";
 import { repoRoot } from "../io/files.js";
@@ -173,7 +174,7 @@ export function registerDemoCommand(program: Command): void {
       const plan = demoPlan(file, { seed: o.seed, dataDir });
       // Refused now, before the estimate's training steps, when --out holds another run.
       claimOut(resolve(o.out), plan, Boolean(o.force), false);
-      console.log(planLines("demo", plan, cache).join("\n"));
+      console.log(planLines("demo", plan, cache, [demoProtocolLine()]).join("\n"));
       requireDevice(o.device);
       const est = await estimateByTraining(plan, cache, o.device, workers);
       console.log(est?.line ?? "estimate   every task is in the cache");

@@ -29,6 +29,7 @@ import {
   seedAndImageInterval,
 } from "../report/index.js";
 import { defaultStitchEpochs, stitchSettingsSchema } from "../stitch/config.js";
+import { canonical } from "./cache.js";
 import { nullRelation } from "./nulls.js";
 import {
   atLeast,
@@ -399,14 +400,6 @@ export function sameModel(a: ModelSourceLike, b: ModelSourceLike): SameModel {
   sameRead.set(key, same);
   return same;
 }
-
-/** JSON with its object keys sorted, so that two settings given in another order compare equal. */
-const canonical = (x: unknown): string =>
-  JSON.stringify(x, (_k, v) =>
-    v && typeof v === "object" && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v).sort(([p], [q]) => p.localeCompare(q)))
-      : v,
-  );
 
 /** The names the study gives A and B (distinct). */
 export function compareNames(a: ModelSourceLike, b: ModelSourceLike): { a: string; b: string } {
