@@ -159,6 +159,16 @@ export interface Warning {
 export const IRI_VERDICT_MAX_RESIDUAL = 0.3;
 
 /**
+ * The most T's loss may still fall over the last quarter of its full-rate phase (stitch/train.ts
+ * fullRateLossFall) for T to count as settled. Measured by the protocol study's steps factor on the
+ * demo's pairs (docs/method.md, "The fast protocol"): of the invariance-aware stitches at 480
+ * steps, every one whose fall was at most 0.03 moved by at most 0.02 when trained to 1,920 steps,
+ * while those above it moved by up to 0.064. On real images with augmentation each epoch's loss is
+ * noisier, and a fall under it does not promise a settled T there.
+ */
+export const T_SETTLED_MAX_FALL = 0.03;
+
+/**
  * Whether an accuracy over K classes is near chance: at most 2/K (nothing there to stitch), and
  * below 1 for few classes, where 2/K is not (at most a quarter of the way from chance to 1).
  */
@@ -173,6 +183,7 @@ export function nearChance(accuracy: number, numClasses: number): boolean {
  * - an IRI set whose mean residual is above IRI_VERDICT_MAX_RESIDUAL, 0.3 ("loose IRIs": A does
  *   not represent x' as x: the verdict leaves that set out, or withholds the point: contrast);
  * - T trained for fewer than 100 optimiser steps;
+ * - T still learning when its rate first fell (its loss's full-rate fall above T_SETTLED_MAX_FALL);
  * - a score that is not finite.
  */
 export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
@@ -225,6 +236,17 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
           what: `T trained for only ${r.train_steps} optimiser steps (< 100)`,
           tag: "< 100 steps",
           value: r.train_steps,
+        },
+        r,
+      );
+    const fall = r.t_loss_fall;
+    if (fall !== undefined && fall !== null && fall > T_SETTLED_MAX_FALL)
+      add(
+        {
+          where: `${r.pair} @ ${r.point} ${r.objective} ${r.mode}${rep}`,
+          what: `T still learning when its rate fell: its loss fell ${(100 * fall).toFixed(1)}% over the last quarter before (more than ${100 * T_SETTLED_MAX_FALL}%), so more steps may move this score`,
+          tag: "T still learning",
+          value: fall,
         },
         r,
       );
@@ -667,6 +689,7 @@ export const MARKER_RELIANCE_MAX_ROLLED = 0.3;
 const WARNING_KINDS: Record<string, string> = {
   "loose IRIs": `mean IRI residual above ${IRI_VERDICT_MAX_RESIDUAL} (A does not represent these x' as it represents x), so invariance-aware conclusions there are loose`,
   "< 100 steps": "T trained for fewer than 100 optimiser steps",
+  "T still learning": `T's loss still fell by more than ${100 * T_SETTLED_MAX_FALL}% over the last quarter before its rate first fell, so more steps may move these scores`,
   "front near chance": "front model near chance: nothing there to stitch",
   "marker not relied on": `shortcut front does not rely on its marker (rolled accuracy above ${MARKER_RELIANCE_MAX_ROLLED}): the pair is not the cross-bias pair it claims to be`,
 };

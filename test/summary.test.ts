@@ -16,6 +16,7 @@ import {
   relianceLine,
   relianceWarnings,
   settingsLines,
+  T_SETTLED_MAX_FALL,
   verdictLines,
   warningLines,
   warnings,
@@ -319,14 +320,23 @@ test("the reading: 'apart' only where the 95% intervals separate, otherwise 'not
   assert.match(single, /one replicate: no interval/);
 });
 
-test("warnings: a back or front near chance, loose IRIs, too few steps, non-finite scores", () => {
+test("warnings: a back or front near chance, loose IRIs, too few steps, T still learning, non-finite scores", () => {
   const w = warnings([
     row({ back_accuracy: 0.11 }),
     row({ front: "g", front_accuracy: 0.12 }),
     row({ iri_residual: 0.4 }),
     row({ train_steps: 20 }),
+    row({ t_loss_fall: 0.05 }),
     row({ agreement_prob: Number.NaN }),
   ]).map((x) => `${x.where}: ${x.what}`);
+  assert.ok(
+    w.some((x) =>
+      /T still learning when its rate fell: its loss fell 5\.0% over the last quarter before \(more than 3%\)/.test(x),
+    ),
+  );
+  // At the threshold, or not measured (a phase too short, a row made before it was recorded): no warning.
+  for (const t_loss_fall of [T_SETTLED_MAX_FALL, null, undefined])
+    assert.deepEqual(warnings([row({ t_loss_fall })]), [], `${t_loss_fall}`);
   assert.ok(
     w.some((x) => /^b: back model near chance/.test(x)),
     w.join("\n"),
