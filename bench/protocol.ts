@@ -51,7 +51,7 @@ type Recipe = keyof typeof RECIPES;
  * "shipped", the scale's own defaults as they ship (presets/demo.yaml's iris and stitch sections,
  * compare's COMPARE_DEFAULTS), so that the defaults are always measured against the settled run.
  */
-interface Setting {
+export interface Setting {
   factor: string;
   name: string;
   recipe: Recipe | "shipped";
@@ -166,7 +166,7 @@ export function fullScale(a: string, b: string, replicates: number): Scale {
   };
 }
 
-interface Cell {
+export interface Cell {
   setting: string;
   factor: string;
   pair: string;
@@ -241,7 +241,7 @@ export async function main(args: string[]): Promise<void> {
 }
 
 /** A setting's cells from its run: agreement over replicates, and its IRI sets' residual and descent steps. */
-function readCells(out: string, cache: string, s: Setting): Cell[] {
+export function readCells(out: string, cache: string, s: Setting): Cell[] {
   const rows = csvRows(join(out, "results.csv")).filter((r) => r.test_data !== undefined);
   const plan = JSON.parse(readFileSync(join(out, "plan.json"), "utf8")) as {
     tasks: { key: string; label: string }[];
