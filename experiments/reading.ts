@@ -2,7 +2,7 @@
 // the agreement table with 95% intervals over replicates (report/summary.ts), rAuA and excess
 // agreement per pair, sanity warnings, and the reading. A difference between pairs is
 // stated only when their intervals separate; otherwise the reading says "not told apart with N
-// replicates" (PROTOCOL.md, "Replicates").
+// replicates" (docs/method.md, "Replicates").
 
 import { datasetImageSize, markerSide } from "../data/index.js";
 import { maxExcessAgreement } from "../metrics/excess.js";
@@ -162,7 +162,7 @@ export const IRI_VERDICT_MAX_RESIDUAL = 0.3;
  * The most T's loss may still fall over the last quarter of its full-rate phase (stitch/train.ts
  * fullRateLossFall) for T to count as settled. Measured by the protocol study's steps factor on the
  * demo's pairs (docs/method.md, "The fast protocol"): of the invariance-aware stitches at 480
- * steps, every one whose fall was at most 0.03 moved by at most 0.02 when trained to 1,920 steps,
+ * steps, every one whose fall was at most 0.03 moved by at most 0.023 when trained to 1,920 steps,
  * while those above it moved by up to 0.064. On real images with augmentation each epoch's loss is
  * noisier, and a fall under it does not promise a settled T there.
  */
@@ -280,7 +280,7 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
   return [...out.values()];
 }
 
-/** The paper's reference values (PROTOCOL.md, "The paper's findings"), by relation. */
+/** The paper's reference values (docs/method.md, "The paper's findings"), by relation. */
 export const PAPER_VALUES: Record<string, string> = {
   identical: "about 0.95-1.0 under every setting",
   "cross-seed":
