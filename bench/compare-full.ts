@@ -18,7 +18,11 @@
 // and turns augmentation off (experiments/sanity.ts adaptCheck); its note is recorded.
 // Writes bench/results/compare-full-torch.json.
 //
-//   npm run bench -- compare-full [--work DIR] [--device cpu|cuda] [--models stitchlab|torch]
+// `--seeds 0,1` runs compare once per --seed (each from its own empty cache) and records, for every
+// later seed, whether each of its means lies inside the first seed's 95% interval (what another draw
+// of the same comparison should do); the first seed's run is the one timed against the budget.
+//
+//   npm run bench -- compare-full [--work DIR] [--device cpu|cuda] [--models stitchlab|torch] [--seeds LIST]
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
@@ -59,9 +63,9 @@ const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, "utf8")) 
 export async function main(args: string[]): Promise<void> {
   const opt: Record<string, string> = {};
   for (let i = 0; i < args.length; i += 2) {
-    if (!["--work", "--device", "--models"].includes(args[i] as string))
+    if (!["--work", "--device", "--models", "--seeds"].includes(args[i] as string))
       throw new Error(
-        `compare-full: unknown option '${args[i]}'; options: --work DIR, --device D, --models stitchlab|torch`,
+        `compare-full: unknown option '${args[i]}'; options: --work DIR, --device D, --models stitchlab|torch, --seeds LIST`,
       );
     opt[(args[i] as string).slice(2)] = args[i + 1] as string;
   }
@@ -69,8 +73,11 @@ export async function main(args: string[]): Promise<void> {
   const device = opt.device ?? DEFAULT_DEVICE;
   const made = opt.models ?? "stitchlab";
   if (!["stitchlab", "torch"].includes(made)) throw new Error(`compare-full: --models stitchlab or torch, not ${made}`);
+  const seeds = (opt.seeds ?? "0").split(",").map(Number);
+  if (!seeds.length || !seeds.every((x) => Number.isInteger(x) && x >= 0))
+    throw new Error(`compare-full: --seeds takes whole numbers, comma-separated, not ${opt.seeds}`);
   mkdirSync(work, { recursive: true });
-  if (made === "torch") return compareTorchPair(work, device);
+  if (made === "torch") return compareTorchPair(work, device, seeds);
 
   // The two models, trained once (not part of compare's time).
   const trained: Record<string, number> = {};
@@ -100,11 +107,12 @@ export async function main(args: string[]): Promise<void> {
     join(work, "out"),
     device,
     "compare-full.json",
+    seeds,
   );
 }
 
 /** Two models trained in plain PyTorch without augmentation (bench/foreign_pair.py), compared with the README's flags. */
-function compareTorchPair(work: string, device: string): void {
+function compareTorchPair(work: string, device: string, seeds: number[]): void {
   const dir = join(work, "torch");
   const pair = [join(dir, "seed1.pt"), join(dir, "seed0.pt")];
   if (!pair.every(existsSync)) {
@@ -124,10 +132,27 @@ function compareTorchPair(work: string, device: string): void {
     join(work, "torch-out"),
     device,
     "compare-full-torch.json",
+    seeds,
   );
 }
 
-/** Runs compare on A (mine) and B (theirs) from an empty cache and records its phases, estimate, first time left and verdict. */
+/** One point's verdict line: "  layer4.1   standard 0.923 ± 0.005   invariance-aware 0.450 ± 0.021   apart". */
+export function verdictPoints(stdout: string): { point: string; mode: string; mean: number; halfWidth: number }[] {
+  const out: { point: string; mode: string; mean: number; halfWidth: number }[] = [];
+  for (const m of stdout.matchAll(
+    /^ {2}(\S+)\s+standard ([\d.]+)(?: ± ([\d.]+))?\s+invariance-aware ([\d.]+)(?: ± ([\d.]+))?/gm,
+  )) {
+    out.push({ point: m[1] as string, mode: "standard", mean: Number(m[2]), halfWidth: Number(m[3] ?? Number.NaN) });
+    out.push({ point: m[1] as string, mode: "iris", mean: Number(m[4]), halfWidth: Number(m[5] ?? Number.NaN) });
+  }
+  return out;
+}
+
+/**
+ * Runs compare on A (mine) and B (theirs) from an empty cache and records its phases, estimate,
+ * first time left and verdict; with more seeds, each again with --seed from its own empty cache,
+ * recording whether its means land inside the first seed's intervals.
+ */
 function measure(
   models: Record<string, unknown>,
   [a, b]: string[],
@@ -136,7 +161,53 @@ function measure(
   out: string,
   device: string,
   file: string,
+  seeds: number[] = [0],
 ): void {
+  const [first, ...others] = seeds;
+  const result = measureOne(
+    models,
+    [a as string, b as string],
+    [...flags, "--seed", String(first)],
+    cache,
+    out,
+    device,
+  );
+  const firstPoints = verdictPoints(result.verdict.join("\n"));
+  const again = others.map((seed) => {
+    const r = measureOne(
+      models,
+      [a as string, b as string],
+      [...flags, "--seed", String(seed)],
+      `${cache}-seed${seed}`,
+      `${out}-seed${seed}`,
+      device,
+    );
+    const points = verdictPoints(r.verdict.join("\n")).map((p) => {
+      const base = firstPoints.find((x) => x.point === p.point && x.mode === p.mode);
+      // Inside the first seed's 95% interval (null: no interval there to land in).
+      const inside = base && Number.isFinite(base.halfWidth) ? Math.abs(p.mean - base.mean) <= base.halfWidth : null;
+      return { ...p, insideFirst: inside };
+    });
+    return { seed, total_s: r.total_s, total_units: r.total_units, verdict: r.verdict, points };
+  });
+  const all = { ...result, seed: first, points: firstPoints, other_seeds: again };
+  writeFileSync(join(here, "results", file), `${JSON.stringify(all, null, 2)}\n`);
+  for (const x of again)
+    for (const p of x.points)
+      console.log(
+        `compare-full: --seed ${x.seed} ${p.point} ${p.mode} ${p.mean.toFixed(3)}: ${p.insideFirst ? "inside" : "OUTSIDE"} --seed ${first}'s interval`,
+      );
+}
+
+/** One compare run from an empty cache: its phases, estimate, first time left and verdict (exit code 1 over the budget). */
+function measureOne(
+  models: Record<string, unknown>,
+  [a, b]: string[],
+  flags: string[],
+  cache: string,
+  out: string,
+  device: string,
+) {
   const calibrations = [calibrate()];
   rmSync(cache, { recursive: true, force: true });
   console.log(`compare ${a} ${b} (defaults, empty cache ${cache})...`);
@@ -235,7 +306,6 @@ function measure(
     control_min_agreement: control.length ? Math.min(...control.map((s) => s.agreement)) : null,
     verdict: r.stdout.split("\n").filter((l) => /^(Verdict| {2}layer|Rule|One replicate|The models)/.test(l)),
   };
-  writeFileSync(join(here, "results", file), `${JSON.stringify(result, null, 2)}\n`);
   console.log(
     `compare-full: ${result.total_s} s = ${result.total_units} units (budget ${result.budget_units}); ` +
       `IRI sets ${result.phases_s.iris} s, stitches ${result.phases_s.stitch} s, probe ${result.phases_s.probe} s, ` +
@@ -249,4 +319,5 @@ function measure(
     );
     process.exitCode = 1;
   }
+  return result;
 }

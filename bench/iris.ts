@@ -1,4 +1,4 @@
-// The IRI benchmark: IRI generation steps (stitch/iris.ts, PROTOCOL.md "IRI generation") for
+// The IRI benchmark: IRI generation steps (stitch/iris.ts, docs/method.md "IRI generation") for
 // the zoo's ResNet-18 (CIFAR stem, full width) as the front model, at its middle stitch point,
 // timed here and, with the same protocol and thread count, in Python PyTorch
 // (bench/stitch_torch.py --workload=iris): the same algorithm written with plain torch.

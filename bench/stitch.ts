@@ -57,7 +57,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 /** The models' middle stitch point (index 4 of stem, layer1.0, ..., layer4.1). */
 export const POINT = "layer2.1";
 
-/** trainStitch's defaults (PROTOCOL.md): Adam, lr 1e-3, weight decay 1e-4. */
+/** trainStitch's defaults (docs/method.md, "Training defaults"): Adam, lr 1e-3, weight decay 1e-4. */
 export const HYPER = { lr: 1e-3, weightDecay: 1e-4 } as const;
 
 interface Options {

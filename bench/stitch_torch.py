@@ -39,7 +39,8 @@ import torch.nn.functional as F
 # The script's folder is on sys.path, so the training benchmark's helpers import as a module.
 from train_torch import CIFAR10_MEAN, CIFAR10_STD, device_info, load_zoo_reference, serve, use_device
 
-# PROTOCOL.md's IRI defaults (stitch/iri-options.ts's IRI_DEFAULTS): signed steps of one grey level.
+# The method's IRI defaults (docs/method.md, "IRI generation"; stitch/iri-options.ts's IRI_DEFAULTS):
+# signed steps of one grey level.
 IRI_STEP_SIZE = 1 / 255
 
 

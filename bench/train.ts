@@ -38,7 +38,7 @@ import { alternate, logTimings, median, type Protocol, printComparison, round, w
 
 const here = dirname(fileURLToPath(import.meta.url));
 
-/** The training hyper-parameters of PROTOCOL.md (train/trainer.ts's TRAIN_DEFAULTS). */
+/** Base training's hyper-parameters (docs/method.md, "Base models"; train/trainer.ts's TRAIN_DEFAULTS). */
 export const HYPER = { lr: 0.1, momentum: 0.9, nesterov: true, weightDecay: 1e-4 } as const;
 
 interface Options {

@@ -76,7 +76,7 @@ export function registerCompareCommand(program: Command): void {
     )
     .option(
       "--protocol <name>",
-      `whose sizes to run at: fast (the default: ${protocolSummary("fast")}) or paper (PROTOCOL.md's: ${protocolSummary("paper")}); both make IRIs tight by construction; flags given override its values`,
+      `whose sizes to run at: fast (the default: ${protocolSummary("fast")}) or paper (the paper's sizes: ${protocolSummary("paper")}); both make IRIs tight by construction; flags given override its values`,
       protocolName,
       "fast",
     )

@@ -7,7 +7,7 @@
 //
 // A batch is built in this order: select the images, move them to the device, augment (crop and
 // flip, uint8), paint shortcut markers (uint8, after augmentation so they are never cut or
-// mirrored: PROTOCOL.md), normalise to float32.
+// mirrored: docs/method.md, "Datasets and shortcut markers"), normalise to float32.
 import * as torch from "../torch/index.js";
 import { type Dataset, datasetSize } from "./dataset.js";
 import { Rng } from "./rng.js";
@@ -35,7 +35,7 @@ export interface LoaderOptions {
   /**
    * Training augmentation, default none: random crop with zero padding and horizontal flip
    * ({padding: 4, flip: true}), or random resized crop and flip ({resizedCrop: true, flip: true});
-   * standardAugment(imageSize) gives PROTOCOL's choice for an image size.
+   * standardAugment(imageSize) gives the method's choice for an image size (docs/method.md, "Base models").
    */
   augment?: AugmentOptions | null;
   /**

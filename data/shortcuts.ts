@@ -1,4 +1,4 @@
-// Pixel shortcut markers (PROTOCOL.md, "Datasets and shortcuts"): a solid square of 4x4 cells,
+// Pixel shortcut markers (docs/method.md, "Datasets and shortcut markers"): a solid square of 4x4 cells,
 // cell size min(H, W) // 32 (1 px at 32 px, 7 px at 224 px), so a square of side 4 * cell, in
 // one colour per class. Variants:
 //   pixel      class colour, random location per image (seeded)
@@ -10,7 +10,7 @@
 // (athaioan/invariance-aware-stitching, dataloaders/shortcut_markers.py), which indexes the
 // class markers and class locations with roll(arange(K), shifts=1) = [K-1, 0, ..., K-2].
 //
-// Markers are painted after augmentation (PROTOCOL.md), so they are never cut or mirrored: the
+// Markers are painted after augmentation (docs/method.md), so they are never cut or mirrored: the
 // reference paints them after its crop/flip transform (dataloaders/cifar.py, imagenet.py,
 // `joint_transform` after `transform`). Here a MarkerPlan fixes each dataset image's location
 // and colour once (seeded), and data/loader.ts's `batches({markers})` paints the plan onto each

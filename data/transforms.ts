@@ -76,7 +76,7 @@ export function denormalize(x: torch.Tensor, norm: Normalization): torch.Tensor 
 
 /**
  * The valid input range per channel in normalised space, [(0 - mean)/std, (1 - mean)/std]:
- * what IRI generation clamps to (PROTOCOL.md). Tensors [1, C, 1, 1] on the given device.
+ * what IRI generation clamps to (docs/method.md, "IRI generation"). Tensors [1, C, 1, 1] on the given device.
  */
 export function validRange(
   norm: Normalization,
@@ -149,7 +149,7 @@ export function randomCropFlip(
   return cropFlip(x, drawCropFlip(x.shape[0], rng, opts));
 }
 
-// ---- random resized crop (PROTOCOL: "random resized crop and flip at 224 px") ----
+// ---- random resized crop (docs/method.md, "Base models": random resized crop and flip at 224 px) ----
 
 export interface ResizedCropOptions {
   /** Range of the crop's area as a share of the image's (torchvision's default [0.08, 1]). */
@@ -261,9 +261,9 @@ export function augmentBatch(x: torch.Tensor, rng: Rng, augment: AugmentOptions)
 }
 
 /**
- * PROTOCOL's training augmentation for images of this side: random crop with 4 px padding and
- * flip at 32 px (CIFAR-10, LS-ImageNet-10, the IDX sets), random resized crop and flip at
- * 224 px (ImageNet-100). The line is drawn at 64 px: larger images get the resized crop.
+ * The method's training augmentation (docs/method.md, "Base models") for images of this side:
+ * random crop with 4 px padding and flip at 32 px (CIFAR-10, LS-ImageNet-10, the IDX sets), random
+ * resized crop and flip at 224 px (ImageNet-100). The line is drawn at 64 px: larger images get the resized crop.
  */
 export function standardAugment(imageSize: number): AugmentOptions {
   return imageSize > 64 ? { resizedCrop: true, flip: true } : { padding: 4, flip: true };

@@ -54,7 +54,10 @@ export function fractional<T extends z.ZodType<number, number>>(number: T) {
     .pipe(number);
 }
 
-/** PROTOCOL's L-inf radius on CIFAR-sized images, pixel units: of adversarial training and robust evaluation. */
+/**
+ * The L-inf radius on CIFAR-sized images, pixel units: of adversarial training and robust evaluation
+ * (docs/method.md, "Base models").
+ */
 export const CIFAR_EPS = 8 / 255;
 
 /** A seed: what libtorch's manual_seed and our generators take. */
@@ -66,15 +69,15 @@ export const seedSchema = z
 
 /**
  * Madry's PGD recipe (L-inf, pixel units), one schema for adversarial training and adversarial
- * stitching, with PROTOCOL's CIFAR defaults: 10 steps of 2/255 in 8/255 from x itself. `fraction`
- * is the share of each batch made adversarial: one half in base training; stitching's default is
- * its own (stitch/config.ts: the reference's attack_ratio 1).
+ * stitching, with the method's CIFAR defaults (docs/method.md, "Base models"): 10 steps of 2/255
+ * in 8/255 from x itself. `fraction` is the share of each batch made adversarial: one half in base
+ * training; stitching's default is its own (stitch/config.ts: the reference's attack_ratio 1).
  */
 export const pgdRecipeSchema = z
   .object({
     eps: fractional(z.number().positive().max(1, PIXEL_UNITS))
       .default(CIFAR_EPS)
-      .describe("L-inf radius in pixel units (PROTOCOL: 8/255 on CIFAR)"),
+      .describe("L-inf radius in pixel units (the paper's: 8/255 on CIFAR)"),
     step: fractional(z.number().positive().max(1, PIXEL_UNITS))
       .default(2 / 255)
       .describe("PGD step in pixel units"),
@@ -84,7 +87,7 @@ export const pgdRecipeSchema = z
       .min(0)
       .max(1)
       .default(0.5)
-      .describe("share of each batch replaced by adversarial examples (PROTOCOL: one half)"),
+      .describe("share of each batch replaced by adversarial examples (the paper's: one half)"),
     randomStart: z
       .boolean()
       .default(false)
@@ -103,14 +106,14 @@ export const adversarialSchema = pgdRecipeSchema;
  */
 export const ROBUST_EVAL_ATTACKS = ["apgd", "pgd"] as const;
 export type RobustEvalAttack = (typeof ROBUST_EVAL_ATTACKS)[number];
-/** AutoAttack's budget: 100 iterations of each attack, at PROTOCOL's CIFAR radius. */
+/** AutoAttack's budget: 100 iterations of each attack, at the method's CIFAR radius (CIFAR_EPS). */
 export const ROBUST_EVAL_DEFAULTS = { attack: "apgd", eps: CIFAR_EPS, steps: 100 } as const;
 
 /**
  * Named robust-evaluation settings, each resolved into concrete numbers (resolveRobustEval):
  * - "autoattack" (the default): AutoAttack's APGD budget, 100 iterations of each attack with a
  *   first step of 2 eps (Croce and Hein 2020), at the radius of the context (the model's own
- *   training radius, else PROTOCOL's 8/255);
+ *   training radius, else the method's 8/255);
  * - "reference": what the reference passes to ART (external/attacks/attack.py get_attacks, run by
  *   evaluation/base/evaluator.py and evaluation/stitching/evaluator.py eval_robustness): ART's
  *   AutoProjectedGradientDescent with the cross-entropy and then the difference-of-logits-ratio
@@ -186,7 +189,7 @@ export interface RobustEvalConfig {
 /**
  * Given robust-evaluation settings to concrete numbers: the named settings' numbers, each
  * overridden by one given. `context` is what the named settings leave to the caller: the radius
- * (autoattack: a base model's own training radius, else PROTOCOL's 8/255), PGD's step for that
+ * (autoattack: a base model's own training radius, else the method's 8/255), PGD's step for that
  * radius, and the images' side (the reference's numbers at 224 px differ).
  */
 export function resolveRobustEval(

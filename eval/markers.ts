@@ -3,7 +3,7 @@
 // on each, and the excess agreement between them). "Marked": the test set with each class's own
 // marker; "rolled": the same images with each class given another class's marker (class c the
 // marker of class c - 1, data/shortcuts.ts). A model that reads the markers scores high on the
-// first and low on the second (PROTOCOL.md).
+// first and low on the second (docs/method.md, "Datasets and shortcut markers" and "Scores").
 import { applyShortcut, type Dataset, disposeDataset, type ShortcutKind, type ShortcutOptions } from "../data/index.js";
 
 export interface MarkedAndRolledOptions<T> {

@@ -49,7 +49,7 @@ import { type Experiment, parseExperiment } from "./spec.js";
  * protocol's own (200 signed steps of 1/255 from uniform noise, no stop): with the reference's own
  * code that recipe left mean residuals of 0.41-0.78 and cross-bias then scored above cross-seed at
  * the last point, the answer reversed; the same stitching on tight IRIs gave the paper's ordering
- * (PROTOCOL.md "IRI generation"). A verdict on loose IRIs would not be the paper's verdict.
+ * (docs/method.md, "IRI generation"). A verdict on loose IRIs would not be the paper's verdict.
  */
 const TIGHT_IRIS = {
   optimizer: "adam",
@@ -89,7 +89,8 @@ export const COMPARE_DEFAULTS = {
 } as const;
 
 /**
- * `--protocol paper`: PROTOCOL.md at its own sizes, for a GPU (or a long CPU run, or `--budget`):
+ * `--protocol paper`: the method at the paper's sizes (the quoted names are sections of
+ * docs/method.md), for a GPU (or a long CPU run, or `--budget`):
  * - every stitch point the two share ("Stitch points": 9 on a ResNet-18);
  * - three replicates ("Replicates": the paper's curves average three; here, with fixed checkpoints,
  *   three IRI and stitching seeds, with Student t intervals over them);
@@ -98,7 +99,7 @@ export const COMPARE_DEFAULTS = {
  * - T trained on the whole training split, or its IRI set, in batches of 128 for 30 epochs (12 on
  *   image folders) at Adam's lr 1e-3 ("Training defaults"): the stitching schema's own defaults
  *   (stitch/config.ts stitchSettingsSchema, defaultStitchEpochs), so none is restated here;
- * - every test image ("Scores (all reported on the test set)");
+ * - every test image ("Scores": all on the test set);
  * - SLM, the objective the verdict reads (the paper's contrast is SLM/FuLA against HLM;
  *   `--objectives hlm,slm,dm,fula` adds the others at four times the stitching).
  */
@@ -169,7 +170,8 @@ export const CLOSE_MARGIN = 0.05;
 
 /**
  * What close and apart say of A and B, printed under the rule: a verdict alone reads as a yes or
- * no that it is not. The figures are PROTOCOL.md's (the paper's findings on ResNet-18s).
+ * no that it is not. The figures are the paper's (docs/method.md, "The paper's findings", on
+ * ResNet-18s).
  */
 export const COMPARE_MEANING = `What it means: standard stitching asks whether A's features, through a trained T, serve B on real images; invariance-aware stitching trains T on inputs A cannot tell apart (IRIs) and asks whether B treats them alike too. Close at a point where standard agreement is high (${SIMILAR_STANDARD} or more, as the run's reading asks): A and B are similar there in both senses; close at low agreement says only that both fall alike. Apart: A's features serve B, but B tells apart what A does not, so standard stitching alone overstates their similarity there. Even two seeds of one architecture part at the deepest points (the paper: invariance-aware SLM about 0.5 at a ResNet-18's last point, standard 0.93-0.99), so weigh a pair against such a baseline (a cross-seed pair in an experiment file; --nulls for chance).`;
 

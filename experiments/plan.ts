@@ -406,7 +406,7 @@ export function planReplicate(
   m: PlannedModels,
   ctx: PlanContext,
 ): StitchRole[] {
-  // Which data carry markers: the pair's own choice, else the experiment's (PROTOCOL.md).
+  // Which data carry markers: the pair's own choice, else the experiment's (docs/method.md, "Which data carry markers").
   const shortcut = pair.shortcut !== undefined ? pair.shortcut : exp.stitch.shortcut;
   const excess = exp.excess === true ? shortcut : exp.excess || null;
   const adversarial = adversarialOf(pair, exp);

@@ -1,4 +1,4 @@
-// Streaming agreement scores between a stitched model and the back model B (PROTOCOL.md,
+// Streaming agreement scores between a stitched model and the back model B (docs/method.md,
 // "Scores"). AgreementMeter is fed batch by batch with logits and labels and keeps only a few
 // running sums (in float64), never the logits themselves.
 //
@@ -12,7 +12,7 @@
 // - hardErrorConsistency (kappa): (c_obs - c_exp) / (1 - c_exp), c_obs = hardAgreement,
 //   c_exp = a_s a_B + (1-a_s)(1-a_B). 1: errors on exactly the same images, 0: no more overlap
 //   than independent models of these accuracies, negative: less. Larger = more similar.
-// - softErrorConsistency: (c_obs - c_exp) / (1 - c_exp) with PROTOCOL's
+// - softErrorConsistency: (c_obs - c_exp) / (1 - c_exp) with the method's
 //   c_exp = q_s q_B + (1-q_s)(1-q_B)/(K-1), q = mean probability of the true class
 //   (softAccuracy, backSoftAccuracy), and c_obs = agreementProbability (the normalised dot
 //   product above), as the reference computes it (evaluation/metrics.py, soft_error_consistency

@@ -1,5 +1,5 @@
 // Linear CKA (Kornblith et al. 2019) between two models' features at the same stitch point, a
-// baseline similarity (PROTOCOL.md, "Scores"). For centred feature matrices X [N, Dx], Y [N, Dy]:
+// baseline similarity (docs/method.md, "Scores"). For centred feature matrices X [N, Dx], Y [N, Dy]:
 //   CKA = ||Y^T X||_F² / (||X^T X||_F ||Y^T Y||_F),
 // in [0, 1]; 1 when Y is an orthogonal transform times a scale of X. Larger = more similar.
 // Samples: by default each image is one sample, its features flattened ([N, ...] -> [N, D]).

@@ -1,4 +1,4 @@
-// Excess agreement (PROTOCOL.md, "Scores"): agreement probability on the test set whose
+// Excess agreement (docs/method.md, "Scores"): agreement probability on the test set whose
 // shortcut markers are class-consistent minus that on the test set whose marker colours are
 // rolled by one class. Positive: the stitched model agrees with B more when the markers point
 // at the true class, i.e. the stitch carries B's (or A's) use of the shortcut. Larger = the

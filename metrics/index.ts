@@ -1,4 +1,4 @@
-// Similarity scores for model stitching (PROTOCOL.md, "Scores"); each module documents its
+// Similarity scores for model stitching (docs/method.md, "Scores"); each module documents its
 // definitions and whether larger means more similar.
 export { AgreementMeter, type AgreementResult, kappa, NonFiniteLogitsError } from "./agreement.js";
 export { type CkaOptions, featureMatrix, linearCka, StreamingCka } from "./cka.js";

@@ -1,6 +1,6 @@
 // Means with 95% intervals over replicates (Student t), and the rule by which two such intervals
 // tell a difference: a conclusion such as "pair X is less similar than pair Y at point i" holds
-// only when their intervals do not overlap (PROTOCOL.md, "Replicates").
+// only when their intervals do not overlap (docs/method.md, "Replicates").
 
 /**
  * The 0.975 quantile of Student's t with df degrees of freedom (df 1-30 from the table, beyond

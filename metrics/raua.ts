@@ -1,4 +1,4 @@
-// rAuA, the relative area under the agreement curve (PROTOCOL.md, "Scores"): the mean
+// rAuA, the relative area under the agreement curve (docs/method.md, "Scores"): the mean
 // agreement over the intermediate stitch points. "Intermediate" is the caller's list of stitch
 // points in network order (points between layers, not the raw input); by default every point
 // given counts. With excludeLast, the last point (the head's input, where stitching only has

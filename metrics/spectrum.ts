@@ -1,4 +1,4 @@
-// Relative numerical rank and condition number of a stitching layer's weight (PROTOCOL.md,
+// Relative numerical rank and condition number of a stitching layer's weight (docs/method.md,
 // "Scores"): a linear layer's [out, in] matrix or a 1x1 convolution's [out, in, 1, 1] weight.
 // Singular values are computed in float64.
 // - rank: singular values above max(S) * max(out, in) * eps(float32), torch.linalg.matrix_rank's

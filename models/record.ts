@@ -22,7 +22,7 @@ export interface ModelRecord {
   stem: string | null;
   /** The dataset it was trained on, when recorded. */
   dataset: string | null;
-  /** The base learning rate of PROTOCOL's recipe for its architecture. */
+  /** The base learning rate of the base-training recipe for its architecture (docs/method.md, "Base models"). */
   defaultLr: number;
 }
 
@@ -49,8 +49,8 @@ export function modelRecord(model: StitchableModel, meta: CheckpointMeta): Model
 
 /**
  * The statistics a model's inputs are normalised with: the ones it was trained with. A front from
- * LS-ImageNet-10 and a back from CIFAR-10 each get their own (PROTOCOL.md, "Which data carry
- * markers", last point).
+ * LS-ImageNet-10 and a back from CIFAR-10 each get their own (docs/method.md, "Training defaults",
+ * its last sentence).
  */
 export function requireNormalization(r: ModelRecord, what: string): Normalization {
   if (r.normalization) return r.normalization;

@@ -1,5 +1,5 @@
 // The model zoo: createModel(name, options), as timm's create_model. Each entry documents its
-// stitch points (PROTOCOL.md, "Stitch points").
+// stitch points (docs/method.md, "Stitch points").
 import { checkModelOptions } from "./options.js";
 import { RESNET18, RESNET50, ResNet, type ResNetOptions, resnetSize } from "./resnet.js";
 import type { ModelSize, StitchableModel } from "./stitchable.js";
@@ -10,8 +10,8 @@ export type ModelOptions = ResNetOptions & VggOptions & VitOptions;
 
 /**
  * An architecture's facts, as timm's pretrained config keeps them: what it is, and the base learning
- * rate of PROTOCOL's recipe (0.1 for ResNets; 0.01 for VGG and
- * the ViTs, the reference's configs/baselines/{low,high}_resolution). The one place they live.
+ * rate of the base-training recipe (docs/method.md, "Base models": 0.1 for ResNets; 0.01 for VGG
+ * and the ViTs, the reference's configs/baselines/{low,high}_resolution). The one place they live.
  */
 export interface ArchRecord {
   arch: string;

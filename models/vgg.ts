@@ -6,7 +6,7 @@
 // CIFAR-sized inputs (the reference's models/vgg/vgg_architecture.py): at 32 px the features
 // end at 1x1 and the adaptive pool repeats that pixel into the 7x7 grid the classifier expects.
 //
-// Stitch points (PROTOCOL.md, "Stitch points"; the reference's models/model_utils.py, 'vgg16'),
+// Stitch points (docs/method.md, "Stitch points"; the reference's models/model_utils.py, 'vgg16'),
 // all post-ReLU: features.2 (conv1_1's ReLU), then the last ReLU of each stage, before its
 // max-pool: features.5, .12, .22, .32, .42.
 import {

@@ -92,7 +92,10 @@ export class CosineAnnealingLR extends BaseScheduler {
   }
 }
 
-/** The step schedule's drops, as fractions of training: lr x0.1 at 1/3 and 2/3 (PROTOCOL.md). */
+/**
+ * The step schedule's drops, as fractions of training: lr x0.1 at 1/3 and 2/3 (docs/method.md,
+ * "Base models" and "Training defaults").
+ */
 export const STEP_SCHEDULE_FRACTIONS: readonly number[] = [1 / 3, 2 / 3];
 
 /**

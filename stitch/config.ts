@@ -1,6 +1,6 @@
 // The settings of the two jobs of the method, defined once (issue 24): what a user may give for
 // an IRI set and for a stitch (the `iris` and `stitch` flags and an experiment file's `iris:` and
-// `stitch:` sections parse through these schemas), their defaults (PROTOCOL.md, in the schemas),
+// `stitch:` sections parse through these schemas), their defaults (docs/method.md's, in the schemas),
 // and resolveIrisConfig / resolveStitchConfig, the one pair of functions that turn given settings
 // into the fully resolved configs that the jobs run and the cache keys hash. Below them nothing
 // is defaulted or checked again.
@@ -44,7 +44,10 @@ export const stitchModeOf = <T extends string>(name: T): T | "iris" => (name ===
 // A mode in a reader's words: report/modes.ts (the report loads without libtorch).
 export { stitchModeWords } from "../report/modes.js";
 
-/** Epochs of stitching when none are given: 30 (PROTOCOL, CIFAR and other 32 px sets), 12 for image folders (ImageNet-100). */
+/**
+ * Epochs of stitching when none are given: 30 (CIFAR and other 32 px sets), 12 for image folders
+ * (ImageNet-100) (docs/method.md, "Training defaults").
+ */
 export const defaultStitchEpochs = (dataset: string): number => (dataset === "imagefolder" ? 12 : 30);
 
 /**
@@ -64,7 +67,7 @@ export type BnMode = (typeof BN_MODES)[number];
 
 /**
  * The frozen networks' batch norm when none is given: the reference's (bn_running_stats) "adapt"
- * in standard runs, "eval" in invariance-aware ones (PROTOCOL.md, "Standard versus invariance-aware").
+ * in standard runs, "eval" in invariance-aware ones (docs/method.md, "Standard versus invariance-aware").
  */
 export const defaultBnMode = (mode: StitchMode): BnMode => (mode === "standard" ? "adapt" : "eval");
 
@@ -103,7 +106,7 @@ export function formatObjective(w: ObjectiveWeights): string {
   return parts.map(([o, v]) => `${o}:${v}`).join(",");
 }
 
-/** T's optimisers: Adam (the reference's configs all use it; PROTOCOL.md). */
+/** T's optimisers: Adam (the reference's configs all use it; docs/method.md, "Training defaults"). */
 export const STITCH_OPTIMIZERS = ["adam"] as const;
 const adamBeta = z.number().min(0).lt(1, "below 1");
 
@@ -121,8 +124,9 @@ export const STITCH_ADVERSARIAL_DEFAULTS: AdversarialConfig = stitchAdversarialS
 
 /**
  * How T is trained, one schema for experiment files' `stitch:` section and the `stitch` flags,
- * with PROTOCOL's defaults: least-squares start from 500 real images, Adam lr 1e-3, weight decay
- * 1e-4, batch 128, 30 epochs (12 for image folders), lr x0.1 at 1/3 and 2/3 of them.
+ * with the method's defaults (docs/method.md, "Training defaults"): least-squares start from 500
+ * real images, Adam lr 1e-3, weight decay 1e-4, batch 128, 30 epochs (12 for image folders), lr
+ * x0.1 at 1/3 and 2/3 of them.
  */
 export const stitchSettingsSchema = z
   .object({
@@ -190,9 +194,9 @@ export const stitchSettingsSchema = z
       .describe(
         "score each stitched model on adversarial test images made against it: APGD-CE and APGD-DLR (default) or PGD, AutoAttack's budget or the reference's settings; robust_accuracy and robust_agreement_prob in results.csv",
       ),
-    // PROTOCOL: standard runs augment the real images "as base training does" (the zoo's and
-    // stitchlab's own training: random crop with pad 4 and flip at 32 px, random resized crop and
-    // flip at 224 px). A model trained elsewhere without augmentation sees other images there:
+    // docs/method.md, "Training defaults": standard runs augment the real images as base training
+    // does (the zoo's and stitchlab's own training: random crop with pad 4 and flip at 32 px,
+    // random resized crop and flip at 224 px). A model trained elsewhere without augmentation sees other images there:
     // batch norm's `adapt` re-estimates its statistics on them, and B stitched with itself lost
     // 7% agreement (a ResNet trained in PyTorch on plain Fashion-MNIST, exported to ONNX: 0.926;
     // 0.9997 with its statistics kept). false follows such a base training.
@@ -337,7 +341,8 @@ export function resolveStitchConfig(
     seed: s.seed,
     ckaImages: s.ckaImages,
     adversarial: s.adversarial ?? null,
-    // The stitched model's attacks: PROTOCOL's 8/255 unless given, PGD's step eps / 4.
+    // The stitched model's attacks: the method's 8/255 (docs/method.md, "Base models") unless
+    // given, PGD's step eps / 4.
     robustEval: s.robustEval
       ? resolveRobustEval(s.robustEval, {
           imageSize: data.imageSize,

@@ -1,4 +1,4 @@
-// Scores of a stitched model against B on a test set (PROTOCOL.md, "Scores"), streamed batch by
+// Scores of a stitched model against B on a test set (docs/method.md, "Scores"), streamed batch by
 // batch. The frozen networks run in eval mode here, whatever mode T was trained in: with
 // batch-norm mode "adapt" the stitched model uses its adapted statistics and B its own.
 import type { Dataset } from "../data/index.js";

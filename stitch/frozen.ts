@@ -1,8 +1,9 @@
 // What T does not touch, computed once per run. When A and B are frozen in eval mode and the
 // training images are the same every epoch (no augmentation, no markers painted per batch: the
-// invariance-aware runs, PROTOCOL.md), A's features at the point and B's targets (logits, and
-// the features DM and FuLA compare) are the same numbers in every epoch. They are computed in
-// one pass over the training set and each step then runs only T, B's tail and the backward.
+// invariance-aware runs, docs/method.md "Standard versus invariance-aware"), A's features at the
+// point and B's targets (logits, and the features DM and FuLA compare) are the same numbers in
+// every epoch. They are computed in one pass over the training set and each step then runs only
+// T, B's tail and the backward.
 //
 // Standard runs with batch-norm mode "adapt" cannot do this: A's running statistics move with
 // every step, so A's features do too. "batch" mode cannot either (a row's features depend on

@@ -1,4 +1,4 @@
-// The IRI settings (PROTOCOL.md, "IRI generation"): the schema every place that takes them reads
+// The IRI settings (docs/method.md, "IRI generation"): the schema every place that takes them reads
 // (experiment files' `iris:`, the `iris` command's flags, task specs), its type and defaults, the
 // combinations it cannot refuse alone, the step cap, and the default step sizes. It is apart from
 // the descent (stitch/iris.ts) so that the settings modules (stitch/config.ts) and the CLI read
@@ -92,7 +92,8 @@ export const iriStepCap = (o: Pick<IriOptions, "steps" | "target" | "maxSteps">)
   o.target === undefined ? o.steps : (o.maxSteps ?? o.steps);
 
 /**
- * PROTOCOL.md's defaults: 200 signed steps of 1/255 from uniform noise, batch 128, the last iterate.
+ * The method's defaults (docs/method.md, "IRI generation"): 200 signed steps of 1/255 from uniform
+ * noise, batch 128, the last iterate.
  * An object beside the schema, not zod defaults on its keys, because the schema also reads partial
  * settings (an experiment file's iris: gives any subset, over compare's or the demo's recipe), and
  * a default inside it would fill keys the file left to the recipe. This is their one home: the

@@ -1,10 +1,10 @@
-// IRI generation (PROTOCOL.md, "IRI generation"): for a batch of images x and a frozen front
+// IRI generation (docs/method.md, "IRI generation"): for a batch of images x and a frozen front
 // model A in eval mode, find x' with A_{<=i}(x') close to A_{<=i}(x) by descending the relative
 // distance ||A_{<=i}(x') - A_{<=i}(x)||_F / ||A_{<=i}(x)||_F (Frobenius norms over the batch).
 //
 // The iterate lives in pixel space p in [0, 1] and the model sees (p - mean) / std. That is the
-// PROTOCOL's "clamp in normalised space per channel" exactly (clamping p to [0, 1] is clamping
-// x' to [(0 - mean)/std, (1 - mean)/std] per channel), and it makes the step size a pixel unit:
+// method's clamp to the valid range, per channel in normalised space, exactly (clamping p to
+// [0, 1] is clamping x' to [(0 - mean)/std, (1 - mean)/std] per channel), and it makes the step size a pixel unit:
 // a signed step of 1/255 moves every pixel by one grey level whatever the channel's std, as
 // the PGD attack's budget does (eval/pgd.ts). Sign steps are the same in either space.
 

@@ -1,4 +1,4 @@
-// The stitching layer T (PROTOCOL.md, "Stitching layer T"): between CNN points a 1x1
+// The stitching layer T (docs/method.md, "The stitching layer T"): between CNN points a 1x1
 // convolution with bias from A's channels to B's, after a bilinear resize of A's map when the
 // spatial sizes differ; between ViT points a linear map over the embedding dimension, applied
 // to every token; between vector points (the ViT head input, [N, D]) a linear map over D (the
@@ -157,10 +157,11 @@ export function asSamples(h: Tensor, kind: PointKind): Tensor {
 export const LSTSQ_RCOND = 1e-6;
 
 /**
- * Least-squares initialisation with bias (PROTOCOL: from K real training images, every position
- * or token a sample, one per image at a vector point, target B's own features): solves [X 1] W = Y with torch.linalg.lstsq in
- * float64 (a QR-based solver, stabler than the normal equations), and sets weight = W[:in]^T,
- * bias = W[in]. xs are A's features at `source`, ys B's at `target`, for the same images.
+ * Least-squares initialisation with bias (docs/method.md, "The stitching layer T": from K real
+ * training images, every position or token a sample, one per image at a vector point, target B's
+ * own features): solves [X 1] W = Y with torch.linalg.lstsq in float64 (a QR-based solver, stabler
+ * than the normal equations), and sets weight = W[:in]^T, bias = W[in]. xs are A's features at
+ * `source`, ys B's at `target`, for the same images.
  */
 export function leastSquaresInit(layer: StitchingLayer, xs: Tensor, ys: Tensor): { residual: number } {
   return torch.noGrad(() =>

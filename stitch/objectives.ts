@@ -1,4 +1,4 @@
-// The objectives T is trained with (PROTOCOL.md, "Objectives"). Each compares the stitched model
+// The objectives T is trained with (docs/method.md, "Objectives"). Each compares the stitched model
 // with B on the same input x (a real image in standard mode, an IRI in invariance-aware mode;
 // which one is the caller's choice of data, so the mode rule lives in the data, not here):
 //   HLM  cross-entropy of the stitched logits with the ground-truth labels;
@@ -16,7 +16,7 @@ import type { StitchedModel } from "./stitched.js";
 
 type Tensor = torch.Tensor;
 
-/** ||a - b||_F / ||b||_F over the whole batch (PROTOCOL: Frobenius norms over the batch). */
+/** ||a - b||_F / ||b||_F over the whole batch (docs/method.md: Frobenius norms over the batch). */
 export function relativeDistance(a: Tensor, b: Tensor): Tensor {
   return a.sub(b).norm().div(b.norm().add(1e-12));
 }

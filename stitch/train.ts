@@ -1,4 +1,4 @@
-// Training the stitching layer (PROTOCOL.md defaults): Adam, lr 1e-3, weight decay 1e-4,
+// Training the stitching layer (docs/method.md, "Training defaults"): Adam, lr 1e-3, weight decay 1e-4,
 // batch 128, lr x0.1 at 1/3 and 2/3 of training; T initialised by least squares on real images.
 // Every number of that recipe comes in with the options (stitch/config.ts, the schema that holds
 // the defaults and puts them in the task's key): none is written here.
@@ -60,7 +60,7 @@ export function setStitchBnMode(s: StitchedModel, mode: BnMode): void {
 
 /**
  * Everything a stitching run is trained with, resolved by the caller (stitch/jobs.ts resolves the
- * stitching config and its defaults once; PROTOCOL.md's are Adam, lr 1e-3, weight decay 1e-4,
+ * stitching config and its defaults once; docs/method.md's are Adam, lr 1e-3, weight decay 1e-4,
  * batch 128, least squares on 500 images): no field is filled in here.
  */
 export interface StitchTrainOptions {
@@ -81,7 +81,7 @@ export interface StitchTrainOptions {
   bnMode: BnMode;
   init: StitchInit;
   /**
-   * Real training images for the least-squares initialisation (PROTOCOL: 500), drawn at random
+   * Real training images for the least-squares initialisation (docs/method.md: 500), drawn at random
    * (seeded by `seed`) from the whole of `real`: image folders are ordered by class.
    */
   initImages: number;

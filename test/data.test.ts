@@ -669,7 +669,7 @@ test("random resized crop at 224 px: seeded boxes inside the image, identity box
     torch.tidy(() => up.ne(77).sum().item()),
     0,
   );
-  // Through the loader with PROTOCOL's 224 px augmentation and Pixel+Loc markers (28 px squares).
+  // Through the loader with the method's 224 px augmentation and Pixel+Loc markers (28 px squares).
   assert.deepEqual(standardAugment(224), { resizedCrop: true, flip: true });
   assert.deepEqual(standardAugment(32), { padding: 4, flip: true });
   const plan = planDatasetMarkers(ds, { kind: "pixel-loc" });

@@ -485,7 +485,7 @@ objectives: [slm]
 });
 
 // The independent check (issue 36): our pipeline against one written in plain PyTorch from
-// PROTOCOL.md (test/helpers/stitch_reference.py: torchvision's ResNet pieces, nothing of ours), on
+// docs/method.md (test/helpers/stitch_reference.py: torchvision's ResNet pieces, nothing of ours), on
 // the same trained networks, images and batch order: the least-squares start, HLM, SLM, DM and
 // FuLA, standard runs with batch norm "adapt" and invariance-aware runs ("eval") on IRIs that the
 // reference makes by its own descent.
@@ -540,7 +540,7 @@ const LOGIT_TOL = 1e-2;
 /** The least-squares residual ||[X 1]W - Y|| / ||Y|| moves by at most ~2x the features' relative error (1e-4), with a margin of 5. */
 const RESIDUAL_TOL = 1e-3;
 /**
- * How far each side's scores may be from PROTOCOL's formula of its own logits in float64: ours
+ * How far each side's scores may be from the method's formula of its own logits in float64: ours
  * sums float32 terms (1e-6), the reference sums in float64 (1e-9).
  */
 const OWN_TOL = { ours: 1e-6, reference: 1e-9 } as const;
@@ -570,11 +570,11 @@ function maxDiff(a: torch.Tensor, b: torch.Tensor): number {
   return x.reduce((m, v, i) => Math.max(m, Math.abs(v - y[i])), 0);
 }
 
-/** PROTOCOL's scores with the expected consistency c_exp of the soft error consistency. */
+/** The method's scores (docs/method.md, "Scores") with the expected consistency c_exp of the soft error consistency. */
 type ProtocolScores = Record<RefScore, number> & { expected: number };
 
 /**
- * PROTOCOL's scores of a stitched model's logits against B's, in float64, written again here (as
+ * The method's scores of a stitched model's logits against B's, in float64, written again here (as
  * the reference writes them): each side's scores must be these of its own logits (OWN_TOL), so
  * that the two sides' scores differ only as far as their logits do (scoreBounds).
  */
@@ -608,7 +608,7 @@ function protocolScores(stitched: torch.Tensor, back: torch.Tensor, labels: torc
 }
 
 /**
- * How far PROTOCOL's scores of two sides' logits can be apart when every stitched logit differs
+ * How far the method's scores of two sides' logits can be apart when every stitched logit differs
  * by at most dS between the sides and every logit of B by at most dB (absolute): bounds on
  * |score(ours) - score(reference)| for exact arithmetic, from the reference's scores `ref` and
  * both sides' logits (for the near-ties).
@@ -899,7 +899,7 @@ test("an independent plain-PyTorch stitcher (test/helpers/stitch_reference.py) a
           d <= bounds[k] + OWN_TOL.ours + OWN_TOL.reference + 1e-12,
           `${run.name} ${when} ${k}: ours ${ours[o]}, the reference's ${p[when][k]}: ${d} apart, more than the logits' ${dAbs[when]} (B's ${dBack}) allow: ${bounds[k]} (near-ties ${JSON.stringify(nearTies)})`,
         );
-        // Each side's scores are PROTOCOL's of its own logits.
+        // Each side's scores are the method's of its own logits.
         assert.ok(
           Math.abs(theirs[k] - p[when][k]) < OWN_TOL.reference,
           `${run.name} ${when} ${k}: the reference's ${p[when][k]}, from its logits ${theirs[k]}`,

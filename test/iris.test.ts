@@ -62,7 +62,7 @@ const mean = (r: Float32Array) => r.reduce((s, v) => s + v, 0) / r.length;
 
 test("IRIs at an early point: A represents x' as x (small residual) although x' is far from x", { skip }, () => {
   const ds = first(16);
-  // Adam (PROTOCOL's option, lr 0.1 with cosine decay, 200 steps) at layer1.0 of the trained
+  // Adam (an option of the method, lr 0.1 with cosine decay, 200 steps) at layer1.0 of the trained
   // width-8 ResNet-18 B. (A random network with torchvision's initialisation is nearly injective
   // this early: its IRIs from noise come back to x itself.)
   const point = "layer1.0";
@@ -95,7 +95,8 @@ test("IRIs at an early point: A represents x' as x (small residual) although x' 
   );
   for (let i = 0; i < again.length; i++) assert.ok(Math.abs(again[i] - r.residuals[i]) < 1e-5);
 
-  // The default (200 signed steps of 1/255) also descends, if less far (PROTOCOL: 0.6-0.7 on trained models).
+  // The default (200 signed steps of 1/255) also descends, if less far (docs/method.md, "IRI
+  // generation": 0.6-0.7 on trained narrow models).
   let initial = Number.NaN;
   const sign = generateIriBatch(a, "stem", ds.images, norm, IRI_DEFAULTS, 1, (t, v) => {
     if (t === 0) initial = v;

@@ -144,7 +144,7 @@ test("a 6-epoch run trains at lr, lr/10 and lr/100 for two epochs each", { skip 
   model.dispose();
 });
 
-test("the default lr follows the architecture: 0.1 for ResNets, 0.01 for VGG and ViTs (PROTOCOL, the reference's configs)", () => {
+test("the default lr follows the architecture: 0.1 for ResNets, 0.01 for VGG and ViTs (the reference's configs)", () => {
   const lr = (arch: string) => trainConfig({ arch }, { dataset: "fashion-mnist" }).lr;
   assert.equal(lr("resnet18"), 0.1);
   assert.equal(lr("resnet50"), 0.1);

@@ -163,7 +163,7 @@ export interface TrainConfig extends TrainData {
   lrDecay: number;
   /**
    * The final robust evaluation on the test set (eval/evaluate.ts robustEvaluation): by default
-   * at the adversarial radius (PROTOCOL's 8/255 for clean models); null: none.
+   * at the adversarial radius (8/255 for clean models: docs/method.md, "Base models"); null: none.
    */
   robustEval: RobustEvalConfig | null;
   /** bf16: each step's forward and loss under bfloat16 autocast; null: float32 throughout. */
@@ -177,7 +177,10 @@ export interface TrainConfig extends TrainData {
   device: Device;
 }
 
-/** The optimiser's fixed part of PROTOCOL's recipe (not settable: the paper's and the reference's). */
+/**
+ * The optimiser's fixed part of the base-training recipe (docs/method.md, "Base models"; not
+ * settable: the paper's and the reference's).
+ */
 const SGD_RECIPE = {
   momentum: 0.9,
   nesterov: true,

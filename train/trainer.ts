@@ -1,4 +1,4 @@
-// Base-model training as PROTOCOL.md sets it: SGD with Nesterov momentum, weight decay, lr x0.1
+// Base-model training as docs/method.md ("Base models") sets it: SGD with Nesterov momentum, weight decay, lr x0.1
 // at 1/3 and 2/3 of training, random crop (pad 4) and horizontal flip; optionally a pixel shortcut
 // in the training images and Madry adversarial training on a fraction of each batch. Writes a
 // checkpoint (safetensors + JSON sidecar), the resolved config and per-epoch metrics into the run
@@ -166,7 +166,7 @@ function trainEpoch(
     dropLast: true,
     seed: cfg.seed,
     epoch,
-    // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (PROTOCOL.md).
+    // Crop (pad 4) and flip at 32 px, random resized crop and flip at 224 (docs/method.md, "Base models").
     augment: standardAugment(trainSet.images.shape[2]),
     markers: ctx.markers,
     normalization: norm,
@@ -320,7 +320,7 @@ export async function trainModel(
     // The shortcut: each training image's marker takes its class's colour and a place drawn anew
     // every epoch, as the reference's loader draws one on every read
     // (dataloaders/shortcut_markers.py), seeded by (seed, epoch); it is painted onto the batch
-    // after the crop and flip, so it is never cut or mirrored (PROTOCOL.md).
+    // after the crop and flip, so it is never cut or mirrored (docs/method.md, "Datasets and shortcut markers").
     const markers = cfg.shortcut
       ? markerDraws(trainSet, {
           kind: cfg.shortcut,

@@ -1,5 +1,6 @@
-"""The PROTOCOL's IRI generation written directly in PyTorch, for test/iris.test.ts: signed-gradient
-descent on ||A(x') - A(x)||_F / ||A(x)||_F in pixel space, clamped to [0, 1], from uniform noise.
+"""IRI generation (docs/method.md, "IRI generation") written directly in PyTorch, for
+test/iris.test.ts: signed-gradient descent on ||A(x') - A(x)||_F / ||A(x)||_F in pixel space,
+clamped to [0, 1], from uniform noise.
 
 Usage: python3 iri_reference.py DIR SETTINGS_JSON
   reads DIR/ts_state.pt (a ResNet-18 state dict saved by stitchlab) and DIR/iri_input.pt {x: uint8},

@@ -1,11 +1,11 @@
-"""Invariance-aware and standard stitching written directly in plain PyTorch from PROTOCOL.md,
+"""Invariance-aware and standard stitching written directly in plain PyTorch from docs/method.md,
 independent of stitchlab's code, for test/fidelity.test.ts ("an independent plain-PyTorch
 stitcher ..."). Nothing here imports stitchlab or its PyTorch twins: the networks are built from
 torchvision's own ResNet pieces (its BasicBlock and _make_layer, with the 32 px stem: a 3x3 conv1
 of stride 1, no max-pool), their widths read from the weights.
 
 What it does, in one process:
-1. IRIs of the front model A at one point (PROTOCOL "IRI generation"): for each batch of source
+1. IRIs of the front model A at one point (docs/method.md, "IRI generation"): for each batch of source
    images, A in eval mode, start from uniform noise in [0, 1] (drawn after torch.manual_seed of the
    batch's seed, given with the data), then signed-gradient descent on
    ||A(x') - A(x)||_F / ||A(x)||_F (norms over the batch) in pixel space, clamped to [0, 1] after
@@ -29,7 +29,7 @@ What it does, in one process:
    statistics, nothing updated). Scoring puts the stitched model in eval mode with its statistics
    and compares it with B as loaded, in eval mode.
 3. Scores on the test set: accuracy, B's accuracy, hard agreement, agreement probability and the
-   soft error consistency (PROTOCOL "Scores").
+   soft error consistency (docs/method.md, "Scores").
 
 Usage: python3 stitch_reference.py DIR
   reads DIR/front.pt, DIR/back.pt (state dicts), DIR/data.pt {real: uint8 [N, 3, H, W],
@@ -127,7 +127,7 @@ def bn_modules(m):
 
 
 def generate_iris(front, sources, seeds, norm, s):
-    """PROTOCOL's IRIs: signed descent from uniform noise, clamped to [0, 1], quantised to uint8."""
+    """The method's IRIs: signed descent from uniform noise, clamped to [0, 1], quantised to uint8."""
     front.eval()
     point, steps, step, batch = s["point"], s["steps"], s["step_size"], s["batch"]
     images, residuals = [], []

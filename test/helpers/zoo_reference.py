@@ -5,7 +5,7 @@ test/models.test.ts.
 Usage: python3 zoo_reference.py ARCH OPTIONS_JSON MODE DIR
   MODE save: build with seed 0, save DIR/py_state.pt, DIR/input.pt and DIR/py_logits.pt;
              for vgg16_bn also DIR/py_features.pt: features[:k+1](x) at each stitch point
-             features.k (stitchlab's points, PROTOCOL.md "Stitch points")
+             features.k (stitchlab's points, docs/method.md "Stitch points")
   MODE load: load DIR/ts_state.pt (saved by stitchlab), run DIR/input.pt, save DIR/py_logits_from_ts.pt
   MODE save,load: both, in one process (torch and torchvision start once)
 """
