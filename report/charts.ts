@@ -3,9 +3,9 @@
 // dashed = invariance-aware (trained on IRIs). Each spec carries its data, so a figure's
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
+import { MODE_LABELS } from "../stitch/modes.js";
 import { beyondChance, nullBand as nullBandOf } from "./chance.js";
 import { groundingRows, measureWords } from "./grounding.js";
-import { MODE_LABELS } from "./modes.js";
 import { groupKey, rowKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 

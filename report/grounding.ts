@@ -13,9 +13,9 @@
 // the fronts of that replicate (each replicate trains its own fronts), and summarised over
 // replicates with the Student-t interval every other score gets (metrics/interval.ts).
 import { type Interval, interval } from "../metrics/interval.js";
+import { stitchModeWords } from "../stitch/modes.js";
 import { isNullRelation } from "./chance.js";
 import { csvField } from "./csv.js";
-import { stitchModeWords } from "./modes.js";
 import type { StitchRow } from "./types.js";
 
 /** Fronts a replicate needs before its rank correlation means something (2 give only +-1). */

@@ -41,8 +41,8 @@ export const STITCH_MODES: readonly StitchMode[] = ["standard", "iris"];
 export const STITCH_MODE_NAMES = ["standard", "iris", "invariance-aware"] as const;
 /** A mode's name as written (the alias resolved; anything else as it is, for the caller to check). */
 export const stitchModeOf = <T extends string>(name: T): T | "iris" => (name === "invariance-aware" ? "iris" : name);
-// A mode in a reader's words: report/modes.ts (the report loads without libtorch).
-export { stitchModeWords } from "../report/modes.js";
+// A mode in a reader's words: stitch/modes.ts (a leaf the report reads without libtorch).
+export { stitchModeWords } from "./modes.js";
 
 /**
  * Epochs of stitching when none are given: 30 (CIFAR and other 32 px sets), 12 for image folders
