@@ -31,8 +31,8 @@ import {
 import { modelRows } from "../experiments/results.js";
 import { writeFileAtomic } from "../io/files.js";
 import { isNullRelation } from "../report/chance.js";
+import { csvRecords } from "../report/csv.js";
 import { type StitchRow, summarize } from "../report/index.js";
-import { csvRows } from "../test/helpers/csv.js";
 import * as torch from "../torch/index.js";
 import { python } from "./pytorch_peer.js";
 
@@ -120,7 +120,7 @@ function pixelFronts(out: string, cache: string): { label: string; clean: number
 
 /** What one seed's demo shows, against the requirements. */
 export function judge(out: string, cache: string) {
-  const rows = csvRows(join(out, "results.csv")).map(toRow);
+  const rows = csvRecords(join(out, "results.csv")).map(toRow);
   const summary = summarize(rows);
   const means = (f: (s: (typeof summary)[number]) => boolean) =>
     summary.filter(f).map((s) => s.scores.agreement_prob.mean);

@@ -20,8 +20,8 @@ import { parse as parseYaml } from "yaml";
 import { taskDir } from "../experiments/cache.js";
 import { cliCommand } from "../experiments/tasks.js";
 import { writeFileAtomic } from "../io/files.js";
+import { csvRecords } from "../report/csv.js";
 import { renderSvg } from "../report/render.js";
-import { csvRows } from "../test/helpers/csv.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -105,7 +105,7 @@ export async function main(args: string[]): Promise<void> {
       );
       if (run.status !== 0) throw new Error(`iri-tightness: ${name} failed (status ${run.status})`);
       console.error(`iri-tightness: ${name} in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
-      for (const row of csvRows(join(out, "results.csv")))
+      for (const row of csvRecords(join(out, "results.csv")))
         points.push({
           recipe,
           steps,

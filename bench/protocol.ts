@@ -33,7 +33,7 @@ import { COMPARE_DEFAULTS, closeness } from "../experiments/compare.js";
 import { CONTROL_MIN_AGREEMENT } from "../experiments/reading.js";
 import { cliCommand } from "../experiments/tasks.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
-import { csvRows } from "../test/helpers/csv.js";
+import { csvRecords } from "../report/csv.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -242,7 +242,7 @@ export async function main(args: string[]): Promise<void> {
 
 /** A setting's cells from its run: agreement over replicates, and its IRI sets' residual and descent steps. */
 export function readCells(out: string, cache: string, s: Setting): Cell[] {
-  const rows = csvRows(join(out, "results.csv")).filter((r) => r.test_data !== undefined);
+  const rows = csvRecords(join(out, "results.csv")).filter((r) => r.test_data !== undefined);
   const plan = JSON.parse(readFileSync(join(out, "plan.json"), "utf8")) as {
     tasks: { key: string; label: string }[];
   };

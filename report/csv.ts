@@ -1,6 +1,7 @@
 // results.csv: one row per stitched run, in a fixed column order that starts with the columns
 // every consumer relies on. Numbers are written unrounded (JavaScript's shortest round-trip
 // form), null as an empty field; fields are quoted as RFC 4180 says (lines end in "\n").
+import { readFileSync } from "node:fs";
 import type { StitchRow } from "./types.js";
 
 /** The columns of results.csv, in order: the required ones first, then the rest of StitchRow. */
@@ -58,4 +59,38 @@ export function resultsCsv(rows: StitchRow[]): string {
   const lines = [CSV_COLUMNS.join(",")];
   for (const row of rows) lines.push(CSV_COLUMNS.map((c) => csvField(cellOf(row, c))).join(","));
   return `${lines.join("\n")}\n`;
+}
+
+/** CSV text's rows of fields, as RFC 4180 reads them (quoted fields may hold commas, quotes and line breaks). */
+export function parseCsv(text: string): string[][] {
+  const rows: string[][] = [];
+  let fields: string[] = [];
+  let field = "";
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') {
+        field += '"';
+        i++;
+      } else if (c === '"') quoted = false;
+      else field += c;
+    } else if (c === '"') quoted = true;
+    else if (c === "," || c === "\n") {
+      fields.push(field);
+      field = "";
+      if (c === "\n") {
+        rows.push(fields);
+        fields = [];
+      }
+    } else if (c !== "\r") field += c;
+  }
+  if (field !== "" || fields.length) rows.push([...fields, field]);
+  return rows;
+}
+
+/** A CSV file's rows as objects keyed by its header (results.csv, summary.csv). */
+export function csvRecords(path: string): Record<string, string>[] {
+  const [head, ...rows] = parseCsv(readFileSync(path, "utf8"));
+  return (rows ?? []).map((r) => Object.fromEntries((head ?? []).map((h, i) => [h, r[i] ?? ""])));
 }

@@ -734,3 +734,25 @@ test("at 1400 px: the page never scrolls sideways, a wide summary table scrolls 
     await browser.close();
   }
 });
+
+test("report/csv.ts reads back what it writes: fields with commas, quotes and line breaks, an empty field, CRLF lines", async () => {
+  const { csvField, csvRecords, parseCsv } = await import("../report/csv.js");
+  const values = [["a,b", 'say "x"', "two\nlines", "", "3.5"]];
+  const text = `${["c1", "c2", "c3", "c4", "c5"].join(",")}\n${values.map((r) => r.map(csvField).join(",")).join("\n")}\n`;
+  assert.deepEqual(parseCsv(text), [["c1", "c2", "c3", "c4", "c5"], ...values]);
+  assert.deepEqual(parseCsv("x,y\r\n1,2\r\n"), [
+    ["x", "y"],
+    ["1", "2"],
+  ]);
+  assert.deepEqual(
+    parseCsv("x,y\n1,2"),
+    [
+      ["x", "y"],
+      ["1", "2"],
+    ],
+    "a last line without its newline",
+  );
+  const file = join(mkdtempSync(join(tmpdir(), "stitchlab-csv-")), "r.csv");
+  writeFileSync(file, text);
+  assert.deepEqual(csvRecords(file), [{ c1: "a,b", c2: 'say "x"', c3: "two\nlines", c4: "", c5: "3.5" }]);
+});
