@@ -181,13 +181,14 @@ export async function main(args: string[]): Promise<void> {
     // A fresh cache per seed unless one is given (kept afterwards, for a cached rerun by hand).
     const cache = given ? join(given, `seed-${seed}`) : mkdtempSync(join(tmpdir(), `stitchlab-demo-cache-${seed}-`));
     const dir = join(out, `seed-${seed}`);
+    console.log(`demo --seed ${seed}: cache ${cache}`);
     const first = timeDemo(cache, dir, seed);
     const second = i === 0 ? timeDemo(cache, join(out, `seed-${seed}-again`), seed) : null;
     runs.push({
       seed,
       first_s: Number(first.toFixed(1)),
       second_s: second && Number(second.toFixed(1)),
-      cache,
+      // The cache's folder is printed, not recorded: a results file holds no machine's paths.
       ...judge(dir, cache),
     });
   }
