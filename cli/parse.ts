@@ -1,28 +1,10 @@
 // Option parsers shared by the commands: each names the bad value in its error. They throw
 // commander's InvalidArgumentError, so that the message names the option too:
 // "option '--epochs <n>' argument 'abc' is invalid. expected an integer".
-import { InvalidArgumentError } from "commander";
 import { z } from "zod";
 import { datasetSchema } from "../experiments/spec.js";
 import { attributeOf, type FlagTable, type KeyRule, settingsFromFlags } from "./schema-flags.js";
-
-/**
- * A flag's text as a number, else commander's error: the one reading of a number flag, so that a
- * bad value gets one message from every flag, made from a schema (cli/schema-flags.ts) or not (int).
- */
-export function numberArg(text: string, integer: boolean): number {
-  const n = Number(text);
-  if (text.trim() === "" || !Number.isFinite(n))
-    throw new InvalidArgumentError(integer ? "expected an integer" : "expected a number");
-  return n;
-}
-
-/** A flag's value checked by a schema, else commander's error with the schema's message ("Too small: expected number to be >=1"). */
-export function checkedArg<T>(schema: z.ZodType<T>, value: unknown): T {
-  const r = schema.safeParse(value);
-  if (!r.success) throw new InvalidArgumentError(r.error.issues.map((i) => i.message).join("; "));
-  return r.data;
-}
+import { checkedArg, numberArg } from "./values.js";
 
 const count = z.number().int().min(0);
 /** A count of a flag no schema key owns (--workers, --seed, --image-size of a model): read and checked as a key's are. */
@@ -73,30 +55,6 @@ export function dataFromFlags(
 /** `{ [key]: value }` when value is defined, else `{}`: spread into a config so an absent option stays absent. */
 export function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
   return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };
-}
-
-/**
- * `value` checked by the schema that owns it (the same one an experiment file's section uses),
- * with an error that names the flag: `--steps: Too small: expected number to be >=1`.
- */
-export function checkedFlags<T>(
-  schema: {
-    safeParse(
-      v: unknown,
-    ): { success: true; data: T } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } };
-  },
-  value: unknown,
-  /** Flags whose names are not the key's in kebab case, by the key's path ("step": "--pgd-step"). */
-  flags: Record<string, string> = {},
-): T {
-  const r = schema.safeParse(value);
-  if (r.success) return r.data;
-  const lines = r.error.issues.map((i) => {
-    const path = i.path.map(String).join(".");
-    const key = String(i.path.at(-1) ?? "");
-    return `${flags[path] ?? `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`}: ${i.message}`;
-  });
-  throw new Error(lines.join("; "));
 }
 
 /**

@@ -9,7 +9,7 @@
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
-import { checkedArg, checkedFlags, numberArg } from "./parse.js";
+import { checkedArg, checkedFlags, numberArg } from "./values.js";
 
 type Schema = z.ZodType;
 type ObjectSchema = z.ZodObject<z.ZodRawShape>;
