@@ -59,7 +59,7 @@ export const COMPARE_FLAGS: FlagTable = {
     },
     "iris.steps": {
       describe: "IRI descent steps per start",
-      note: `Adam from another image, keep-best, an image stops at residual ${COMPARE_DEFAULTS.iris.target} and restarts up to ${COMPARE_DEFAULTS.iris.maxSteps} steps in all (${COMPARE_DEFAULTS.iris.maxSteps / COMPARE_DEFAULTS.iris.steps} times the steps given); docs/method.md "How tight an IRI must be"`,
+      note: `Adam from uniform noise, keep-best, an image stops at residual ${COMPARE_DEFAULTS.iris.target} and restarts up to ${COMPARE_DEFAULTS.iris.maxSteps} steps in all (${COMPARE_DEFAULTS.iris.maxSteps / COMPARE_DEFAULTS.iris.steps} times the steps given); docs/method.md "How tight an IRI must be"`,
     },
     "iris.batchSize": { skip: true },
     "stitch.limit": { describe: "real training images for T", note: `--protocol paper: ${paper.images}` },

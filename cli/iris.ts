@@ -65,7 +65,7 @@ export function registerIrisCommand(program: Command): void {
     .description(
       "identically represented inputs: for each training image x, an x' the front model represents as x at the point. " +
         "The defaults are the protocol's signed steps from noise (docs/method.md; each flag's help gives its default). " +
-        `compare makes its IRIs by a tight recipe instead, Adam from another image; the same from iris: ${compareRecipeFlags()}. ` +
+        `compare makes its IRIs by a tight recipe instead, Adam from noise; the same from iris: ${compareRecipeFlags()}. ` +
         "Resumes an interrupted run in the same --out.",
     )
     .requiredOption(

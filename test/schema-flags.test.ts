@@ -414,7 +414,7 @@ test("iris --help names compare's IRI recipe in iris's flags, read from compare'
   // The recipe's flags give compare's settings back.
   const o = parsed(registerIrisCommand, "iris", [...BASE.iris.argv, ...recipe.split(" ")]);
   assert.deepEqual(givenFromFlags(o, irisSettingsSchema, IRIS_FLAGS), tight);
-  for (const words of ["--optimizer adam", "--start image", "--keep-best", "--target 0.2", "--max-steps 600"])
+  for (const words of ["--optimizer adam", "--start uniform", "--keep-best", "--target 0.2", "--max-steps 600"])
     assert.ok(recipe.includes(words), words);
   const { cmd } = command(registerIrisCommand, "iris");
   assert.ok(cmd.description().includes(recipe));
