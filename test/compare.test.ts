@@ -144,7 +144,10 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
       ),
     );
   assert.match(r.stdout, /^Rule: close: their 95% intervals overlap, or their means differ by at most 0\.05/m);
-  assert.match(r.stdout, /IRI and stitching seeds only, the only source of variation these intervals measure/);
+  assert.match(
+    r.stdout,
+    /two sources move a score: the IRI and stitching seeds \(the 2 replicates, Student t\) and the test sample \(1\.96 standard errors\); each interval holds both/,
+  );
   // The reading says it too.
   assert.match(r.stdout, /The models are fixed checkpoints: replicates differ in IRI and stitching seeds only/);
   checkEstimate("trained models", r.stdout);
@@ -159,7 +162,7 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
   assert.deepEqual(
     answer.verdicts.map((v) => [v.relation, v.intervals, v.points.length]),
     [
-      ["A->B", "replicates", 2],
+      ["A->B", "seeds and test images", 2],
       ["identical", "test images", 2],
     ],
   );
@@ -502,7 +505,7 @@ test("--protocol paper: every shared point, three replicates, IRIs and T on the 
   // The tight recipe, not the protocol's signed steps (experiments/compare.ts TIGHT_IRIS says why).
   assert.deepEqual(
     [e.iris.optimizer, e.iris.start, e.iris.keepBest, e.iris.target, e.iris.maxSteps],
-    ["adam", "image", true, 0.2, 600],
+    ["adam", "uniform", true, 0.2, 600],
   );
   // T at the stitching schema's defaults, which are the protocol's: all images, batch 128, 30 epochs, lr 1e-3.
   assert.equal(e.stitch.limit, null);
@@ -595,7 +598,16 @@ test("the estimate costs a plan it did not probe per image of the probed batch: 
   const [a, b] = tinyPair(dir);
   const plan = (limit: number, batchSize: number) => {
     const { experiment } = compareExperiment(
-      { a, b, dataset: { name: "fashion-mnist" }, points: ["layer4.1"], iris: { limit }, stitch: { limit, batchSize } },
+      // One replicate: one IRI set and one standard stitch per front, whatever the default's count.
+      {
+        a,
+        b,
+        dataset: { name: "fashion-mnist" },
+        points: ["layer4.1"],
+        replicates: 1,
+        iris: { limit },
+        stitch: { limit, batchSize },
+      },
       join(dir, "compare.yaml"),
     );
     return planExperiment(experiment, join(dir, "compare.yaml"));
