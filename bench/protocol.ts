@@ -8,6 +8,7 @@
 // - recipe: the IRI recipe: the reference's (uniform noise, 200 signed steps of 1/255, the last
 //   iterate: pgd_iris.py with random_start in every config), tight from noise (start uniform, stop
 //   at residual 0.2, restarts), tight from another image (the fast default);
+// - noise-steps: T's steps (480) with IRIs from noise, the start the defaults took;
 // - settled: every factor at its largest at once, the run the others are measured against;
 // - shipped: the scale's defaults as they ship (the demo's preset, compare's COMPARE_DEFAULTS),
 //   whatever they are now, measured against the settled run like every other setting.
@@ -20,7 +21,7 @@
 // each cell mean ± 95% interval over replicates, with the IRI sets' mean residual and descent steps.
 //
 //   npm run bench -- protocol --scale demo|full [--work DIR] [--cache DIR] [--factors LIST]
-//                            (factors: images, steps, recipe, settled, shipped; default all)
+//                            (factors: images, steps, recipe, noise-steps, settled, shipped; default all)
 //                            [--replicates N] [--workers N] [--a CKPT --b CKPT]
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -83,6 +84,14 @@ export const FACTORS: Record<string, Setting[]> = {
     recipe,
     images: 48,
     steps: 120,
+  })),
+  // T's steps again from noise: the candidate defaults (480 came within 0.05 of the settled run).
+  "noise-steps": [480].map((steps) => ({
+    factor: "noise-steps",
+    name: `noise-steps-${steps}`,
+    recipe: "tight-noise",
+    images: 48,
+    steps,
   })),
   settled: [{ factor: "settled", name: "settled", recipe: "tight-noise", images: 768, steps: 1920 }],
   // Images and steps as the scale's defaults set them (read from there: settingYaml).

@@ -66,17 +66,18 @@ const TIGHT_IRIS = {
 /**
  * The defaults (`--protocol fast`): an answer on two full-width ResNet-18s within 45 minutes on a
  * 2-core CPU (the budget and its measurement: docs/benchmarks.md "compare at full width"; `npm run
- * bench -- compare-full`). The demo's recipe (presets/demo.yaml), except T's learning rate and steps:
+ * bench -- compare-full`). The demo's recipe (presets/demo.yaml), except T's learning rate:
  * - two points, at the middle and the end of B's stitch points (relative depths 1/2 and 1;
  *   layer2.1 and layer4.1 of a ResNet-18): where the paper's findings part (docs/method.md);
  * - 48 IRIs per front and point, tight by construction (TIGHT_IRIS);
  * - T trained 120 steps of one batch of 48 at the protocol's Adam lr 1e-3. The demo's 1e-2 (for
  *   its width-1/8 models, whose T the protocol's rate barely moves in 120 steps) wrecks a
  *   full-width T: B into itself at layer4.1 agreed at 0.823 (standard) and 0.829
- *   (invariance-aware) at 1e-2, and at 0.968 and 0.991 at 1e-3. The demo trains T 480 steps,
- *   since at its scale 120 left the middle point unsettled; whether 120 at this rate settles a
- *   full-width T is the protocol study's full scale to measure, and until it has, the plan says
- *   the fast protocol is unchecked at full width (experiments/protocol-distance.ts);
+ *   (invariance-aware) at 1e-2, and at 0.968 and 0.991 at 1e-3. At the demo's scale 120 steps
+ *   left the middle point unsettled (0.093 from a settled run; docs/method.md, "The fast
+ *   protocol"); whether they settle a full-width T at this rate is the protocol study's full
+ *   scale to measure, and until it has, the plan says the fast protocol is unchecked at full
+ *   width (experiments/protocol-distance.ts);
  * - 1,000 test images; SLM;
  * - three replicates: other IRI and stitching seeds (the models are fixed checkpoints). One seed's
  *   interval over the test images alone understated the spread: on two full-width ResNet-18s,

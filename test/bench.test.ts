@@ -197,6 +197,7 @@ test("the protocol study's settings are valid experiments at both scales: one fa
       "recipe-tight-image",
       "recipe-tight-noise",
       "recipe-reference",
+      "noise-steps-480",
       "settled",
       "shipped",
     ],
