@@ -29,9 +29,10 @@ export interface ChanceRow {
 }
 
 /**
- * Intervals as compare's verdict takes them (summary.ts agreementInterval): over replicates, or
- * for a pair of one replicate whose standard error was recorded, over the test images (compare's
- * default; a null's band is over its replicates, each its own initialisation or training run).
+ * Intervals over replicates (summary.ts agreementInterval), or for a pair of one replicate whose
+ * standard error was recorded, over the test images; a null's band is over its replicates, each
+ * its own initialisation or training run. (compare's verdict adds the test sample to the seeds'
+ * spread: summary.ts seedAndImageInterval.)
  * Each real pair's agreement against its nulls (the null pairs with its back, at its point, mode
  * objective and test data): beyond chance only where the pair's 95% lower bound clears the
  * highest null's upper bound.
