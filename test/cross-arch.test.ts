@@ -66,7 +66,8 @@ test("points are paired by relative depth: the back's i-th of n takes the front'
 
 test("compare on two architectures writes frontPoints, and the planner stitches frontPoint -> point", () => {
   const { experiment, text } = compareExperiment(
-    { a: files.cnn, b: files.vit, dataset: { name: "fashion-mnist" }, bothWays: true },
+    // One replicate: each IRI set once (the default's three would make each three times).
+    { a: files.cnn, b: files.vit, dataset: { name: "fashion-mnist" }, bothWays: true, replicates: 1 },
     join(dir, "compare.yaml"),
   );
   assert.match(
