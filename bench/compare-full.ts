@@ -163,25 +163,21 @@ function measure(
   file: string,
   seeds: number[] = [0],
 ): void {
-  const [first, ...others] = seeds;
-  const result = measureOne(
-    models,
-    [a as string, b as string],
-    [...flags, "--seed", String(first)],
-    cache,
-    out,
-    device,
-  );
-  const firstPoints = verdictPoints(result.verdict.join("\n"));
-  const again = others.map((seed) => {
-    const r = measureOne(
+  // Each seed from its own empty cache: the first's folders as given, the others' beside them.
+  const run = (seed: number, i: number) =>
+    measureOne(
       models,
       [a as string, b as string],
       [...flags, "--seed", String(seed)],
-      `${cache}-seed${seed}`,
-      `${out}-seed${seed}`,
+      i === 0 ? cache : `${cache}-seed${seed}`,
+      i === 0 ? out : `${out}-seed${seed}`,
       device,
     );
+  const [first, ...others] = seeds;
+  const result = run(first as number, 0);
+  const firstPoints = verdictPoints(result.verdict.join("\n"));
+  const again = others.map((seed, i) => {
+    const r = run(seed, i + 1);
     const points = verdictPoints(r.verdict.join("\n")).map((p) => {
       const base = firstPoints.find((x) => x.point === p.point && x.mode === p.mode);
       // Inside the first seed's 95% interval (null: no interval there to land in).

@@ -14,6 +14,7 @@ import sharp from "sharp";
 import { planExperiment } from "../experiments/plan.js";
 import { reading, settingsLines } from "../experiments/reading.js";
 import { parseExperiment } from "../experiments/spec.js";
+import { parseCsv as readCsv } from "../report/csv.js";
 import {
   escapeHtml,
   type IriPreview,
@@ -85,32 +86,10 @@ function row(over: Partial<StitchRow> = {}): StitchRow {
   });
 }
 
-/** Splits CSV text per RFC 4180 (quoted fields may hold commas, quotes and line breaks). */
+/** CSV text read by report/csv.ts's RFC 4180 reader (tested on its own below), ending in a newline as written. */
 function parseCsv(text: string): string[][] {
-  const rows: string[][] = [];
-  let fields: string[] = [];
-  let field = "";
-  let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i];
-    if (quoted) {
-      if (c === '"' && text[i + 1] === '"') {
-        field += '"';
-        i++;
-      } else if (c === '"') quoted = false;
-      else field += c;
-    } else if (c === '"') quoted = true;
-    else if (c === "," || c === "\n") {
-      fields.push(field);
-      field = "";
-      if (c === "\n") {
-        rows.push(fields);
-        fields = [];
-      }
-    } else field += c;
-  }
-  assert.equal(field + fields.join(""), "", "CSV text ends with a newline");
-  return rows;
+  assert.ok(text.endsWith("\n"), "CSV text ends with a newline");
+  return readCsv(text);
 }
 
 describe("resultsCsv", () => {
