@@ -22,17 +22,12 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml } from "yaml";
 import { readLocalRun } from "../experiments/local.js";
-import {
-  contrast,
-  IRI_VERDICT_MAX_RESIDUAL,
-  MARKER_RELIANCE_MAX_ROLLED,
-  shortcutFronts,
-} from "../experiments/reading.js";
 import { modelRows } from "../experiments/results.js";
+import { isNullRelation } from "../findings/chance.js";
+import { type StitchRow, summarize } from "../findings/index.js";
+import { contrast, IRI_VERDICT_MAX_RESIDUAL, MARKER_RELIANCE_MAX_ROLLED, shortcutFronts } from "../findings/reading.js";
 import { writeFileAtomic } from "../io/files.js";
-import { isNullRelation } from "../report/chance.js";
 import { csvRecords } from "../report/csv.js";
-import { type StitchRow, summarize } from "../report/index.js";
 import * as torch from "../torch/index.js";
 import { python } from "./pytorch_peer.js";
 

@@ -30,9 +30,10 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse as parseYaml, stringify } from "yaml";
 import { taskDir } from "../experiments/cache.js";
-import { COMPARE_DEFAULTS, closeness } from "../experiments/compare.js";
-import { CONTROL_MIN_AGREEMENT } from "../experiments/reading.js";
+import { COMPARE_DEFAULTS } from "../experiments/compare.js";
 import { cliCommand } from "../experiments/tasks.js";
+import { CONTROL_MIN_AGREEMENT } from "../findings/reading.js";
+import { closeness } from "../findings/verdict.js";
 import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
 import { csvRecords } from "../report/csv.js";
 

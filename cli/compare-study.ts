@@ -13,8 +13,8 @@ import {
 } from "../experiments/compare.js";
 import { type Plan, planExperiment } from "../experiments/plan.js";
 import { type Experiment, ExperimentError, experimentSchema } from "../experiments/spec.js";
+import { isNullRelation } from "../findings/chance.js";
 import type { ModelSourceLike } from "../models/checkpoint.js";
-import { isNullRelation } from "../report/chance.js";
 import { type FlagTable, flagNames, givenFromFlags } from "./schema-flags.js";
 
 /** A comma-separated flag's values. */
@@ -148,7 +148,7 @@ export function givenSizes(o: Record<string, unknown>): Set<ScaleKey> {
 /**
  * compare's line under its plan (cli/plan-lines.ts) on what the intervals are over: its models are
  * fixed checkpoints, so replicates differ in IRI and stitching seeds only, and the test sample is
- * the other source (report/summary.ts seedAndImageInterval).
+ * the other source (findings/summary.ts seedAndImageInterval).
  */
 export function intervalsLine(plan: Plan): string {
   const e = plan.experiment;

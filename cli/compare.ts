@@ -20,13 +20,9 @@ import {
   scaleOf,
 } from "../experiments/budget.js";
 import {
-  CLOSE_RULE,
   COMPARE_DEFAULTS,
   COMPARE_NULLS,
   type CompareProtocolName,
-  compareControls,
-  compareVerdictLines,
-  compareVerdicts,
   protocolSizes,
   protocolSummary,
   sameModel,
@@ -41,14 +37,15 @@ import {
 } from "../experiments/estimate.js";
 import { nullRelation } from "../experiments/nulls.js";
 import { claimOut } from "../experiments/outdir.js";
-import { compareProtocolLine } from "../experiments/protocol-distance.js";
-import { standardRecipe } from "../experiments/reading.js";
+import { standardRecipe } from "../experiments/plan-words.js";
 import { defaultCache } from "../experiments/run.js";
 import { checkStandardAdapt, normalizationScores, normalizationWarnings } from "../experiments/sanity.js";
 import { experimentSchema } from "../experiments/spec.js";
 import { modelSource } from "../experiments/tasks.js";
+import { beyondChance } from "../findings/chance.js";
+import { compareProtocolLine } from "../findings/protocol-distance.js";
+import { CLOSE_RULE, compareControls, compareVerdictLines, compareVerdicts } from "../findings/verdict.js";
 import { checkpointDataset } from "../models/checkpoint.js";
-import { beyondChance } from "../report/chance.js";
 import { DEFAULT_DEVICE, requireDevice } from "../torch/index.js";
 import { budget, COMPARE_FLAGS, compareStudy, givenSizes, intervalsLine, protocolName } from "./compare-study.js";
 import { int, renamedFlag } from "./parse.js";

@@ -8,10 +8,10 @@ import type { Command } from "commander";
 import { isDone } from "../experiments/cache.js";
 import { formatDuration } from "../experiments/estimate.js";
 import { claimOut } from "../experiments/outdir.js";
-import { type Plan, planExperiment, type TrainTask } from "../experiments/plan.js";
-import { demoProtocolLine } from "../experiments/protocol-distance.js";
+import { type Plan, planExperiment, type Task, type TrainTask } from "../experiments/plan.js";
 import { defaultCache } from "../experiments/run.js";
 import { readExperiment, shiftSeeds } from "../experiments/spec.js";
+import { demoProtocolLine } from "../findings/protocol-distance.js";
 import { repoRoot } from "../io/files.js";
 import { DEFAULT_DEVICE, type Device, getNumThreads, requireDevice, setNumThreads } from "../torch/index.js";
 import type { TrainConfig } from "../train/config.js";
@@ -93,6 +93,9 @@ export function trainSeconds(c: TrainConfig, rate: TrainingRate): number {
  * IRI sets and stitches at their share of a model's time as the demo measured it on a CPU
  * (TASK_WEIGHT), the work shared by the workers. Null when every task is in the cache.
  */
+/** A labels-only IRI set's seconds: loading the front for its shapes and drawing the starts. */
+const LABELS_ONLY_IRIS_SECONDS = 1;
+
 export async function estimateByTraining(
   plan: Plan,
   cache: string,
@@ -110,20 +113,24 @@ export async function estimateByTraining(
   const prior: Record<string, number> = {};
   for (const k of Object.keys(TASK_WEIGHT)) prior[k] = (model * TASK_WEIGHT[k]) / TASK_WEIGHT.train;
   const share = Math.max(1, Math.min(workers, todo.length));
+  // The labels-only sender's IRI sets are their starts, drawn in a moment (no descent): a second
+  // each, not an IRI set's share, so that they neither swell the estimate nor, ending at once,
+  // pull the real sets' cost down as the run goes.
+  const own = (t: Task): number | null =>
+    t.spec.kind === "train"
+      ? trainSeconds(t.spec.config, rate)
+      : t.spec.kind === "iris" && t.spec.noiseClusters
+        ? LABELS_ONLY_IRIS_SECONDS
+        : null;
   const sum = (kinds: string[]) =>
-    todo
-      .filter((t) => kinds.includes(t.kind))
-      .reduce((s, t) => s + (t.spec.kind === "train" ? trainSeconds(t.spec.config, rate) : (prior[t.kind] ?? 0)), 0) /
-    share;
+    todo.filter((t) => kinds.includes(t.kind)).reduce((s, t) => s + (own(t) ?? prior[t.kind] ?? 0), 0) / share;
   const n = (k: string) => todo.filter((t) => t.kind === k).length;
   const trained = sum(["train"]);
   const rest = sum(["iris", "stitch"]);
   // Each model's own cost, from its training steps: the time left starts from them, and the IRI
   // sets and stitches, costed by kind (prior), take the mean of their kind's ended tasks as they
   // end (cli/progress.ts TimeLeft).
-  const tasks = Object.fromEntries(
-    todo.flatMap((t) => (t.spec.kind === "train" ? [[t.key, trainSeconds(t.spec.config, rate)]] : [])),
-  );
+  const tasks = Object.fromEntries(todo.flatMap((t) => (own(t) === null ? [] : [[t.key, own(t) as number]])));
   return {
     prior,
     tasks,

@@ -3,8 +3,8 @@
 import type { Command } from "commander";
 import { SHORTCUT_KINDS } from "../data/index.js";
 import { COMPARE_DEFAULTS } from "../experiments/compare.js";
-import { IRI_VERDICT_MAX_RESIDUAL } from "../experiments/reading.js";
 import { datasetSchema } from "../experiments/spec.js";
+import { IRI_VERDICT_MAX_RESIDUAL } from "../findings/reading.js";
 import { checkpointDataset } from "../models/checkpoint.js";
 import { type IrisConfig, irisSettingsSchema, resolveIrisConfig } from "../stitch/config.js";
 import { IRI_DEFAULTS } from "../stitch/iri-options.js";

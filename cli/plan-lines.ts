@@ -5,7 +5,7 @@
 import { isDone } from "../experiments/cache.js";
 import { pairFrontName } from "../experiments/nulls.js";
 import type { IrisTask, Plan, StitchTask, TrainTask } from "../experiments/plan.js";
-import { standardRecipe } from "../experiments/reading.js";
+import { standardRecipe } from "../experiments/plan-words.js";
 import { stitchModeWords } from "../stitch/config.js";
 import { iriStepCap } from "../stitch/iri-options.js";
 

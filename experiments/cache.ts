@@ -26,7 +26,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { cpus, hostname } from "node:os";
 import { join, relative } from "node:path";
-import { readJsonFile, sha256File, writeFileAtomic } from "../io/files.js";
+import { canonical, readJsonFile, sha256File, writeFileAtomic } from "../io/files.js";
 import * as torch from "../torch/index.js";
 import type { Task } from "./plan.js";
 
@@ -55,18 +55,6 @@ export type TaskKind = keyof typeof TASK_FORMAT;
  * the top of this file).
  */
 export const KEY_EXCLUDED_FIELDS = ["root", "checkpoint", "device"] as const;
-
-/** JSON with sorted keys and undefined fields dropped: equal values give equal text. */
-export function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
-  if (v && typeof v === "object")
-    return `{${Object.keys(v)
-      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
-      .join(",")}}`;
-  return JSON.stringify(v);
-}
 
 /** The key of a task: its kind, its format version and its spec without the excluded fields. */
 export function taskKey(kind: TaskKind, spec: unknown): string {

@@ -439,7 +439,12 @@ export function estimateFrom(plan: Plan, cache: string, p: ProbeTimes, order: st
     if (t.spec.kind === "iris") irisSize.set(t.key, Math.min(t.spec.limit ?? trainCount, trainCount));
   for (const t of todo) {
     const s = t.spec;
-    if (s.kind === "iris") {
+    if (s.kind === "iris" && s.noiseClusters) {
+      // The labels-only sender's IRIs are their starts: no descent, the loads alone.
+      iris.tasks++;
+      tasks[t.key] = p.loadModel + p.loadTrain;
+      iris.seconds += tasks[t.key] as number;
+    } else if (s.kind === "iris") {
       const n = irisSize.get(t.key) ?? trainCount;
       const perImage =
         (descentFor(p, s, order) * atPoint(p.iriStep, s.point, order) + atPoint(p.iriBatch, s.point, order)) /

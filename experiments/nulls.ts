@@ -8,17 +8,17 @@
 //              by memorising, that shares the images and nothing of the true task;
 //   noise      no network: Smith et al.'s clustered random noise in the front's place, one cluster
 //              per class at the point's shape (stitch/noise.ts), a sender with the labels and
-//              nothing of the images. Standard stitching only: it has no IRIs (stitch/noise.ts
-//              says why), so its pairs are standard whatever the others' modes.
+//              nothing of the images: the labels-only sender. Its IRIs are their starts (its
+//              features do not depend on the image), so it costs no descent and is stitched in
+//              every mode of the pairs it stands beside, whatever nulls.modes says (which sets
+//              the network nulls' modes, whose invariance-aware runs need IRI descents).
 // They are ordinary models and pairs after this expansion, so the planner, the cache, the runner
 // and the report take them as they take any other; the reading reads each real pair against them
 // (beyondChance). An untrained or permuted null needs a recipe: a front loaded from a file has
 // none, so it gets only the noise null, which needs the front's point shapes alone, and the plan
 // says so.
 
-import { beyondChance, type ChanceRow, isNullRelation, NULL_PREFIX } from "../report/chance.js";
-import { formatInterval, type SummaryRow } from "../report/summary.js";
-import { stitchModeWords } from "../stitch/config.js";
+import { isNullRelation, NULL_PREFIX } from "../findings/chance.js";
 // Types only from spec.ts, which imports NULL_KINDS from here for its schema.
 import type { Experiment, ModelSpec, TrainedModelSpec } from "./spec.js";
 
@@ -88,10 +88,6 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
       // (what sets the shapes: arch, width, options, data; a loaded model is its own), whichever
       // front comes first. Seeds and recipes do not change a shape, so they share it.
       const noise = kind === "noise";
-      if (noise && modes !== undefined && !modes.includes("standard")) {
-        notes.push("nulls.kinds: noise is stitched in standard mode only, and nulls.modes leaves it out");
-        continue;
-      }
       // Adversarial stitching trains T on attacks on the image, which the sender does not read:
       // a noise null beside adversarially stitched pairs would be another method, not their chance.
       if (noise && exp.stitch.adversarial) {
@@ -125,7 +121,7 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
         if (replicates === undefined)
           had.replicates = Math.max(had.replicates ?? exp.replicates, pair.replicates ?? exp.replicates);
         // Modes: the nulls' own where given; else the union of the pairs' (the experiment's where either takes those).
-        if (modes === undefined && !noise)
+        if (modes === undefined || noise)
           had.modes =
             had.modes === undefined || pair.modes === undefined
               ? undefined
@@ -144,7 +140,9 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
             ? { replicates: pair.replicates }
             : {}),
         ...(noise
-          ? { modes: ["standard" as const] }
+          ? pair.modes !== undefined
+            ? { modes: pair.modes }
+            : {}
           : modes !== undefined
             ? { modes }
             : pair.modes !== undefined
@@ -156,41 +154,4 @@ export function withNulls(exp: Experiment): { experiment: Experiment; notes: str
   }
   pairs.push(...nullPairs.values());
   return { experiment: { ...exp, models, pairs }, notes: [...new Set(notes)] };
-}
-
-/**
- * The reading's lines against chance, one per pair, mode and objective: "beyond chance" at the
- * points where the pair's interval clears every null's, "not beyond chance" where it does not,
- * with the pair's and the highest null's intervals.
- */
-export function chanceLines(summary: SummaryRow[]): string[] {
-  const rows = beyondChance(summary);
-  const groups = new Map<string, ChanceRow[]>();
-  for (const r of rows) {
-    const k = `${r.pair}\u0000${r.mode}\u0000${r.objective}`;
-    groups.set(k, [...(groups.get(k) ?? []), r]);
-  }
-  const lines: string[] = [];
-  for (const group of groups.values()) {
-    const first = group[0] as ChanceRow;
-    const at = (rs: ChanceRow[]) => rs.map((r) => r.point).join(", ");
-    const yes = group.filter((r) => r.beyond);
-    const no = group.filter((r) => !r.beyond);
-    const word =
-      no.length === 0
-        ? "beyond chance"
-        : yes.length === 0
-          ? "not beyond chance"
-          : `beyond chance at ${at(yes)}, not at ${at(no)}`;
-    const detail = group
-      .map(
-        (r) =>
-          `${r.point} ${formatInterval(r.score, 2)} vs ${r.null.pair.slice(NULL_PREFIX.length)} ${formatInterval(r.null, 2)}`,
-      )
-      .join(", ");
-    lines.push(
-      `Against chance, ${first.pair} (${stitchModeWords(first.mode)} ${first.objective.toUpperCase()}): ${word} (${detail}; the highest null at each point).`,
-    );
-  }
-  return lines;
 }

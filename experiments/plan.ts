@@ -437,14 +437,14 @@ export function planReplicate(
         front: _f,
         device: _d,
         ...cfg
-      } = resolveIrisConfig({ front: "", point: frontPoint }, exp.iris, {
+      } = resolveIrisConfig({ front: "", point: frontPoint, noiseClusters: noise }, exp.iris, {
         ...dataOf(exp),
         shortcut,
       });
       const options = r > 0 ? { ...cfg.options, seed: cfg.options.seed + REPLICATE_SEED_STRIDE * r } : cfg.options;
       const spec: IrisTask = { kind: "iris", front: frontRef, ...cfg, options };
       const deps = "task" in frontRef ? [frontRef.task] : [];
-      irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${pair.front} @ ${frontPoint}${rep(r)}`, spec });
+      irisKey = addTask(ctx, { kind: "iris", deps, label: `iris ${frontName} @ ${frontPoint}${rep(r)}`, spec });
       iriCount = cfg.limit;
     }
     for (const objective of objectives)

@@ -5,14 +5,14 @@
 // --report) writes the same into its log.
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import type { IriPreview, StitchRow, SummaryRow } from "../report/index.js";
+import type { IriPreview, StitchRow, SummaryRow } from "../findings/index.js";
+import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable } from "../findings/reading.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Device } from "../torch/index.js";
 import { isDone, readFailure } from "./cache.js";
 import { formatLocalStatus, localStatus, readLocalRun } from "./local.js";
 import { withOutLock } from "./outdir.js";
 import type { Plan } from "./plan.js";
-import { agreementTable, IRI_VERDICT_MAX_RESIDUAL, residualTable } from "./reading.js";
 import { writeResults } from "./results.js";
 import type { RunSummary } from "./runner.js";
 import { formatStatus, readSlurmRun, slurmRunPath, slurmStatus } from "./slurm.js";

@@ -4,25 +4,19 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
+import type { IriPreview, ModelRow, StitchRow, SummaryRow } from "../findings/index.js";
+import { summarize } from "../findings/index.js";
+import { reading, relianceLine, relianceWarnings, type Warning, warnings } from "../findings/reading.js";
 import { readJsonFile, repoRoot, stitchlabVersion, writeFileAtomic } from "../io/files.js";
 import { asModelSource, isStitchlabCheckpoint, sidecarPath } from "../models/checkpoint.js";
-import type { IriPreview, ModelRow, StitchRow, SummaryRow } from "../report/index.js";
-import { summarize, writeReport } from "../report/index.js";
+import { writeReport } from "../report/index.js";
 import type { IriSetInfo } from "../stitch/iriset.js";
 import type { StitchResult } from "../stitch/jobs.js";
 import { fullRateLossFall } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { readManifest, taskDir } from "./cache.js";
 import type { ModelRef, Plan } from "./plan.js";
-import {
-  reading,
-  relianceLine,
-  relianceWarnings,
-  settingsLines,
-  standardRecipe,
-  type Warning,
-  warnings,
-} from "./reading.js";
+import { settingsLines, standardRecipe } from "./plan-words.js";
 import type { RunSummary } from "./runner.js";
 import { modelSource } from "./tasks.js";
 
@@ -34,7 +28,7 @@ function bestAccuracy(acc: Record<string, number> | undefined): number | null {
   return vs.length ? Math.max(...vs) : null;
 }
 
-/** A shortcut model's reliance on its marker: accuracy on marked minus on rolled test images (report/grounding.ts); null without both. */
+/** A shortcut model's reliance on its marker: accuracy on marked minus on rolled test images (findings/grounding.ts); null without both. */
 function markerReliance(acc: Record<string, number> | undefined): number | null {
   const marked = acc?.marked;
   const rolled = acc?.rolled;
@@ -277,7 +271,7 @@ export async function writeResults(
   if (rows.length === 0 && existsSync(join(out, "results.csv")))
     return { rows, summary: [], iris: [], reading: [], warnings: [], kept: true };
   const iris = irisSummaries(plan, cache);
-  // One reading for the terminal and the report (experiments/reading.ts).
+  // One reading for the terminal and the report (findings/reading.ts).
   const summarized = summarize(rows);
   const models = modelRows(plan, cache);
   const warned = [...warnings(rows, numClassesOf(plan, cache)), ...relianceWarnings(models)];

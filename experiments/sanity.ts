@@ -10,6 +10,7 @@
 import { batches, type Dataset, datasetSize, disposeDataset, type Normalization } from "../data/index.js";
 import { type AugmentOptions, NORMALIZATION_NAMES, normalizationFor, standardAugment } from "../data/transforms.js";
 import { forEachEvalBatch } from "../eval/batches.js";
+import { CONTROL_MIN_AGREEMENT, nearChance } from "../findings/reading.js";
 import { AgreementMeter } from "../metrics/agreement.js";
 import { loadCheckpoint, type ModelSourceLike } from "../models/checkpoint.js";
 import { requireNormalization } from "../models/record.js";
@@ -19,7 +20,6 @@ import { setFrozenBnMode } from "../stitch/train.js";
 import * as torch from "../torch/index.js";
 import { isDone } from "./cache.js";
 import type { Plan, StitchTask } from "./plan.js";
-import { CONTROL_MIN_AGREEMENT, nearChance } from "./reading.js";
 import { modelSource } from "./tasks.js";
 
 /** Test images each model is scored on: enough to tell 0.1 from 0.8 (a binomial sd of 0.05 at most). */

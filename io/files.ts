@@ -165,3 +165,15 @@ function whyNotWritable(dir: string, e: unknown): string {
   }
   return (e as NodeJS.ErrnoException).code ?? (e as Error).message;
 }
+
+/** JSON with sorted keys and undefined fields dropped: equal values give equal text. */
+export function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (v && typeof v === "object")
+    return `{${Object.keys(v)
+      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(",")}}`;
+  return JSON.stringify(v);
+}

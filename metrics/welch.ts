@@ -96,19 +96,37 @@ const variance = (xs: readonly number[]) => {
   return xs.reduce((s, v) => s + (v - m) ** 2, 0) / (xs.length - 1);
 };
 
+/** A sample's moments: its mean, standard deviation (n - 1 in the denominator) and size. */
+export interface Moments {
+  mean: number;
+  std: number;
+  n: number;
+}
+
 /**
  * Welch's t test that a's replicates lie above b's (non-finite values left out), or null where
  * either has fewer than two values or both have no spread at all (no test can be made).
  */
 export function welch(a: readonly number[], b: readonly number[]): WelchTest | null {
-  const xa = a.filter(Number.isFinite);
-  const xb = b.filter(Number.isFinite);
-  if (xa.length < 2 || xb.length < 2) return null;
-  const [va, vb] = [variance(xa) / xa.length, variance(xb) / xb.length];
+  const moments = (xs: readonly number[]): Moments => {
+    const ok = xs.filter(Number.isFinite);
+    return {
+      mean: ok.length ? mean(ok) : Number.NaN,
+      std: ok.length > 1 ? Math.sqrt(variance(ok)) : Number.NaN,
+      n: ok.length,
+    };
+  };
+  return welchMoments(moments(a), moments(b));
+}
+
+/** The same test from each sample's moments (a replicate summary's mean, std and n). */
+export function welchMoments(a: Moments, b: Moments): WelchTest | null {
+  if (a.n < 2 || b.n < 2 || ![a.mean, a.std, b.mean, b.std].every(Number.isFinite)) return null;
+  const [va, vb] = [a.std ** 2 / a.n, b.std ** 2 / b.n];
   const se = Math.sqrt(va + vb);
   if (!(se > 0)) return null;
-  const df = (va + vb) ** 2 / (va ** 2 / (xa.length - 1) + vb ** 2 / (xb.length - 1));
-  const diff = mean(xa) - mean(xb);
+  const df = (va + vb) ** 2 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1));
+  const diff = a.mean - b.mean;
   const t = diff / se;
   const half = tQuantile(0.975, df) * se;
   return { diff, se, df, t, p: 1 - tCdf(t, df), lo: diff - half, hi: diff + half };

@@ -3,10 +3,10 @@
 // dashed = invariance-aware (trained on IRIs). Each spec carries its data, so a figure's
 // .vl.json reproduces it alone. A figure with no data is left out.
 import type { TopLevelSpec } from "vega-lite";
+import { beyondChance, nullBand as nullBandOf } from "../findings/chance.js";
+import { groundingRows, measureWords } from "../findings/grounding.js";
+import { groupKey, rowKey, type SummaryRow, summarize } from "../findings/summary.js";
 import { MODE_LABELS } from "../stitch/modes.js";
-import { beyondChance, nullBand as nullBandOf } from "./chance.js";
-import { groundingRows, measureWords } from "./grounding.js";
-import { groupKey, rowKey, type SummaryRow, summarize } from "./summary.js";
 import type { StitchRow } from "./types.js";
 
 export interface Figure {
@@ -132,10 +132,13 @@ function scoreFigure(rows: StitchRow[], summary: SummaryRow[], f: ScoreFigure): 
   // out of `used` (this score not finite) change no band.
   const bands = new Map(summary.map((s) => [`${groupKey(s)}\t${s.point}`, s.scores[f.field]] as const));
   const band = (r: StitchRow) => bands.get(`${groupKey(r)}\t${r.point}`);
-  // The highest null's interval where the pair has nulls at the point (the band a score must clear
-  // to be beyond chance): its mean alone where it has one replicate.
+  // The nearest null's interval where the pair has nulls at the point (the band a score is tested
+  // against: findings/chance.ts), a chance null's before the label alone's: its mean alone where it
+  // has one replicate.
   const nullOf = new Map<string, { lo: number; hi: number }>();
-  if (f.nullBand) for (const c of beyondChance(summary)) nullOf.set(rowKey(c), nullBandOf(c.null));
+  if (f.nullBand)
+    for (const c of beyondChance(summary))
+      if (c.family === "chance" || !nullOf.has(rowKey(c))) nullOf.set(rowKey(c), nullBandOf(c.null));
   const nullBand = (r: StitchRow) => nullOf.get(rowKey(r));
   const values = used.map((r) => ({
     panel: labels.get(r.pair)!,
@@ -321,7 +324,7 @@ export function reportFigures(rows: StitchRow[], summary: SummaryRow[] = summari
 }
 
 /**
- * A grounding study's answer (report/grounding.ts): each measure's Spearman rho with the fronts'
+ * A grounding study's answer (findings/grounding.ts): each measure's Spearman rho with the fronts'
  * reliance, mean and 95% interval over replicates, one panel per point; null elsewhere.
  */
 function groundingFigure(rows: StitchRow[]): Figure | null {

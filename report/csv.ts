@@ -2,7 +2,9 @@
 // every consumer relies on. Numbers are written unrounded (JavaScript's shortest round-trip
 // form), null as an empty field; fields are quoted as RFC 4180 says (lines end in "\n").
 import { readFileSync } from "node:fs";
-import type { StitchRow } from "./types.js";
+import type { GroundingRow } from "../findings/grounding.js";
+import type { StitchRow } from "../findings/rows.js";
+import { SUMMARY_SCORES, type SummaryRow } from "../findings/summary.js";
 
 /** The columns of results.csv, in order: the required ones first, then the rest of StitchRow. */
 export const CSV_COLUMNS = [
@@ -93,4 +95,44 @@ export function parseCsv(text: string): string[][] {
 export function csvRecords(path: string): Record<string, string>[] {
   const [head, ...rows] = parseCsv(readFileSync(path, "utf8"));
   return (rows ?? []).map((r) => Object.fromEntries((head ?? []).map((h, i) => [h, r[i] ?? ""])));
+}
+
+/** summary.csv: the group, n, then mean, std, lo, hi of every score (empty where undefined). */
+export function summaryCsv(summary: SummaryRow[]): string {
+  const head = ["pair", "front", "back", "point", "objective", "mode", "test_data", "n"];
+  for (const s of SUMMARY_SCORES) head.push(`${s}_mean`, `${s}_std`, `${s}_lo`, `${s}_hi`);
+  const num = (v: number) => (Number.isFinite(v) ? v : null);
+  const lines = [head.join(",")];
+  for (const r of summary) {
+    const cells: (string | number | null)[] = [r.pair, r.front, r.back, r.point, r.objective, r.mode, r.test_data, r.n];
+    for (const s of SUMMARY_SCORES) {
+      const i = r.scores[s];
+      cells.push(num(i.mean), num(i.std), num(i.lo), num(i.hi));
+    }
+    lines.push(cells.map(csvField).join(","));
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+/** grounding.csv: one row per back, point, test data and measure; rho per replicate joined by ";". */
+export function groundingCsv(rows: GroundingRow[]): string {
+  const head = "back,point,test_data,measure,fronts,n,rho_mean,rho_lo,rho_hi,rho_per_replicate";
+  const cell = (x: number) => (Number.isFinite(x) ? String(x) : "");
+  const lines = rows.map((r) =>
+    [
+      r.back,
+      r.point,
+      r.test_data,
+      r.measure,
+      r.fronts,
+      r.rho.n,
+      cell(r.rho.mean),
+      cell(r.rho.lo),
+      cell(r.rho.hi),
+      r.rhos.map(cell).join(";"),
+    ]
+      .map((v) => csvField(v))
+      .join(","),
+  );
+  return `${[head, ...lines].join("\n")}\n`;
 }

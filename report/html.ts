@@ -2,9 +2,9 @@
 // CSS, the figures as inline SVG, the IRI grids as data: URLs, and plain tables. Every piece
 // of text that comes from the input is escaped.
 
+import { formatInterval, groupBy, rowKey, type SummaryRow } from "../findings/summary.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
 import type { Figure } from "./charts.js";
-import { formatInterval, groupBy, rowKey, type SummaryRow } from "./summary.js";
 import type { IriPreview, ModelRow, ReportInput, StitchRow } from "./types.js";
 
 /** A figure ready for the page: its spec's description and the rendered SVG text. */

@@ -4,13 +4,13 @@
 // sibling, then rename), so an interrupted run never leaves a half-written report.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { groundingRows } from "../findings/grounding.js";
+import { summarize } from "../findings/summary.js";
 import { writeFileAtomic } from "../io/files.js";
 import { reportFigures } from "./charts.js";
-import { resultsCsv } from "./csv.js";
-import { groundingCsv, groundingRows } from "./grounding.js";
+import { groundingCsv, resultsCsv, summaryCsv } from "./csv.js";
 import { type PageFigure, reportHtml } from "./html.js";
 import { renderFigure } from "./render.js";
-import { summarize, summaryCsv } from "./summary.js";
 import type { ReportInput, StitchRow } from "./types.js";
 
 export interface WrittenReport {

@@ -268,8 +268,9 @@ export interface StitchConfig extends StitchData {
   robustEval: RobustEvalConfig | null;
   device: Device;
   /**
-   * Clustered noise in the front's place (stitch/noise.ts: the "noise" null front; standard mode
-   * only). Present only when set, so that every other stitch keeps its key.
+   * Clustered noise in the front's place (stitch/noise.ts: the labels-only sender, the "noise" null
+   * front); in iris mode its IRI set is the sender's (their starts). Present only when set, so that
+   * every other stitch keeps its key.
    */
   noiseClusters?: true;
   /**
@@ -310,9 +311,9 @@ export function resolveStitchConfig(
   if (what.mode === "iris" && !iris)
     throw new Error("iris mode needs an IRI set (--iris DIR, made by `stitchlab iris`)");
   if (what.mode === "standard" && iris) throw new Error("--iris is for iris mode; standard mode trains on real images");
-  if (what.noiseClusters && (what.mode !== "standard" || s.adversarial || s.robustEval))
+  if (what.noiseClusters && (s.adversarial || s.robustEval))
     throw new Error(
-      "a noise-cluster front is stitched in standard mode only, without adversarial stitching or attacks: its features do not depend on the image, so it has no IRIs and no gradient to the input",
+      "a noise-cluster front is stitched without adversarial stitching or attacks: its features do not depend on the image, so there is no gradient to the input",
     );
   return {
     ...data,
@@ -378,6 +379,12 @@ export interface IrisConfig {
   limit: number | null;
   options: IriOptions;
   device: Device;
+  /**
+   * The labels-only sender in the front's place (stitch/noise.ts): the set holds its IRIs, which
+   * are their starts (stitch/iris.ts labelsOnlyIriBatch). Present only when set, so that every
+   * other set keeps its key.
+   */
+  noiseClusters?: true;
 }
 
 /**
@@ -385,7 +392,7 @@ export interface IrisConfig {
  * 224 px the reference steps larger (stitch/iri-options.ts defaultIriStepSize).
  */
 export function resolveIrisConfig(
-  what: { front: ModelSourceLike; point: string },
+  what: { front: ModelSourceLike; point: string; noiseClusters?: boolean },
   s: IrisSettings,
   data: {
     dataset: string;
@@ -407,7 +414,19 @@ export function resolveIrisConfig(
   const { dataset, root, imageSize, shortcut } = data;
   // The markers' strength matters only where the sources are marked.
   const markerScale = shortcut ? data.markerScale : 1;
-  return { ...what, dataset, root, imageSize, shortcut, markerScale, limit, options, device };
+  const { noiseClusters, ...model } = what;
+  return {
+    ...model,
+    dataset,
+    root,
+    imageSize,
+    shortcut,
+    markerScale,
+    limit,
+    options,
+    device,
+    ...(noiseClusters ? { noiseClusters: true as const } : {}),
+  };
 }
 
 /**

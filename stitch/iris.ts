@@ -58,6 +58,28 @@ function startingPoint(x01: Tensor, start: IriStart, norm: Normalization, batchS
 }
 
 /**
+ * The IRIs of the labels-only sender (stitch/noise.ts: a front that sends each image's label and
+ * nothing of its pixels): every input is an IRI of its source, since the sender's features at the
+ * point do not depend on the image, so the IRIs are their starts, drawn as the descent draws its
+ * first start (the same seed), with residual 0 and no step. Invariance-aware stitching of the
+ * sender then trains T to map the label's code to B's output on the start.
+ */
+export function labelsOnlyIriBatch(x: Tensor, norm: Normalization, opts: IriOptions, batchSeed: number): IriBatch {
+  if (x.dtype !== "uint8") throw new Error(`labelsOnlyIriBatch: expected uint8 images, got ${x.dtype}`);
+  const n = x.shape[0] as number;
+  return torch.tidy(() => {
+    torch.manualSeed(batchSeed);
+    const start = startingPoint(x.float().div(255), opts.start, norm, batchSeed);
+    return {
+      images: torch.keep(start.mul(255).round().clamp(0, 255).to("uint8")),
+      residuals: new Float32Array(n),
+      batchResidual: 0,
+      steps: new Int32Array(n),
+    };
+  });
+}
+
+/**
  * IRIs for one batch. x is uint8 [B, C, H, W]; the front model is used frozen, in eval mode
  * (its weights stop requiring gradients; only x' does). `batchSeed` seeds the start.
  * `onStep(t, residual, active)` sees the batch residual of the iterate before step t, and the images

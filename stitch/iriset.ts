@@ -19,7 +19,7 @@ import { loadSafetensors, saveSafetensors } from "../io/safetensors.js";
 import type { StitchableModel } from "../models/stitchable.js";
 import * as torch from "../torch/index.js";
 import { type IriOptions, iriStepCap } from "./iri-options.js";
-import { generateIriBatch } from "./iris.js";
+import { generateIriBatch, labelsOnlyIriBatch } from "./iris.js";
 import { GOOD_IRI_RESIDUAL } from "./residuals.js";
 
 /** Everything that decides an IRI set's content (compared on resume and by stitch runs). */
@@ -36,6 +36,11 @@ export interface IriSetSettings {
   classes: string[];
   imageShape: number[];
   normalization: Normalization;
+  /**
+   * The IRIs of the labels-only sender in the front's place (stitch/noise.ts): their starts, residual
+   * 0 (stitch/iris.ts labelsOnlyIriBatch). Present only when set, so other sets keep their settings.
+   */
+  labelsOnly?: true;
   options: IriOptions;
 }
 
@@ -192,18 +197,20 @@ export async function generateIriSet(
     }
     if (!r) {
       const seed = opts.seed * 1_000_003 + index;
-      const out = generateIriBatch(front, settings.point, b.x, settings.normalization, opts, seed, (step, residual) =>
-        onProgress({
-          batch: index + 1,
-          batches: count,
-          step: step + 1,
-          steps: stepsShown,
-          images: finished,
-          meanResidual: finished ? sum / finished : Number.NaN,
-          residual,
-          resumed,
-        }),
-      );
+      const out = settings.labelsOnly
+        ? labelsOnlyIriBatch(b.x, settings.normalization, opts, seed)
+        : generateIriBatch(front, settings.point, b.x, settings.normalization, opts, seed, (step, residual) =>
+            onProgress({
+              batch: index + 1,
+              batches: count,
+              step: step + 1,
+              steps: stepsShown,
+              images: finished,
+              meanResidual: finished ? sum / finished : Number.NaN,
+              residual,
+              resumed,
+            }),
+          );
       torch.tidy(() => {
         saveSafetensors(part, {
           images: out.images,
@@ -329,10 +336,16 @@ export function loadIriSet(dir: string): IriSet {
 /** Throws unless the IRI set was made by this front model (same weights) at this point, from this dataset. */
 export function checkIriSetFor(
   info: IriSetInfo,
-  want: { fingerprint: string; point: string; dataset: string },
+  want: { fingerprint: string; point: string; dataset: string; labelsOnly?: boolean },
   dir: string,
 ): void {
   const problems: string[] = [];
+  if ((info.labelsOnly ?? false) !== (want.labelsOnly ?? false))
+    problems.push(
+      info.labelsOnly
+        ? "it holds the labels-only sender's IRIs (their starts), not the front's"
+        : "it holds the front's IRIs, and this stitch has the labels-only sender in the front's place",
+    );
   if (info.front.fingerprint !== want.fingerprint)
     problems.push(
       `it was made by another front model (${info.front.arch}${info.front.checkpoint ? ` from ${info.front.checkpoint}` : ""}, weights ${info.front.fingerprint.slice(0, 12)}; this front's are ${want.fingerprint.slice(0, 12)})`,

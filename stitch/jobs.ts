@@ -141,6 +141,7 @@ export async function runIris(
           imageShape: images.images.shape.slice(1),
           normalization: requireNormalization(record, "the front"),
           options: cfg.options,
+          ...(cfg.noiseClusters ? { labelsOnly: true as const } : {}),
         },
         { device: cfg.device, onProgress },
       );
@@ -274,7 +275,16 @@ function checkedIriSet(
   const set = loadIriSet(dir);
   set.indices.dispose();
   owned.push(set.dataset);
-  checkIriSetFor(set.info, { fingerprint: modelFingerprint(front), point: cfg.frontPoint, dataset: cfg.dataset }, dir);
+  checkIriSetFor(
+    set.info,
+    {
+      fingerprint: modelFingerprint(front),
+      point: cfg.frontPoint,
+      dataset: cfg.dataset,
+      labelsOnly: cfg.noiseClusters ?? false,
+    },
+    dir,
+  );
   if ((set.info.shortcut ?? null) !== cfg.shortcut)
     throw new Error(
       `IRI set ${dir} was made from images with shortcut ${set.info.shortcut ?? "none"}, this run uses ${cfg.shortcut ?? "none"}`,

@@ -15,21 +15,19 @@ import { FASHION_MNIST_NORMALIZATION as FMNIST_NORM } from "../data/transforms.j
 import {
   COMPARE_DEFAULTS,
   COMPARE_PAPER,
-  compareControls,
   compareExperiment,
-  compareVerdictLines,
-  compareVerdicts,
   pointsAtDepths,
   protocolSummary,
 } from "../experiments/compare.js";
 import { descentSteps, estimateFrom, frontKey, type ProbeTimes } from "../experiments/estimate.js";
 import { type IrisTask, planExperiment } from "../experiments/plan.js";
+import type { IriPreview, SummaryRow } from "../findings/index.js";
+import { SUMMARY_SCORES } from "../findings/summary.js";
+import { compareControls, compareVerdictLines, compareVerdicts } from "../findings/verdict.js";
 import { standardError } from "../metrics/agreement.js";
 import { interval } from "../metrics/interval.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
-import type { IriPreview, SummaryRow } from "../report/index.js";
-import { SUMMARY_SCORES } from "../report/summary.js";
 import { stitchConfig } from "../stitch/config.js";
 import { stitchTrainOptionsOf } from "../stitch/jobs.js";
 import * as torch from "../torch/index.js";
@@ -183,15 +181,16 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
   const again = runCli(["run", yaml, "--out", out, "--cache", cache]);
   assert.equal(again.status, 0, again.stderr);
   assert.equal(readFileSync(join(out, "results.csv"), "utf8"), results);
-  // --nulls: A's architecture at its initialisation and clustered noise at A's point shapes into B,
-  // standard only, three replicates each; the reading reads A -> B against the higher; the verdicts
-  // stay A -> B's and the control's.
+  // --nulls: A's architecture at its initialisation (standard only) and the labels-only sender at
+  // A's point shapes (both modes: its IRIs are their starts) into B, three replicates each; the
+  // reading reads A -> B against chance and against the label alone; the verdicts stay A -> B's
+  // and the control's.
   const nullOut = join(tmp, "out-nulls");
   const nullArgs = [...args.map((a) => (a === out ? nullOut : a)), "--nulls"];
   const withNulls = runCli(nullArgs);
   assert.equal(withNulls.status, 0, withNulls.stderr);
   assert.match(withNulls.stdout, /mine~untrained -> theirs \(null:untrained\), 3 replicates, standard only; /m);
-  assert.match(withNulls.stdout, /mine~noise -> theirs \(null:noise\), 3 replicates, standard only$/m);
+  assert.match(withNulls.stdout, /mine~noise -> theirs \(null:noise\), 3 replicates$/m);
   assert.match(
     withNulls.stdout,
     /^ {2}models\s+3 to build: resnet18 width 0\.0625 at its initialisation \(a null front\)$/m,
@@ -200,25 +199,34 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
     withNulls.stdout,
     /^- Against chance, A->B \(standard SLM\): (beyond chance|not beyond chance|beyond chance at .*) \(layer1\.0 /m,
   );
+  assert.match(
+    withNulls.stdout,
+    /^- Against the label alone, A->B \(invariance-aware SLM\): (above|not above) the label alone.* vs labels only \(Smith et al\.\) /m,
+  );
   // --json (from the cache): the chance rows beside the verdicts.
   const nullJson = runCli([...nullArgs, "--json"]);
   assert.equal(nullJson.status, 0, nullJson.stderr);
   const answered = JSON.parse(nullJson.stdout) as {
     verdicts: { relation: string }[];
-    chance: { pair: string; point: string; null: { pair: string; n: number } }[];
+    chance: { pair: string; point: string; family: string; mode: string; null: { pair: string; n: number } }[];
   };
   assert.deepEqual(
     answered.verdicts.map((v) => v.relation),
     ["A->B", "identical"],
   );
   assert.deepEqual(
-    answered.chance.map((c) => [c.pair, c.point, c.null.n]),
+    answered.chance
+      .map((c) => [c.family, c.mode, c.point, c.null.pair, c.null.n].join(" "))
+      .sort(),
     [
-      ["A->B", "layer1.0", 3],
-      ["A->B", "layer4.1", 3],
+      "chance standard layer1.0 null:untrained 3",
+      "chance standard layer4.1 null:untrained 3",
+      "labels iris layer1.0 null:noise 3",
+      "labels iris layer4.1 null:noise 3",
+      "labels standard layer1.0 null:noise 3",
+      "labels standard layer4.1 null:noise 3",
     ],
   );
-  assert.ok(answered.chance.every((c) => ["null:untrained", "null:noise"].includes(c.null.pair)));
 });
 
 test("README: the compare command as written, on torchvision-made checkpoints (with small sizes added)", {

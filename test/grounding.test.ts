@@ -3,8 +3,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { planMarkers } from "../data/shortcuts.js";
-import { reading } from "../experiments/reading.js";
-import { groundingCsv, groundingLines, groundingRows, spearman } from "../report/grounding.js";
+import { groundingLines, groundingRows, spearman } from "../findings/grounding.js";
+import { reading } from "../findings/reading.js";
+import { groundingCsv } from "../report/csv.js";
 import type { StitchRow } from "../report/types.js";
 import { resolveTrainConfig, trainSettingsSchema } from "../train/config.js";
 import { stitchRow } from "./helpers/rows.js";

@@ -319,7 +319,7 @@ torch.save({"state_dict": m.state_dict(), "epoch": 3, "lr": 0.1, "big": 2**40, "
   assert.equal((ck.args as { __class__: string }).__class__, "argparse.Namespace");
 });
 
-test("report/ and io/files.ts (the version) load without libtorch and import nothing of torch/", {
+test("report/, findings/ and io/files.ts (the version) load without libtorch and import nothing of torch/", {
   skip: !existsSync("/proc/self/maps") && "no /proc here",
 }, () => {
   const root = fileURLToPath(new URL("..", import.meta.url));
@@ -351,6 +351,7 @@ test("report/ and io/files.ts (the version) load without libtorch and import not
       'import { readFileSync } from "node:fs";',
       `const report = await import(${JSON.stringify(pathToFileURL(join(root, "report", "index.ts")).href)});`,
       `const files = await import(${JSON.stringify(pathToFileURL(join(root, "io", "files.ts")).href)});`,
+      `await import(${JSON.stringify(pathToFileURL(join(root, "findings", "index.ts")).href)});`,
       'const maps = readFileSync("/proc/self/maps", "utf8");',
       "console.log(JSON.stringify({",
       "  version: files.stitchlabVersion,",
@@ -371,9 +372,11 @@ test("report/ and io/files.ts (the version) load without libtorch and import not
   assert.deepEqual({ addon: got.addon, libtorch: got.libtorch }, { addon: false, libtorch: false });
   const loaded = readFileSync(modules, "utf8").split("\n").filter(Boolean);
   assert.ok(
-    loaded.some((u) => u.endsWith("/report/write.ts")) && loaded.some((u) => u.endsWith("/io/files.ts")),
+    loaded.some((u) => u.endsWith("/report/write.ts")) &&
+      loaded.some((u) => u.endsWith("/io/files.ts")) &&
+      loaded.some((u) => u.endsWith("/findings/verdict.ts")),
     "the hook saw the modules",
   );
   const torchModules = loaded.filter((u) => u.startsWith(pathToFileURL(join(root, "torch")).href));
-  assert.deepEqual(torchModules, [], "modules of torch/ loaded by report/ or io/files.ts");
+  assert.deepEqual(torchModules, [], "modules of torch/ loaded by report/, findings/ or io/files.ts");
 });

@@ -191,13 +191,13 @@ test("demo --dry-run prints its plan and an estimate from timed training steps, 
   // The untrained and noise nulls, each once on clean data and once on the cross-bias pair's marked data.
   assert.match(
     s,
-    /clean-s1~untrained -> clean-s0 \(null:untrained\), 3 replicates, standard only; clean-s1~noise -> clean-s0 \(null:noise\), 3 replicates, standard only; clean-s1~untrained -> clean-s0 \(null:untrained\), 3 replicates, standard only, pixel-marked data; clean-s1~noise -> clean-s0 \(null:noise\), 3 replicates, standard only, pixel-marked data$/m,
+    /clean-s1~untrained -> clean-s0 \(null:untrained\), 3 replicates, standard only; clean-s1~noise -> clean-s0 \(null:noise\), 3 replicates; clean-s1~untrained -> clean-s0 \(null:untrained\), 3 replicates, standard only, pixel-marked data; clean-s1~noise -> clean-s0 \(null:noise\), 3 replicates, pixel-marked data$/m,
   );
   assert.match(s, /^ {2}points {5}layer2\.1, layer4\.1 \(2\)$/m);
-  assert.match(s, /^ {2}tasks {6}16 models \(0 cached\), 26 IRI sets \(0 cached\), 76 stitches \(0 cached\)/m);
+  assert.match(s, /^ {2}tasks {6}16 models \(0 cached\), 38 IRI sets \(0 cached\), 88 stitches \(0 cached\)/m);
   assert.match(
     s,
-    /^estimate {3}\d.* on this machine with 2 workers \(16 models .*from 8 training steps timed here.*26 IRI sets and 76 stitches .*share of a model's time/m,
+    /^estimate {3}\d.* on this machine with 2 workers \(16 models .*from 8 training steps timed here.*38 IRI sets and 88 stitches .*share of a model's time/m,
   );
   assert.ok(!existsSync(out), "a dry run writes nothing");
 });

@@ -1,20 +1,22 @@
 // The noise-cluster null front (issue 40; stitch/noise.ts): Smith et al.'s clustered random noise
 // sent in the front's place. Its draws (closed form: each image's features are its class's center
 // plus N(0, 1) noise, fixed per image and split), the stitched model's refusals (no gradient to the
-// input, no invariance-aware mode), a stitch that runs on it end to end, and its place in a plan
-// (one per architecture, standard only, named apart).
+// input, no attacks), a stitch that runs on it end to end in both modes (its IRIs are their
+// starts), and its place in a plan (one per architecture, every mode of its pairs, named apart).
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { disposeDataset } from "../data/index.js";
 import { withNulls } from "../experiments/nulls.js";
 import { planExperiment, type StitchTask } from "../experiments/plan.js";
 import { parseExperiment } from "../experiments/spec.js";
 import { createModel } from "../models/registry.js";
 import { pointShape } from "../models/stitchable.js";
-import { resolveStitchConfig, stitchSettingsSchema } from "../stitch/config.js";
-import { runStitch } from "../stitch/jobs.js";
+import { resolveIrisConfig, resolveStitchConfig, stitchSettingsSchema } from "../stitch/config.js";
+import { loadIriSet } from "../stitch/iriset.js";
+import { runIris, runStitch } from "../stitch/jobs.js";
 import { NoiseClusters } from "../stitch/noise.js";
 import { StitchedModel } from "../stitch/stitched.js";
 import * as torch from "../torch/index.js";
@@ -110,7 +112,7 @@ test("noise clusters: each image sends its class's center plus its own N(0, 1) n
   }
 });
 
-test("a stitched model with a noise front needs the images' ids, has no gradient to the input, and is standard only", () => {
+test("a stitched model with a noise front needs the images' ids, has no gradient to the input, and is never attacked", () => {
   torch.manualSeed(0);
   const front = createModel("resnet18", { numClasses: 10, imageSize: 28, width: 0.25 });
   const noise = new NoiseClusters(pointShape(front.stitchPoint("layer1.0"), 1).slice(1), 10, 0);
@@ -141,9 +143,15 @@ test("a stitched model with a noise front needs the images' ids, has no gradient
     markerScale: 1,
   };
   const what = { front: "a", back: "b", frontPoint: "layer1.0", objective: "slm", noiseClusters: true };
+  assert.equal(resolveStitchConfig({ ...what, mode: "iris", iris: "x" }, settings, data).noiseClusters, true);
   assert.throws(
-    () => resolveStitchConfig({ ...what, mode: "iris", iris: "x" }, settings, data),
-    /a noise-cluster front is stitched in standard mode only/,
+    () =>
+      resolveStitchConfig(
+        { ...what, mode: "standard" },
+        stitchSettingsSchema.parse({ robustEval: { steps: 2 } }),
+        data,
+      ),
+    /a noise-cluster front is stitched without adversarial stitching or attacks/,
   );
   assert.equal(resolveStitchConfig({ ...what, mode: "standard" }, settings, data).noiseClusters, true);
   assert.ok(
@@ -183,7 +191,66 @@ test("a noise-front stitch runs end to end: no front end, CKA of the noise, and 
   assert.ok(head.scores.accuracy > 0.8, `noise at the head, HLM: accuracy ${head.scores.accuracy}`);
 });
 
-test("noise nulls in a plan: the front's point shapes only (replicate 0's model), one per architecture, standard only, named apart", () => {
+test("the labels-only sender's IRIs are their starts (residual 0, no step), and T is stitched invariance-aware on them", {
+  skip: skipUnlessFashionMnist(),
+}, async () => {
+  const pair = await saveSmallPair(join(tmp, "labels"));
+  pair.a.dispose();
+  const { a, b } = pair.ckpt;
+  const settings = {
+    limit: 64,
+    batchSize: 32,
+    steps: 3,
+    target: 0.2,
+    maxSteps: 6,
+    keepBest: true,
+    optimizer: "adam" as const,
+    seed: 5,
+  };
+  const data = { dataset: "fashion-mnist", root: null, imageSize: null, shortcut: null, markerScale: 1 };
+  const labels = resolveIrisConfig({ front: a, point: "layer1.0", noiseClusters: true }, settings, data);
+  const real = resolveIrisConfig({ front: a, point: "layer1.0" }, settings, data);
+  assert.equal(labels.noiseClusters, true);
+  assert.ok(!("noiseClusters" in real), "other sets keep their keys");
+  const info = await runIris(labels, join(tmp, "labels-iris"));
+  assert.equal(info.labelsOnly, true);
+  assert.deepEqual([info.residuals.mean, info.residuals.p90, info.descent?.meanSteps], [0, 0, 0]);
+  // The images are the descent's first starts: batch i draws uniform noise after seeding with
+  // seed * 1000003 + i (stitch/iriset.ts), quantised as stored.
+  const set = loadIriSet(join(tmp, "labels-iris"));
+  try {
+    torch.tidy(() => {
+      const got = set.dataset.images.slice(0, 32, 64);
+      torch.manualSeed(5 * 1_000_003 + 1);
+      const want = torch.rand(got.shape).mul(255).round().clamp(0, 255).to("uint8");
+      assert.equal(got.to("float32").sub(want.to("float32")).abs().max().item(), 0, "batch 1 is its seeded start");
+    });
+  } finally {
+    disposeDataset(set.dataset);
+    set.indices.dispose();
+  }
+  const stitched = await runStitch(
+    smallStitchConfig(a, b, { mode: "iris", iris: join(tmp, "labels-iris"), noiseClusters: true, epochs: 2 }),
+    join(tmp, "labels-stitch"),
+  );
+  assert.ok(Number.isFinite(stitched.scores.agreementProbability));
+  assert.equal(stitched.iris?.residuals.mean, 0);
+  // A set of the front's own IRIs is not the sender's, nor the reverse: each is refused before work.
+  await runIris(real, join(tmp, "real-iris"));
+  await assert.rejects(
+    runStitch(
+      smallStitchConfig(a, b, { mode: "iris", iris: join(tmp, "real-iris"), noiseClusters: true }),
+      join(tmp, "wrong-1"),
+    ),
+    /holds the front's IRIs, and this stitch has the labels-only sender in the front's place/,
+  );
+  await assert.rejects(
+    runStitch(smallStitchConfig(a, b, { mode: "iris", iris: join(tmp, "labels-iris") }), join(tmp, "wrong-2")),
+    /holds the labels-only sender's IRIs \(their starts\), not the front's/,
+  );
+});
+
+test("noise nulls in a plan: the front's point shapes only (replicate 0's model), one per architecture, in every mode of its pairs, named apart", () => {
   const exp = parseExperiment(
     `
 name: noise
@@ -212,8 +279,8 @@ stitch: { limit: 32, epochs: 1, batchSize: 32 }
     experiment.pairs.slice(4).map((p) => [p.front, p.relation, p.modes ?? "all"]),
     [
       ["clean-s1~untrained", "null:untrained", "all"],
-      ["clean-s1", "null:noise", ["standard"]],
-      ["mine", "null:noise", ["standard"]],
+      ["clean-s1", "null:noise", "all"],
+      ["mine", "null:noise", "all"],
     ],
     "the Pixel front shares the clean one's architecture: one noise null; the loaded front has its own",
   );
@@ -275,11 +342,16 @@ stitch: { limit: 32, epochs: 1, batchSize: 32 }
   assert.ok(noiseConfigs.length > 0 && realConfigs.length > 0);
   assert.ok(noiseConfigs.every((c) => c.robustEval === null && c.noiseClusters === true));
   assert.ok(realConfigs.every((c) => c.robustEval !== null));
-  const irisOnly = withNulls({ ...exp, nulls: { kinds: ["noise"], modes: ["iris"] } });
-  assert.equal(irisOnly.experiment.pairs.length, 4, "no noise null where the nulls are invariance-aware only");
-  assert.deepEqual(irisOnly.notes, [
-    "nulls.kinds: noise is stitched in standard mode only, and nulls.modes leaves it out",
-  ]);
+  // nulls.modes sets the network nulls' modes; the labels-only sender costs no descent and takes its pairs'.
+  const standardOnly = withNulls({ ...exp, nulls: { kinds: ["untrained", "noise"], modes: ["standard"] } });
+  assert.deepEqual(
+    standardOnly.experiment.pairs.slice(4).map((p) => [p.relation, p.modes ?? "all"]),
+    [
+      ["null:untrained", ["standard"]],
+      ["null:noise", "all"],
+      ["null:noise", "all"],
+    ],
+  );
   const exp2 = {
     ...exp,
     models: Object.fromEntries(Object.entries(exp.models).filter(([k]) => k !== "mine")),
@@ -288,12 +360,17 @@ stitch: { limit: 32, epochs: 1, batchSize: 32 }
   const plan = planExperiment(exp2, join(tmp, "noise.yaml"));
   const noise = plan.stitches.filter((s) => s.relation === "null:noise");
   assert.deepEqual([...new Set(noise.map((s) => s.front))], ["clean-s1~noise"]);
-  assert.deepEqual([...new Set(noise.map((s) => s.mode))], ["standard"]);
+  assert.deepEqual([...new Set(noise.map((s) => s.mode))], ["standard", "iris"]);
+  // Its IRI sets are the sender's own (their starts), named for it and keyed apart from the front's.
+  const irisTasks = plan.tasks.filter((t) => t.kind === "iris" && t.label.startsWith("iris clean-s1~noise @ layer2.1"));
+  assert.equal(irisTasks.length, 2, irisTasks.map((t) => t.label).join("; "));
+  assert.ok(irisTasks.every((t) => (t.spec as { noiseClusters?: true }).noiseClusters === true));
+  const standardNoise = noise.filter((s) => s.mode === "standard");
   assert.deepEqual(
-    noise.map((s) => s.replicate),
+    standardNoise.map((s) => s.replicate),
     [0, 1],
   );
-  const specs = noise.map((s) => plan.tasks.find((t) => t.key === s.key)?.spec as StitchTask);
+  const specs = standardNoise.map((s) => plan.tasks.find((t) => t.key === s.key)?.spec as StitchTask);
   assert.ok(specs.every((t) => t.config.noiseClusters === true));
   // Both replicates read replicate 0's front (its shapes), with their own seeds (their own clusters).
   assert.equal(JSON.stringify(specs[0]?.front), JSON.stringify(specs[1]?.front));

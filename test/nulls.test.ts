@@ -8,16 +8,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { type Dataset, datasetSize, permuteLabels } from "../data/index.js";
-import { chanceLines, withNulls } from "../experiments/nulls.js";
+import { withNulls } from "../experiments/nulls.js";
 import { type Plan, planExperiment, type TrainTask } from "../experiments/plan.js";
-import { reading, warnings } from "../experiments/reading.js";
 import { irisSummaries } from "../experiments/results.js";
 import { parseExperiment } from "../experiments/spec.js";
+import { beyondChance, chanceLines } from "../findings/chance.js";
+import { type StitchRow, summarize } from "../findings/index.js";
+import { reading, warnings } from "../findings/reading.js";
 import { loadCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import { greyStem } from "../nn/init.js";
-import { beyondChance } from "../report/chance.js";
-import { reportFigures, type StitchRow, summarize } from "../report/index.js";
+import { reportFigures } from "../report/index.js";
 import * as torch from "../torch/index.js";
 import { trainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
@@ -194,15 +195,14 @@ test("nulls of a graded-marker front and of pairs with their own modes: one plai
 });
 
 /** Rows of a pair (or a null) with `values[replicate][point]` at layer2.1 and layer4.1, invariance-aware SLM. */
-function rows(pair: string, values: number[][], front = pair): StitchRow[] {
-  const points = ["layer2.1", "layer4.1"];
+function rows(pair: string, values: number[][], front = pair, points = ["layer2.1", "layer4.1"]): StitchRow[] {
   return values.flatMap((perPoint, replicate) =>
     perPoint.map((v, i) =>
       stitchRow({
         front,
         pair,
         point: points[i],
-        pointIndex: i + 4,
+        pointIndex: ["layer2.1", "layer4.1"].indexOf(points[i] as string) + 4,
         objective: "slm",
         mode: "iris",
         hard_agreement: v,
@@ -213,7 +213,7 @@ function rows(pair: string, values: number[][], front = pair): StitchRow[] {
   );
 }
 
-test("beyond chance only where the pair's lower bound clears the highest null's upper bound, and the reading says so", () => {
+test("beyond chance by a one-sided Welch test over seeds against every null, Holm-corrected, and the reading says so", () => {
   const seed = rows("cross-seed", [
     [0.8, 0.5],
     [0.82, 0.45],
@@ -240,17 +240,47 @@ test("beyond chance only where the pair's lower bound clears the highest null's 
   const summary = summarize([...seed, ...untrained, ...permuted]);
   const chance = beyondChance(summary);
   assert.deepEqual(
-    chance.map((c) => [c.pair, c.point, c.null.pair, c.beyond]),
+    chance.map((c) => [c.pair, c.point, c.family, c.null.pair, c.beyond, c.nulls.map((n) => n.rejected)]),
     [
-      ["cross-seed", "layer2.1", "null:permuted", true],
-      ["cross-seed", "layer4.1", "null:permuted", false],
+      ["cross-seed", "layer2.1", "chance", "null:permuted", true, [true, true]],
+      ["cross-seed", "layer4.1", "chance", "null:permuted", false, [false, true]],
     ],
-    "the permuted null is the highest at both points; at layer4.1 the intervals overlap",
+    "the permuted null is the nearest at both points; at layer4.1 the pair lies above the untrained null only",
   );
-  const [line] = chanceLines(summary);
+  // The difference and its interval by hand: 0.40 apart, se sqrt(2 * 0.02^2 / 3), df 4, t_{0.975,4} 2.776.
+  const t = chance[0]?.null.test;
+  assert.ok(t && Math.abs(t.diff - 0.4) < 1e-9 && Math.abs(t.hi - t.diff - 2.7764451 * Math.sqrt((2 * 0.0004) / 3)) < 1e-6);
+  const [line, rule] = chanceLines(summary);
   assert.match(
     line as string,
-    /^Against chance, cross-seed \(invariance-aware SLM\): beyond chance at layer2\.1, not at layer4\.1 \(layer2\.1 0\.82 ± 0\.05 vs permuted 0\.42 ± 0\.05, layer4\.1 0\.50 ± 0\.12 vs permuted 0\.50 ± 0\.12; the highest null at each point\)\.$/,
+    /^Against chance, cross-seed \(invariance-aware SLM\): beyond chance at layer2\.1, not at layer4\.1 \(layer2\.1 0\.82 ± 0\.05 vs permuted 0\.42 ± 0\.05, difference \+0\.40 \[0\.35, 0\.45\], p < 0\.001; layer4\.1 0\.50 ± 0\.12 vs permuted 0\.50 ± 0\.12, difference \+0\.00 \[-0\.11, 0\.11\], p 0\.500; the nearest null at each point\)\.$/,
+  );
+  assert.match(rule as string, /^Rule against the nulls: one-sided Welch t test over replicates \(seeds\), Holm-corrected/);
+
+  // Overlapping 95% intervals (the pair's lower bound 0.526 under the null's upper 0.624) are no
+  // evidence of chance: the seed-level test finds the pair above (scipy's ttest_ind, Welch,
+  // one-sided: t 3.674, df 4, p 0.01066).
+  const mid = rows("cross-seed", [[0.6], [0.65], [0.7]], "clean-s1", ["layer4.1"]);
+  const low = rows("null:permuted", [[0.45], [0.5], [0.55]], "clean-s1~permuted", ["layer4.1"]);
+  const [midRow] = beyondChance(summarize([...mid, ...low]));
+  assert.ok(midRow?.beyond, "above by the test, though the intervals overlap");
+  assert.ok(Math.abs((midRow?.null.test?.p ?? 0) - 0.010655820564378351) < 1e-9, String(midRow?.null.test?.p));
+  // Against two such nulls Holm asks p <= 0.025 of the smaller p and 0.05 of the larger: still beyond.
+  const low2 = rows("null:untrained", [[0.45], [0.5], [0.55]], "clean-s1~untrained", ["layer4.1"]);
+  assert.equal(beyondChance(summarize([...mid, ...low, ...low2]))[0]?.beyond, true);
+  // The label-only sender is its own family: tested and worded apart from chance.
+  const labels = rows("null:noise", [[0.7], [0.72], [0.74]], "clean-s1~noise", ["layer4.1"]);
+  const both = beyondChance(summarize([...mid, ...low, ...labels]));
+  assert.deepEqual(
+    both.map((c) => [c.family, c.beyond]),
+    [
+      ["chance", true],
+      ["labels", false],
+    ],
+  );
+  assert.match(
+    chanceLines(summarize([...mid, ...low, ...labels]))[1] as string,
+    /^Against the label alone, cross-seed \(invariance-aware SLM\): not above the label alone \(layer4\.1 0\.65 ± 0\.12 vs labels only \(Smith et al\.\) 0\.72 ± 0\.05, difference -0\.07/,
   );
   const text = reading([...seed, ...untrained, ...permuted]).join("\n");
   assert.ok(text.includes(line as string), "the reading carries the line");
@@ -270,7 +300,7 @@ test("beyond chance only where the pair's lower bound clears the highest null's 
     "a real front near chance is warned of",
   );
 
-  // Clear at both points; and one replicate has no interval, so it is never beyond anything.
+  // Clear at both points; and one replicate has no spread over seeds, so it is never tested.
   const far = rows("cross-seed", [
     [0.8, 0.8],
     [0.81, 0.81],
@@ -278,10 +308,13 @@ test("beyond chance only where the pair's lower bound clears the highest null's 
   ]);
   assert.match(chanceLines(summarize([...far, ...untrained]))[0] as string, /: beyond chance \(layer2\.1 /);
   const one = rows("cross-seed", [[0.99, 0.99]]);
-  assert.match(chanceLines(summarize([...one, ...untrained]))[0] as string, /: not beyond chance \(/);
+  assert.match(
+    chanceLines(summarize([...one, ...untrained]))[0] as string,
+    /: not beyond chance \(.*untested: cross-seed has 1 replicate/,
+  );
   assert.deepEqual(chanceLines(summarize(seed)), [], "no nulls, no line");
 
-  // The report's agreement figure draws the highest null's interval in the pair's panel.
+  // The report's agreement figure draws the nearest null's interval in the pair's panel.
   const [agreement] = reportFigures([...seed, ...untrained, ...permuted]);
   const spec = agreement?.spec as unknown as {
     data: { values: Record<string, unknown>[] };

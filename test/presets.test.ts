@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { parse as parseYaml } from "yaml";
 import { type Plan, planExperiment, type StitchTask, type Task, type TrainTask } from "../experiments/plan.js";
-import { settingsLines } from "../experiments/reading.js";
+import { settingsLines } from "../experiments/plan-words.js";
 import { ExperimentError, parseExperiment, readExperiment } from "../experiments/spec.js";
 import type { TrainConfig } from "../train/config.js";
 

@@ -1,5 +1,5 @@
 // The fast protocol's distance from the settled one, read where the answer is given
-// (experiments/protocol-distance.ts) from the protocol study's record (bench/protocol.ts).
+// (findings/protocol-distance.ts) from the protocol study's record (bench/protocol.ts).
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -7,12 +7,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { stringify } from "yaml";
 import { COMPARE_DEFAULTS } from "../experiments/compare.js";
-import {
-  compareProtocolLine,
-  demoProtocolLine,
-  demoSettings,
-  protocolRecord,
-} from "../experiments/protocol-distance.js";
+import { compareProtocolLine, demoProtocolLine, demoSettings, protocolRecord } from "../findings/protocol-distance.js";
 import { repoRoot } from "../io/files.js";
 
 const root = mkdtempSync(join(tmpdir(), "stitchlab-distance-"));

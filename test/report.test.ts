@@ -12,20 +12,18 @@ import { after, describe, test } from "node:test";
 import { pathToFileURL } from "node:url";
 import sharp from "sharp";
 import { planExperiment } from "../experiments/plan.js";
-import { reading, settingsLines } from "../experiments/reading.js";
+import { settingsLines } from "../experiments/plan-words.js";
 import { parseExperiment } from "../experiments/spec.js";
+import { type IriPreview, rowKey, type StitchRow, summarize } from "../findings/index.js";
+import { reading } from "../findings/reading.js";
 import { parseCsv as readCsv } from "../report/csv.js";
 import {
   escapeHtml,
-  type IriPreview,
   type ReportInput,
   renderSvg,
   reportFigures,
   reportHtml,
   resultsCsv,
-  rowKey,
-  type StitchRow,
-  summarize,
   writeReport,
 } from "../report/index.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";

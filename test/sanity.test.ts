@@ -8,7 +8,6 @@ import { test } from "node:test";
 import { disposeDataset, loadDataset } from "../data/index.js";
 import { FASHION_MNIST_NORMALIZATION } from "../data/transforms.js";
 import { evaluate } from "../eval/evaluate.js";
-import { nearChance } from "../experiments/reading.js";
 import {
   ADAPT_CHECK_STEPS,
   adaptCheck,
@@ -18,6 +17,7 @@ import {
   normalizationWarnings,
   SANITY_IMAGES,
 } from "../experiments/sanity.js";
+import { nearChance } from "../findings/reading.js";
 import { saveCheckpoint } from "../models/checkpoint.js";
 import { createModel } from "../models/registry.js";
 import * as torch from "../torch/index.js";

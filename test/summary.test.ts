@@ -7,6 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { planExperiment, REPLICATE_SEED_STRIDE, type TrainTask } from "../experiments/plan.js";
+import { settingsLines } from "../experiments/plan-words.js";
+import { parseExperiment } from "../experiments/spec.js";
+import { type ModelRow, rowKey, type StitchRow, summarize } from "../findings/index.js";
 import {
   agreementTable,
   contrast,
@@ -15,15 +18,13 @@ import {
   reading,
   relianceLine,
   relianceWarnings,
-  settingsLines,
   T_SETTLED_MAX_FALL,
   verdictLines,
   warningLines,
   warnings,
-} from "../experiments/reading.js";
-import { parseExperiment } from "../experiments/spec.js";
+} from "../findings/reading.js";
 import { compareIntervals, interval, tQuantile975 } from "../metrics/interval.js";
-import { type ModelRow, rowKey, type StitchRow, summarize, summaryCsv } from "../report/index.js";
+import { summaryCsv } from "../report/index.js";
 import { stitchRow } from "./helpers/rows.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-summary-"));

@@ -1,32 +1,27 @@
 // What an experiment's results say, for the terminal and the report alike (one text, made here):
-// the agreement table with 95% intervals over replicates (report/summary.ts), rAuA and excess
+// the agreement table with 95% intervals over replicates (findings/summary.ts), rAuA and excess
 // agreement per pair, sanity warnings, and the reading. A difference between pairs is
 // stated only when their intervals separate; otherwise the reading says "not told apart with N
 // replicates" (docs/method.md, "Replicates").
 
-import { datasetImageSize, markerSide } from "../data/index.js";
 import { maxExcessAgreement } from "../metrics/excess.js";
-import { compareIntervals, type Interval, interval } from "../metrics/interval.js";
+import { type Interval, interval } from "../metrics/interval.js";
 import { rAuA } from "../metrics/raua.js";
-import { isNullRelation } from "../report/chance.js";
-import { groundingLines, groundingRows } from "../report/grounding.js";
+import { holm, type WelchTest, welch } from "../metrics/welch.js";
+import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
+import { chanceLines, isNullRelation, SEED_TEST_ALPHA } from "./chance.js";
+import { groundingLines, groundingRows } from "./grounding.js";
+import type { IriPreview, ModelRow, StitchRow } from "./rows.js";
 import {
   formatInterval,
   groupBy,
   groupKey,
-  type IriPreview,
-  type ModelRow,
   perReplicate,
   pointsOf,
   rowKey,
-  type StitchRow,
   type SummaryRow,
   summarize,
-} from "../report/index.js";
-import { iriStepCap } from "../stitch/iri-options.js";
-import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
-import { chanceLines } from "./nulls.js";
-import type { IrisTask, Plan, StitchTask } from "./plan.js";
+} from "./summary.js";
 
 function columns(lines: string[][]): string {
   const widths = lines[0].map((_, i) => Math.max(...lines.map((l) => (l[i] ?? "").length)));
@@ -145,7 +140,7 @@ export interface Warning {
   tag: string;
   /** The number the warning is about (a residual, an accuracy, a step count), for a kind's range. */
   value?: number;
-  /** The affected rows: summary keys (report/summary.ts rowKey). */
+  /** The affected rows: summary keys (findings/summary.ts rowKey). */
   rows: string[];
 }
 
@@ -310,7 +305,9 @@ export interface Contrast {
     /** The intervals over the replicates judged (those whose IRI sets are tight enough). */
     higher: Interval;
     lower: Interval;
-    /** Judged, and the intervals separate (higher above lower). */
+    /** higher's replicates against lower's: one-sided Welch (null: fewer than two replicates a side). */
+    test: WelchTest | null;
+    /** Judged, and higher lies above lower by the seed-level rule (Holm across the points judged). */
     apart: boolean;
     /** The largest mean IRI residual of the two pairs' IRI sets at the point (null: none recorded). */
     residual: number | null;
@@ -319,7 +316,7 @@ export interface Contrast {
     /** The IRI sets left out as too loose, whether the point was then judged on the rest or withheld. */
     looseSets: LooseSet[];
   }[];
-  /** Whether the intervals separate (higher above lower) at every point judged, and one was. */
+  /** Whether higher lies above lower at every point judged by the seed-level rule, and one was. */
   apart: boolean;
   /** Per replicate: whether `higher` agrees more than `lower` at every point, that replicate alone. */
   perReplicate: { replicate: number; holds: boolean }[];
@@ -363,18 +360,29 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
     };
     const [th, tl] = [tight(higher), tight(lower)];
     const loose = !(th.enough && tl.enough);
-    const h = interval(perReplicate(loose ? pick(higher, point) : th.kept, (r) => r.agreement_prob));
-    const l = interval(perReplicate(loose ? pick(lower, point) : tl.kept, (r) => r.agreement_prob));
+    const hs = perReplicate(loose ? pick(higher, point) : th.kept, (r) => r.agreement_prob);
+    const ls = perReplicate(loose ? pick(lower, point) : tl.kept, (r) => r.agreement_prob);
     return {
       point,
-      higher: h,
-      lower: l,
-      apart: !loose && compareIntervals(h, l) === "higher",
+      higher: interval(hs),
+      lower: interval(ls),
+      test: welch(hs, ls),
+      apart: false,
       residual,
       loose,
       looseSets,
     };
   });
+  // Told apart by the rule every seed-level statement uses (findings/chance.ts SEED_TEST_RULE):
+  // one-sided Welch over replicates at each point judged, Holm-corrected across them.
+  const tested = per.filter((p) => !p.loose);
+  const rejected = tested.every((p) => p.test)
+    ? holm(
+        tested.map((p) => (p.test as WelchTest).p),
+        SEED_TEST_ALPHA,
+      )
+    : tested.map(() => false);
+  for (const [i, p] of tested.entries()) p.apart = rejected[i] as boolean;
   if (per.every((p) => p.higher.n === 0 || p.lower.n === 0)) return null;
   const replicates = [...new Set(rows.map((r) => r.replicate))].sort((a, b) => a - b);
   // Per replicate, over the points judged, with that replicate's loose sets left out as above.
@@ -555,13 +563,6 @@ export interface StandardRecipe {
   /** stitch.augment: true unless false. */
   augmented: boolean;
   bnMode: string;
-}
-
-export function standardRecipe(plan: Plan): StandardRecipe {
-  const st = plan.tasks
-    .map((t) => t.spec)
-    .find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === "standard")?.config;
-  return { augmented: st?.augment !== false, bnMode: st?.bnMode ?? "adapt" };
 }
 
 /**
@@ -757,73 +758,4 @@ export function relianceWarnings(models: ModelRow[]): Warning[] {
       value: f.rolled,
       rows: [],
     }));
-}
-
-/**
- * The settings a reader needs next to the numbers: models (widths, epochs, shortcuts), images,
- * the IRI optimiser and steps, stitching epochs and images, batch-norm modes, replicates. Read
- * from the plan's resolved configs (what the tasks ran and their keys hash), never re-derived.
- */
-export function settingsLines(plan: Plan): string[] {
-  const exp = plan.experiment;
-  const configOf = (key: string) => plan.tasks.find((t) => t.key === key)?.spec;
-  const models = Object.entries(plan.models).map(([name, ref]) => {
-    const spec = "task" in ref ? configOf(ref.task) : undefined;
-    if (spec?.kind !== "train") return `${name} (checkpoint ${"checkpoint" in ref ? ref.checkpoint : "?"})`;
-    const m = spec.config;
-    const width = m.modelOptions.width;
-    return `${name} (${m.model}${width !== undefined ? ` width ${width}` : ""}${m.greyStem ? ", grey stem" : ""}, ${m.epochs} epochs in batches of ${m.batchSize} at lr ${m.lr}, seed ${m.seed}${m.shortcut ? `, ${m.shortcut} shortcut` : ""}${m.adversarial ? ", adversarial" : ""})`;
-  });
-  const d = exp.dataset;
-  // The images' side, for the markers' size in pixels (the cell grows with the image).
-  const side = datasetImageSize(d.name, { imageSize: d.imageSize, pad32: true });
-  const iris = plan.tasks.map((t) => t.spec).find((t): t is IrisTask => t.kind === "iris");
-  const stitch = (mode: string) =>
-    plan.tasks.map((t) => t.spec).find((t): t is StitchTask => t.kind === "stitch" && t.config.mode === mode)?.config;
-  const st = stitch("standard") ?? stitch("iris");
-  const marked = exp.pairs.filter((p) => (p.shortcut !== undefined ? p.shortcut : exp.stitch.shortcut));
-  // Only the modes the experiment runs are described.
-  const bn = [
-    ...(stitch("standard") ? [`${stitch("standard")?.bnMode} (standard)`] : []),
-    ...(stitch("iris") ? [`${stitch("iris")?.bnMode} (invariance-aware)`] : []),
-  ];
-  // Adversarial stitching may differ per pair (a pair's own `adversarial`, null: none): one
-  // clause per distinct setting, naming its pairs when not every pair has it.
-  const advPairs = new Map<string, Set<string>>();
-  for (const role of plan.stitches) {
-    const spec = configOf(role.key);
-    if (spec?.kind !== "stitch" || spec.config.mode !== "standard") continue;
-    const a = spec.config.adversarial;
-    const text = a ? `eps ${a.eps.toFixed(4)}, ${a.steps} steps, fraction ${a.fraction}` : "none";
-    advPairs.set(text, (advPairs.get(text) ?? new Set()).add(role.relation));
-  }
-  const advSettings = [...advPairs.keys()].filter((t) => t !== "none");
-  const adv = advSettings.length
-    ? `Adversarial stitching (standard runs): T on PGD examples, ${[...advPairs.entries()]
-        .map(([t, pairs]) => (advPairs.size === 1 ? t : `${t} for ${[...pairs].join(", ")}`))
-        .join("; ")}. `
-    : "";
-  return [
-    `Settings: ${d.name}${d.imageSize ? ` at ${d.imageSize} px` : ""}${d.limit ? `, ${d.limit} training images` : ""}${d.testLimit ? `, ${d.testLimit} test images` : ""}; models ${models.join("; ")}.`,
-    (iris
-      ? `IRIs: ${iris.limit ?? "all"} per front and point, ${iris.options.optimizer} optimiser, ${iris.options.steps} steps from ${iris.options.start === "image" ? "another image" : `${iris.options.start} noise`}${iris.options.keepBest ? ", best iterate kept" : ""}${iris.options.target !== undefined ? `, an image stopping at residual ${iris.options.target} and restarting up to ${iriStepCap(iris.options)} steps` : ""}. `
-      : "") +
-      (st
-        ? `Stitching: ${st.epochs} epochs on ${st.limit ?? "all"} real images, batch ${st.batchSize}, Adam lr ${st.lr}${stitch("standard") ? (standardRecipe(plan).augmented ? ", augmented in standard runs (crop and flip)" : ", not augmented") : ""}; `
-        : "") +
-      `batch norm ${bn.join(" and ")}. ` +
-      adv +
-      `Replicates: ${exp.replicates}${exp.replicateBack ? " (back models too)" : " (one back model shared)"}.` +
-      // Checkpoints cannot be retrained: their replicates vary the seeds of the method only.
-      (exp.replicates > 1 && Object.values(plan.models).every((m) => !("task" in m))
-        ? " The models are fixed checkpoints: replicates differ in IRI and stitching seeds only, the only source of variation the intervals measure."
-        : "") +
-      (exp.seedShift ? ` Every seed shifted by ${exp.seedShift} (--seed ${exp.seedShift}).` : "") +
-      (marked.length
-        ? ` Marked stitching data (training images, IRI sources, test set): ${marked.map((p) => `${p.relation} (${p.shortcut ?? exp.stitch.shortcut})`).join(", ")}.`
-        : "") +
-      (exp.dataset.markerScale !== 1
-        ? ` Shortcut markers at ${d.markerScale}x the protocol's cell size (${markerSide(side, side, d.markerScale)} px squares at ${side} px).`
-        : ""),
-  ];
 }

@@ -7,8 +7,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
-import { repoRoot } from "../io/files.js";
-import { canonical } from "./cache.js";
+import { canonical, repoRoot } from "../io/files.js";
 
 /** What the study's record holds that the line needs. */
 export interface ProtocolRecord {

@@ -2,8 +2,7 @@
 // data, the mean, standard deviation and 95% Student-t interval of every score over replicates
 // (summary.csv, the report's table and figures' bands).
 import { type Interval, interval } from "../metrics/interval.js";
-import { csvField } from "./csv.js";
-import type { StitchRow } from "./types.js";
+import type { StitchRow } from "./rows.js";
 
 /** The scores summarised over replicates (columns of results.csv). */
 export const SUMMARY_SCORES = [
@@ -112,23 +111,6 @@ export function perReplicate(rows: StitchRow[], value: (r: StitchRow) => number)
     });
 }
 
-/** summary.csv: the group, n, then mean, std, lo, hi of every score (empty where undefined). */
-export function summaryCsv(summary: SummaryRow[]): string {
-  const head = ["pair", "front", "back", "point", "objective", "mode", "test_data", "n"];
-  for (const s of SUMMARY_SCORES) head.push(`${s}_mean`, `${s}_std`, `${s}_lo`, `${s}_hi`);
-  const num = (v: number) => (Number.isFinite(v) ? v : null);
-  const lines = [head.join(",")];
-  for (const r of summary) {
-    const cells: (string | number | null)[] = [r.pair, r.front, r.back, r.point, r.objective, r.mode, r.test_data, r.n];
-    for (const s of SUMMARY_SCORES) {
-      const i = r.scores[s];
-      cells.push(num(i.mean), num(i.std), num(i.lo), num(i.hi));
-    }
-    lines.push(cells.map(csvField).join(","));
-  }
-  return `${lines.join("\n")}\n`;
-}
-
 /** "0.912 ± 0.031" (or "0.912" for one replicate, "-" for none). */
 export function formatInterval(i: Interval | undefined, digits = 3): string {
   if (!i || i.n === 0) return "-";
@@ -143,7 +125,7 @@ const Z_975 = 1.959964;
 /**
  * A summary row's agreement with its interval: over replicates where there are several; with one,
  * mean +- 1.96 standard errors over the test images (what another draw of test images would give).
- * The band a null front is read with (report/chance.ts).
+ * The band a null front is read with (findings/chance.ts).
  */
 export function agreementInterval(row: SummaryRow): Interval {
   const over = row.scores.agreement_prob;

@@ -9,14 +9,13 @@
 //
 // A front's reliance is its own accuracy on the test set with class-consistent markers minus that
 // with rolled markers (every class carrying another class's), the measure the demo's reading
-// uses (experiments/reading.ts relianceLine). Spearman's rho is taken within each replicate, over
+// uses (findings/reading.ts relianceLine). Spearman's rho is taken within each replicate, over
 // the fronts of that replicate (each replicate trains its own fronts), and summarised over
 // replicates with the Student-t interval every other score gets (metrics/interval.ts).
 import { type Interval, interval } from "../metrics/interval.js";
 import { stitchModeWords } from "../stitch/modes.js";
 import { isNullRelation } from "./chance.js";
-import { csvField } from "./csv.js";
-import type { StitchRow } from "./types.js";
+import type { StitchRow } from "./rows.js";
 
 /** Fronts a replicate needs before its rank correlation means something (2 give only +-1). */
 export const GROUNDING_MIN_FRONTS = 3;
@@ -134,29 +133,6 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
     }
   }
   return out.sort((a, b) => a.pointIndex - b.pointIndex || a.measure.localeCompare(b.measure));
-}
-
-/** grounding.csv: one row per back, point, test data and measure; rho per replicate joined by ";". */
-export function groundingCsv(rows: GroundingRow[]): string {
-  const head = "back,point,test_data,measure,fronts,n,rho_mean,rho_lo,rho_hi,rho_per_replicate";
-  const cell = (x: number) => (Number.isFinite(x) ? String(x) : "");
-  const lines = rows.map((r) =>
-    [
-      r.back,
-      r.point,
-      r.test_data,
-      r.measure,
-      r.fronts,
-      r.rho.n,
-      cell(r.rho.mean),
-      cell(r.rho.lo),
-      cell(r.rho.hi),
-      r.rhos.map(cell).join(";"),
-    ]
-      .map((v) => csvField(v))
-      .join(","),
-  );
-  return `${[head, ...lines].join("\n")}\n`;
 }
 
 /** A measure in a reader's words: "standard SLM", "invariance-aware FuLA", "CKA". */
