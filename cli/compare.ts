@@ -108,7 +108,7 @@ export function registerCompareCommand(program: Command): void {
     .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
     .option(
       "--nulls",
-      `also stitch null fronts into B: A's architecture at its initialisation (a zoo architecture) and clustered noise at A's point shapes (standard mode, ${COMPARE_NULLS.replicates} replicates each), and say where A -> B is beyond that chance level`,
+      `also stitch null fronts into B, ${COMPARE_NULLS.replicates} replicates each: A's architecture at its initialisation (a zoo architecture; standard mode), and the labels-only sender, clustered noise at A's point shapes (both modes); and say where A -> B is beyond chance and above the label alone, by a one-sided Welch test over seeds`,
     );
   // The size flags: from the experiment's schema (COMPARE_FLAGS in cli/compare-study.ts).
   addBothModelOptions(addSchemaFlags(cmd, experimentSchema, COMPARE_FLAGS))

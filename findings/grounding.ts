@@ -20,6 +20,20 @@ import type { StitchRow } from "./rows.js";
 /** Fronts a replicate needs before its rank correlation means something (2 give only +-1). */
 export const GROUNDING_MIN_FRONTS = 3;
 
+/**
+ * The least span of the fronts' measured reliance (largest minus smallest, accuracy points) for a
+ * replicate to be read as a grounding study: a rank correlation over fronts whose reliance does
+ * not differ ranks noise. Three Pixel fronts trained alike differ by about 0.03; the study's
+ * graded fronts span 0.4 or more (docs/method.md, "Grounding").
+ */
+export const GROUNDING_MIN_RELIANCE_SPAN = 0.1;
+
+/**
+ * Baselines every measure is set beside: what a front scores alone, which needs no stitch. If a
+ * measure ranks reliance no better than the front's own accuracy, it measures that accuracy.
+ */
+export const GROUNDING_BASELINES = ["front accuracy", "front alone"] as const;
+
 /** One measure's rank correlation with reliance at one point. */
 export interface GroundingRow {
   back: string;
@@ -33,6 +47,13 @@ export interface GroundingRow {
   /** Spearman's rho per replicate, in replicate order (NaN where a replicate's scores were all tied). */
   rhos: number[];
   rho: Interval;
+  /**
+   * The partial rank correlation with reliance, the fronts' accuracy held (partialSpearman), per
+   * replicate and over them: what the measure says of reliance beyond what accuracy says. NaN for
+   * the accuracy itself, or where a replicate has no accuracy.
+   */
+  partialRhos: number[];
+  partial: Interval;
 }
 
 /** Ranks from 1, ties given their average rank. */
@@ -68,6 +89,23 @@ export function spearman(a: readonly number[], b: readonly number[]): number {
 }
 
 /**
+ * Spearman's partial correlation of x and y with z held: the partial correlation of their ranks,
+ * (r_xy - r_xz r_yz) / sqrt((1 - r_xz^2) (1 - r_yz^2)); NaN where z orders x or y completely or a
+ * side is all ties.
+ */
+export function partialSpearman(x: readonly number[], y: readonly number[], z: readonly number[]): number {
+  const [xy, xz, yz] = [spearman(x, y), spearman(x, z), spearman(y, z)];
+  const d = Math.sqrt((1 - xz * xz) * (1 - yz * yz));
+  return d > 1e-12 ? (xy - xz * yz) / d : Number.NaN;
+}
+
+/** A Student-t interval over replicates, clipped to a correlation's range. */
+const rhoInterval = (xs: number[]): Interval => {
+  const t = interval(xs);
+  return Number.isFinite(t.halfWidth) ? { ...t, lo: Math.max(-1, t.lo), hi: Math.min(1, t.hi) } : t;
+};
+
+/**
  * Each measure's rank correlation with the fronts' reliance, per back, point and test data, where
  * every replicate has at least GROUNDING_MIN_FRONTS fronts with a measured reliance (shortcut
  * fronts with a rolled accuracy). Null and identical pairs take no part. Empty where no group has
@@ -77,8 +115,8 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
   const usable = rows.filter(
     (r) => !isNullRelation(r.pair) && r.pair !== "identical" && Number.isFinite(r.front_reliance ?? Number.NaN),
   );
-  // (back, point, test data) -> measure -> replicate -> front -> reliance and its scores
-  type Front = { reliance: number; scores: number[] };
+  // (back, point, test data) -> measure -> replicate -> front -> reliance, accuracy and its scores
+  type Front = { reliance: number; accuracy: number; scores: number[] };
   const groups = new Map<string, { row: StitchRow; measures: Map<string, Map<number, Map<string, Front>>> }>();
   const add = (r: StitchRow, measure: string, score: number | null) => {
     if (score === null || !Number.isFinite(score)) return;
@@ -91,7 +129,11 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
     byRep.set(r.replicate, byFront);
     // Accuracies are counts over the test images, and their difference is ranked: rounded so that
     // float noise (0.95 - 0.10 against 0.96 - 0.11) does not break a tie.
-    const f = byFront.get(r.front) ?? { reliance: Math.round((r.front_reliance as number) * 1e9) / 1e9, scores: [] };
+    const f = byFront.get(r.front) ?? {
+      reliance: Math.round((r.front_reliance as number) * 1e9) / 1e9,
+      accuracy: r.front_accuracy ?? Number.NaN,
+      scores: [],
+    };
     byFront.set(r.front, f);
     f.scores.push(score);
   };
@@ -99,27 +141,45 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
     add(r, `${r.mode} ${r.objective}`, r.agreement_prob);
     // A front's CKA compares the two models, not T: the same in every row of its point (the mean of equal values).
     add(r, "cka", r.cka);
+    // The baselines: the front's own accuracy and its agreement with the back alone, no stitch.
+    add(r, "front accuracy", r.front_accuracy);
+    add(r, "front alone", r.front_alone_agreement_prob);
   }
   const out: GroundingRow[] = [];
   for (const { row, measures } of groups.values()) {
     for (const [measure, byRep] of measures) {
       const reps = [...byRep.entries()].sort((a, b) => a[0] - b[0]);
-      // A replicate with too few fronts (a failed task) has no rho; the others stand.
-      const full = reps.filter(([, f]) => f.size >= GROUNDING_MIN_FRONTS);
+      // A replicate with too few fronts (a failed task), or whose fronts barely differ in reliance
+      // (no study was designed there), has no rho; the others stand.
+      const span = (f: Map<string, Front>) => {
+        const rel = [...f.values()].map((x) => x.reliance);
+        return Math.max(...rel) - Math.min(...rel);
+      };
+      const usableRep = (f: Map<string, Front>) =>
+        f.size >= GROUNDING_MIN_FRONTS && span(f) >= GROUNDING_MIN_RELIANCE_SPAN - 1e-9;
+      const full = reps.filter(([, f]) => usableRep(f));
       if (full.length === 0) continue;
       const fronts = Math.min(...full.map(([, f]) => f.size));
-      const rhos = reps.map(([, f]) => {
-        if (f.size < GROUNDING_MIN_FRONTS) return Number.NaN;
+      const per = reps.map(([, f]) => {
+        if (!usableRep(f)) return { rho: Number.NaN, partial: Number.NaN };
         const v = [...f.values()];
         // Several rows of one front in a replicate (stitching seeds): their mean.
-        return spearman(
-          v.map((x) => x.reliance),
-          v.map((x) => x.scores.reduce((a, b) => a + b, 0) / x.scores.length),
-        );
+        const reliance = v.map((x) => x.reliance);
+        const score = v.map((x) => x.scores.reduce((a, b) => a + b, 0) / x.scores.length);
+        const accuracy = v.map((x) => x.accuracy);
+        return {
+          rho: spearman(reliance, score),
+          partial:
+            measure === "front accuracy" || !accuracy.every(Number.isFinite)
+              ? Number.NaN
+              : partialSpearman(reliance, score, accuracy),
+        };
       });
+      const rhos = per.map((x) => x.rho);
+      const partialRhos = per.map((x) => x.partial);
       // rho lives in [-1, 1]: the Student-t interval is clipped to it.
-      const t = interval(rhos);
-      const rho = Number.isFinite(t.halfWidth) ? { ...t, lo: Math.max(-1, t.lo), hi: Math.min(1, t.hi) } : t;
+      const rho = rhoInterval(rhos);
+      const partial = rhoInterval(partialRhos);
       out.push({
         back: row.back,
         point: row.point,
@@ -129,15 +189,19 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
         fronts,
         rhos,
         rho,
+        partialRhos,
+        partial,
       });
     }
   }
   return out.sort((a, b) => a.pointIndex - b.pointIndex || a.measure.localeCompare(b.measure));
 }
 
-/** A measure in a reader's words: "standard SLM", "invariance-aware FuLA", "CKA". */
+/** A measure in a reader's words: "standard SLM", "invariance-aware FuLA", "CKA", "front accuracy". */
 export function measureWords(measure: string): string {
   if (measure === "cka") return "CKA";
+  if (measure === "front alone") return "front-alone agreement";
+  if ((GROUNDING_BASELINES as readonly string[]).includes(measure)) return measure;
   const [mode, objective] = measure.split(" ");
   const name = (objective ?? "").toUpperCase().replace("FULA", "FuLA");
   return `${stitchModeWords(mode ?? "")} ${name}`;
@@ -148,34 +212,44 @@ const inWords = (x: Interval) =>
   Number.isFinite(x.halfWidth) ? `${f2(x.mean)} [${f2(x.lo)}, ${f2(x.hi)}]` : `${f2(x.mean)} (one replicate)`;
 
 /**
- * The reading's lines: per point, each measure's rho with its interval, and which measures order
- * the fronts as the ground truth says (the interval wholly below 0) and which rank best. None
- * where there is no grounding study.
+ * The reading's lines: per point, each measure's rho with its interval and its partial rho with
+ * the fronts' accuracy held, the baselines (front accuracy, front-alone agreement) beside them,
+ * which measures order the fronts as the ground truth says (the interval wholly below 0) and which
+ * rank best. None where there is no grounding study (fewer than three fronts, or fronts whose
+ * reliance spans less than GROUNDING_MIN_RELIANCE_SPAN).
  */
 export function groundingLines(rows: GroundingRow[]): string[] {
   if (rows.length === 0) return [];
   const reps = Math.max(...rows.map((r) => r.rho.n));
   const lines = [
-    `Grounding: how each measure orders the fronts by their reliance on the marker (accuracy on marked minus rolled test images, measured on each front). The ground truth: more reliance, less similar, so a faithful measure's rank correlation is negative. Spearman's rho over the ${Math.min(...rows.map((r) => r.fronts))} or more fronts of each replicate, mean and 95% interval over ${reps} replicates:`,
+    `Grounding: how each measure orders the fronts by their reliance on the marker (accuracy on marked minus rolled test images, measured on each front). The ground truth: more reliance, less similar, so a faithful measure's rank correlation is negative. Spearman's rho over the ${Math.min(...rows.map((r) => r.fronts))} or more fronts of each replicate, mean and 95% interval over ${reps} replicates; in brackets after "held", the partial rho with the fronts' accuracy held; the fronts' accuracy and their agreement with the back alone are the baselines a measure must beat:`,
   ];
   const where = (r: GroundingRow) => JSON.stringify([r.back, r.point, r.test_data]);
   const several = (k: keyof GroundingRow) => new Set(rows.map((r) => r[k])).size > 1;
   const [backs, data] = [several("back"), several("test_data")];
+  const isBaseline = (r: GroundingRow) => (GROUNDING_BASELINES as readonly string[]).includes(r.measure);
+  const words = (r: GroundingRow) =>
+    `${measureWords(r.measure)} ${inWords(r.rho)}${Number.isFinite(r.partial.mean) ? ` (held ${inWords(r.partial)})` : ""}`;
   for (const key of [...new Set(rows.map(where))]) {
-    const at = rows.filter((r) => where(r) === key).sort((a, b) => a.rho.mean - b.rho.mean);
-    const first = at[0] as GroundingRow;
+    const all = rows.filter((r) => where(r) === key).sort((a, b) => a.rho.mean - b.rho.mean);
+    const at = all.filter((r) => !isBaseline(r));
+    const baselines = all.filter(isBaseline);
+    const first = all[0] as GroundingRow;
     const point = `${first.point}${backs ? ` into ${first.back}` : ""}${data ? ` (${first.test_data} data)` : ""}`;
     const right = at.filter((r) => r.rho.hi < 0).map((r) => measureWords(r.measure));
-    const best = at[0] as GroundingRow;
+    const best = at[0];
     // The best is told apart from the runner-up only where their intervals do not overlap.
     const second = at[1];
-    const apart = second !== undefined && Number.isFinite(best.rho.hi) && best.rho.hi < second.rho.lo;
+    const apart = best && second !== undefined && Number.isFinite(best.rho.hi) && best.rho.hi < second.rho.lo;
     lines.push(
-      `Grounding at ${point}: ${at.map((r) => `${measureWords(r.measure)} ${inWords(r.rho)}`).join("; ")}. ` +
+      `Grounding at ${point}: ${at.map(words).join("; ")}. ` +
+        (baselines.length ? `Baselines: ${baselines.map(words).join("; ")}. ` : "") +
         (right.length
           ? `Reliance ordered as expected (interval below 0): ${right.join(", ")}. `
           : "No measure's interval lies below 0. ") +
-        `Lowest: ${measureWords(best.measure)}${second ? (apart ? ", told apart from the next" : `, not told apart from ${measureWords(second.measure)}`) : ""}.`,
+        (best
+          ? `Lowest: ${measureWords(best.measure)}${second ? (apart ? ", told apart from the next" : `, not told apart from ${measureWords(second.measure)}`) : ""}.`
+          : ""),
     );
   }
   return lines;

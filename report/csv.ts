@@ -114,9 +114,14 @@ export function summaryCsv(summary: SummaryRow[]): string {
   return `${lines.join("\n")}\n`;
 }
 
-/** grounding.csv: one row per back, point, test data and measure; rho per replicate joined by ";". */
+/**
+ * grounding.csv: one row per back, point, test data and measure (the baselines "front accuracy"
+ * and "front alone" among them); rho and the partial rho with the fronts' accuracy held, each per
+ * replicate joined by ";".
+ */
 export function groundingCsv(rows: GroundingRow[]): string {
-  const head = "back,point,test_data,measure,fronts,n,rho_mean,rho_lo,rho_hi,rho_per_replicate";
+  const head =
+    "back,point,test_data,measure,fronts,n,rho_mean,rho_lo,rho_hi,rho_per_replicate,partial_mean,partial_lo,partial_hi,partial_per_replicate";
   const cell = (x: number) => (Number.isFinite(x) ? String(x) : "");
   const lines = rows.map((r) =>
     [
@@ -130,6 +135,10 @@ export function groundingCsv(rows: GroundingRow[]): string {
       cell(r.rho.lo),
       cell(r.rho.hi),
       r.rhos.map(cell).join(";"),
+      cell(r.partial.mean),
+      cell(r.partial.lo),
+      cell(r.partial.hi),
+      r.partialRhos.map(cell).join(";"),
     ]
       .map((v) => csvField(v))
       .join(","),

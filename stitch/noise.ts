@@ -18,13 +18,15 @@
 // need to be free of; the draws are made in JavaScript on every step (the frozen path makes them
 // once), cheap at the demo's sizes and a cost at ImageNet's.
 //
-// It has no invariance-aware score: the invariance-aware method trains T on the front's IRIs,
-// images it cannot tell from a source image, found by following the gradient of the front's
-// features with respect to the image. The sender's features do not depend on the image, only on
-// its label, so there is no gradient to follow, and by the definition every image of the source's
-// class is its IRI: invariance-aware stitching would train on real images of each class with B's
-// labels, which is standard stitching again. Its standard score is the chance that the reading
-// needs: what a stitch reaches from the labels alone.
+// Its invariance-aware score: the method trains T on the front's IRIs, inputs whose features equal
+// a source image's. The sender's features do not depend on the image at all (image i sends its
+// label's code whatever its pixels), so every input is an exact IRI of image i, residual 0 at the
+// start: its IRIs are their starts (stitch/iris.ts labelsOnlyIriBatch). T then learns to map the
+// label's code to B's output on those starts (noise, or another image), and B's answer on them
+// says nothing of the label. So a stitch that reads the label alone keeps its standard score
+// (what a stitch reaches from the labels alone, a ceiling of label information, not chance) and
+// should lose its invariance-aware one: the reading tests both (findings/chance.ts, "the label
+// alone").
 import { Rng } from "../data/rng.js";
 import * as torch from "../torch/index.js";
 

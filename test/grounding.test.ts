@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { planMarkers } from "../data/shortcuts.js";
-import { groundingLines, groundingRows, spearman } from "../findings/grounding.js";
+import { groundingLines, groundingRows, partialSpearman, spearman } from "../findings/grounding.js";
 import { reading } from "../findings/reading.js";
 import { groundingCsv } from "../report/csv.js";
 import type { StitchRow } from "../report/types.js";
@@ -62,7 +62,11 @@ test("markerAgreement: in the config (and its key) only below 1, and only with a
   assert.throws(() => resolveTrainConfig(settings({ shortcut: "rand", markerAgreement: 0.5 }), data), /rand shortcut/);
 });
 
-/** Five fronts per replicate: reliance r, an invariance-aware score falling with it, a standard one that does not. */
+/**
+ * Five fronts per replicate: reliance r, an invariance-aware score falling with it, a standard one
+ * that does not; the fronts' accuracy in an order of its own (k * 3 mod 5), their agreement alone
+ * with the back falling with reliance as the invariance-aware score does.
+ */
 function study(replicates: number): StitchRow[] {
   const out: StitchRow[] = [];
   for (let rep = 0; rep < replicates; rep++)
@@ -73,6 +77,8 @@ function study(replicates: number): StitchRow[] {
         pair: `agree-${p}`,
         replicate: rep,
         front_reliance: reliance,
+        front_accuracy: 0.8 + 0.01 * ((k * 3) % 5),
+        front_alone_agreement_prob: 0.7 - reliance,
         test_data: "pixel",
       };
       out.push(stitchRow({ ...base, mode: "iris", agreement_prob: 0.9 - reliance, cka: 0.5 + 0.01 * ((k + rep) % 3) }));
@@ -86,7 +92,7 @@ test("grounding: rho per replicate over its fronts, its interval over replicates
   const rows = study(3);
   const g = groundingRows(rows);
   const by = new Map(g.map((r) => [r.measure, r]));
-  assert.deepEqual([...by.keys()].sort(), ["cka", "iris slm", "standard slm"]);
+  assert.deepEqual([...by.keys()].sort(), ["cka", "front accuracy", "front alone", "iris slm", "standard slm"]);
   const ia = by.get("iris slm");
   assert.ok(ia);
   assert.deepEqual(ia.rhos, [-1, -1, -1]);
@@ -98,13 +104,16 @@ test("grounding: rho per replicate over its fronts, its interval over replicates
   assert.match(lines[0] ?? "", /^Grounding: .*more reliance, less similar.*5 or more fronts.*3 replicates/);
   assert.match(
     lines[1] ?? "",
-    /^Grounding at layer2\.1: invariance-aware SLM -1\.00 \[-1\.00, -1\.00\]; .*Reliance ordered as expected \(interval below 0\): invariance-aware SLM\. Lowest: invariance-aware SLM, told apart from the next\.$/,
+    /^Grounding at layer2\.1: invariance-aware SLM -1\.00 \[-1\.00, -1\.00\] \(held -1\.00 .*\); .*Baselines: front-alone agreement -1\.00 .*; front accuracy .*Reliance ordered as expected \(interval below 0\): invariance-aware SLM\. Lowest: invariance-aware SLM, told apart from the next\.$/,
   );
+  // The baseline's rho is there to beat: here the fronts' agreement alone ranks them as well.
+  assert.equal(by.get("front alone")?.rho.mean, -1);
+  assert.ok(Number.isNaN(by.get("front accuracy")?.partial.mean ?? 0), "accuracy held against itself: none");
   // The reading carries them; the CSV has one line per measure.
   const said = reading(rows);
   assert.ok(said.some((l) => l.startsWith("Grounding: ")));
-  assert.equal(groundingCsv(g).trim().split("\n").length, 4);
-  assert.match(groundingCsv(g), /layer2\.1,pixel,iris slm,5,3,-1,-1,-1,-1;-1;-1/);
+  assert.equal(groundingCsv(g).trim().split("\n").length, 6);
+  assert.match(groundingCsv(g), /layer2\.1,pixel,iris slm,5,3,-1,-1,-1,-1;-1;-1,-1,-1,-1,-1;-1;-1$/m);
 });
 
 test("grounding: none without three fronts of measured reliance; null and identical pairs take no part", () => {
@@ -127,6 +136,42 @@ test("grounding: none without three fronts of measured reliance; null and identi
   // One replicate: a rho without an interval, said so.
   const one = groundingLines(groundingRows(study(1)));
   assert.match(one[1] ?? "", /invariance-aware SLM -1\.00 \(one replicate\)/);
+});
+
+test("partial Spearman: the closed form on ranks, and a measure that only follows accuracy loses its rho once accuracy is held", () => {
+  // x, y, z ranks: y = x, z unrelated in part. r_xy = 1 leaves partial 1 whatever z (where defined).
+  assert.ok(Math.abs(partialSpearman([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) - 1) < 1e-12);
+  // By hand: x = [1..5], y = [2, 1, 4, 3, 5], z = [1, 3, 2, 5, 4]; 1 - 6 sum d^2 / 120 gives r_xy 0.8,
+  // r_xz 0.8, r_yz 0.3: (0.8 - 0.8 * 0.3) / sqrt((1 - 0.64) (1 - 0.09)) = 0.56 / sqrt(0.3276).
+  const x = [1, 2, 3, 4, 5];
+  const [y, z] = [
+    [2, 1, 4, 3, 5],
+    [1, 3, 2, 5, 4],
+  ];
+  assert.ok(Math.abs(spearman(x, y) - 0.8) < 1e-12 && Math.abs(spearman(x, z) - 0.8) < 1e-12);
+  assert.ok(Math.abs(spearman(y, z) - 0.3) < 1e-12);
+  assert.ok(Math.abs(partialSpearman(x, y, z) - 0.56 / Math.sqrt(0.3276)) < 1e-12);
+  assert.ok(Number.isNaN(partialSpearman(x, x, x)), "z orders x completely: undefined");
+  // A measure that is the fronts' accuracy and nothing else: rho follows accuracy's; held, it falls.
+  const rows = study(3).map((r) => (r.mode === "standard" ? { ...r, agreement_prob: r.front_accuracy as number } : r));
+  const std = groundingRows(rows).find((g) => g.measure === "standard slm");
+  assert.ok(std);
+  assert.equal(std.rho.mean, groundingRows(rows).find((g) => g.measure === "front accuracy")?.rho.mean);
+  assert.ok(std.partialRhos.every(Number.isNaN), "held against the accuracy it copies: undefined");
+});
+
+test("grounding: not read where the fronts' reliance barely differs (no study was designed there)", () => {
+  // Three Pixel fronts trained alike: reliance 0.60, 0.62, 0.63.
+  const alike = [0.6, 0.62, 0.63].flatMap((reliance, k) =>
+    [0, 1, 2].map((replicate) =>
+      stitchRow({ front: `pixel-s${k}`, pair: `cross-bias-${k}`, front_reliance: reliance, replicate, mode: "iris" }),
+    ),
+  );
+  assert.deepEqual(groundingRows(alike), []);
+  assert.ok(!reading(alike).some((l) => l.startsWith("Grounding")));
+  // The same fronts 0.1 apart end to end are read.
+  const graded = alike.map((r) => ({ ...r, front_reliance: 0.5 + 0.05 * Number(r.front.slice(-1)) }));
+  assert.ok(groundingRows(graded).length > 0);
 });
 
 test("grounding: a replicate short of fronts has no rho and the others stand; seeds are averaged; the interval stays in [-1, 1]", () => {
