@@ -127,6 +127,7 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       train_steps: r.config.epochs * Math.floor(r.training.trainImages / r.config.batchSize),
       t_loss: r.training.epochLosses.at(-1) ?? null,
       t_loss_fall: fullRateLossFall(r.training.epochLosses, r.config),
+      iri_front_agreement: r.iris?.frontAgreement ?? null,
       threads: lineageThreads(deps, made, s.key).join("/"),
     });
   }
@@ -211,6 +212,7 @@ export function irisSummaries(plan: Plan, cache: string): (IriPreview & { key: s
       point: s.point,
       residuals: info.residuals,
       ...(info.previewResiduals ? { previewResiduals: info.previewResiduals } : {}),
+      ...(info.frontAgreement !== undefined ? { frontAgreement: info.frontAgreement } : {}),
       png: readFileSync(join(dir, "preview.png")),
     });
   }

@@ -62,7 +62,8 @@ export function residualTable(iris: IriPreview[]): string {
     .map(
       (i) =>
         `${i.front} @ ${i.point}: mean ${i.residuals.mean.toFixed(3)}, median ${i.residuals.median.toFixed(3)}, ` +
-        `p90 ${i.residuals.p90.toFixed(3)}, share <= ${GOOD_IRI_RESIDUAL}: ${(100 * i.residuals.below01).toFixed(0)}%`,
+        `p90 ${i.residuals.p90.toFixed(3)}, share <= ${GOOD_IRI_RESIDUAL}: ${(100 * i.residuals.below01).toFixed(0)}%` +
+        (i.frontAgreement !== undefined ? `, A's own class kept: ${(100 * i.frontAgreement).toFixed(0)}%` : ""),
     )
     .join("\n");
 }
@@ -164,6 +165,15 @@ export const IRI_VERDICT_MAX_RESIDUAL = 0.3;
 export const T_SETTLED_MAX_FALL = 0.03;
 
 /**
+ * The least share of an IRI set's x' to which A's own head gives x's class (results.csv
+ * iri_front_agreement) before the reading warns that A itself tells the IRIs from their sources.
+ * A check that needs no scale of features, so it reads alike at every architecture and point,
+ * where the residual rule's 0.3 was measured at one. It warns only: verdicts still follow the
+ * residual rule until the two are measured side by side (docs/method.md, "How tight an IRI must be").
+ */
+export const IRI_MIN_FRONT_AGREEMENT = 0.9;
+
+/**
  * Whether an accuracy over K classes is near chance: at most 2/K (nothing there to stitch), and
  * below 1 for few classes, where 2/K is not (at most a quarter of the way from chance to 1).
  */
@@ -177,6 +187,8 @@ export function nearChance(accuracy: number, numClasses: number): boolean {
  * - the back or front model near chance (nearChance: nothing there to stitch);
  * - an IRI set whose mean residual is above IRI_VERDICT_MAX_RESIDUAL, 0.3 ("loose IRIs": A does
  *   not represent x' as x: the verdict leaves that set out, or withholds the point: contrast);
+ * - an IRI set on which A's own head keeps x's class for under IRI_MIN_FRONT_AGREEMENT of the x'
+ *   ("A tells IRIs apart");
  * - T trained for fewer than 100 optimiser steps;
  * - T still learning when its rate first fell (its loss's full-rate fall above T_SETTLED_MAX_FALL);
  * - a score that is not finite.
@@ -221,6 +233,17 @@ export function warnings(rows: StitchRow[], numClasses = 10): Warning[] {
           what: `loose IRIs: mean residual ${r.iri_residual.toFixed(3)} > ${IRI_VERDICT_MAX_RESIDUAL} (A does not represent these x' as it represents x), so invariance-aware conclusions at this point are loose`,
           tag: "loose IRIs",
           value: r.iri_residual,
+        },
+        r,
+      );
+    const kept = r.iri_front_agreement;
+    if (kept !== undefined && kept !== null && kept < IRI_MIN_FRONT_AGREEMENT)
+      add(
+        {
+          where: `${r.front}${rep} @ ${r.point}`,
+          what: `A tells IRIs apart: its own head keeps x's class on ${(100 * kept).toFixed(0)}% of the x' (less than ${100 * IRI_MIN_FRONT_AGREEMENT}%), so these x' are not all inputs A cannot tell from x`,
+          tag: "A tells IRIs apart",
+          value: kept,
         },
         r,
       );
@@ -689,6 +712,7 @@ export const MARKER_RELIANCE_MAX_ROLLED = 0.3;
 /** What each kind of warning means, for the one line that collapses several of it. */
 const WARNING_KINDS: Record<string, string> = {
   "loose IRIs": `mean IRI residual above ${IRI_VERDICT_MAX_RESIDUAL} (A does not represent these x' as it represents x), so invariance-aware conclusions there are loose`,
+  "A tells IRIs apart": `A's own head keeps x's class on less than ${100 * IRI_MIN_FRONT_AGREEMENT}% of an IRI set's x'`,
   "< 100 steps": "T trained for fewer than 100 optimiser steps",
   "T still learning": `T's loss still fell by more than ${100 * T_SETTLED_MAX_FALL}% over the last quarter before its rate first fell, so more steps may move these scores`,
   "front near chance": "front model near chance: nothing there to stitch",

@@ -73,6 +73,12 @@ export interface StitchRow {
    */
   t_loss_fall?: number | null;
   /**
+   * The IRI set's share of x' to which A's own head gives x's class (stitch/iriset.ts
+   * frontAgreement; iris mode): whether A itself tells its IRIs from their sources. Absent or null
+   * in rows made before it was recorded, and for standard runs.
+   */
+  iri_front_agreement?: number | null;
+  /**
    * The thread counts the row's tasks ran with (its base models' training, its IRI set, its
    * stitch), from their cache manifests: "1", or "1/2" when they differ; "" when not recorded.
    * Not part of the cache key (docs/experiments.md, "Threads"): recorded so that it is seen.
@@ -101,5 +107,7 @@ export interface IriPreview {
   residuals: { mean: number; median: number; p90: number; below01: number };
   /** Each previewed image's residual, in the grid's column order (absent for sets made before). */
   previewResiduals?: number[];
+  /** The share of x' to which A's own head gives x's class (absent for sets made before). */
+  frontAgreement?: number;
   png: Buffer;
 }

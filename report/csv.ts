@@ -41,6 +41,7 @@ export const CSV_COLUMNS = [
   "front_point",
   "t_loss",
   "t_loss_fall",
+  "iri_front_agreement",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

@@ -28,6 +28,12 @@ export interface IriBatch {
   batchResidual: number;
   /** Descent steps each image had (`steps` for every image unless the options give a target). */
   steps: Int32Array;
+  /**
+   * Per image, 1 where A's own head gives x' the class it gives x (A's layers after the point on
+   * the stored x''s features against x's), else 0: whether A itself tells x' from x, a check that
+   * needs no scale of features and so reads alike at every architecture and point.
+   */
+  frontAgrees: Uint8Array;
 }
 
 /** Per-image relative distance of features a to b (any shape with the batch first). */
@@ -75,6 +81,8 @@ export function labelsOnlyIriBatch(x: Tensor, norm: Normalization, opts: IriOpti
       residuals: new Float32Array(n),
       batchResidual: 0,
       steps: new Int32Array(n),
+      // The sender sends x''s code for x': A's answer is x''s by construction.
+      frontAgrees: new Uint8Array(n).fill(1),
     };
   });
 }
@@ -112,15 +120,19 @@ export function generateIriBatch(
       if (!(targetNorm > 0))
         throw new Error(`A's features at ${point} are ${targetNorm} for this batch: nothing to match`);
 
-      // Quantise as stored, then measure what is stored.
+      // Quantise as stored, then measure what is stored: the features' residual and A's own answer.
       const store = (chosen: Tensor, steps: Int32Array): IriBatch => {
         const images = chosen.mul(255).round().clamp(0, 255).to("uint8");
         const stored = torch.noGrad(() => features(images.float().div(255)));
+        const agrees = torch.noGrad(() =>
+          front.forwardFrom(stored, point).argmax(1).eq(front.forwardFrom(target, point).argmax(1)).to("uint8"),
+        );
         return {
           images,
           residuals: perImageResidual(stored, target).toTypedArray() as Float32Array,
           batchResidual: stored.sub(target).norm().item() / targetNorm,
           steps,
+          frontAgrees: Uint8Array.from(agrees.toTypedArray() as Uint8Array),
         };
       };
       const { target: tight } = opts;

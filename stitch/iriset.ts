@@ -68,6 +68,11 @@ export interface IriSetInfo extends IriSetSettings {
   descent?: DescentSummary;
   /** The relative residual of each image in preview.png, left to right (absent in sets made before). */
   previewResiduals?: number[];
+  /**
+   * The share of x' to which A's own head gives the class it gives x (stitch/iris.ts IriBatch
+   * frontAgrees): whether A itself tells its IRIs from their sources. Absent in sets made before.
+   */
+  frontAgreement?: number;
   seconds: number;
   /** The thread count the set was made with (absent in sets made before it was recorded). */
   threads?: number;
@@ -173,6 +178,9 @@ export async function generateIriSet(
   const stepsShown = iriStepCap(opts);
   const residuals = new Float32Array(n);
   const steps = new Int32Array(n);
+  // A's own answer on x' against x, per image (parts written before it was recorded: unknown).
+  let agreed = 0;
+  let judged = 0;
   let finished = 0;
   let sum = 0;
   let resumed = 0;
@@ -182,6 +190,7 @@ export async function generateIriSet(
     const part = join(dir, "parts", partName(index));
     let r: Float32Array | null = null;
     let used: Int32Array | null = null;
+    let agrees: Uint8Array | null = null;
     if (existsSync(part)) {
       const saved = loadSafetensors(part).tensors;
       const ok = saved.residuals?.shape[0] === b.indices.length;
@@ -191,6 +200,7 @@ export async function generateIriSet(
         used = saved.steps
           ? Int32Array.from(saved.steps.toTypedArray() as Int32Array)
           : new Int32Array(r.length).fill(opts.steps);
+        agrees = saved.front_agrees ? Uint8Array.from(saved.front_agrees.toTypedArray() as Uint8Array) : null;
       }
       torch.dispose(Object.values(saved));
       if (r) resumed += b.indices.length;
@@ -218,11 +228,17 @@ export async function generateIriSet(
           indices: torch.tensor(BigInt64Array.from(b.indices, (i) => BigInt(i))),
           residuals: torch.tensor(out.residuals),
           steps: torch.tensor(out.steps),
+          front_agrees: torch.tensor(out.frontAgrees),
         });
       });
       out.images.dispose();
       r = out.residuals;
       used = out.steps;
+      agrees = out.frontAgrees;
+    }
+    if (agrees) {
+      for (const v of agrees) agreed += v;
+      judged += agrees.length;
     }
     residuals.set(r, b.indices[0]);
     steps.set(used ?? new Int32Array(r.length).fill(opts.steps), b.indices[0]);
@@ -249,6 +265,8 @@ export async function generateIriSet(
     residuals: residualSummary(residuals),
     descent: descentSummary(steps, residuals, opts),
     previewResiduals: Array.from(residuals.subarray(0, Math.min(PREVIEW_IMAGES, n)), (r) => Number(r.toFixed(4))),
+    // Only where every image was judged (a resumed set whose older parts lack it has none).
+    ...(judged === n ? { frontAgreement: agreed / n } : {}),
     seconds: elapsed,
     threads: torch.getNumThreads(),
     stitchlabFormat: 1,

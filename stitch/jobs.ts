@@ -172,7 +172,8 @@ export interface StitchResult {
     seconds: number;
     threads: number;
   };
-  iris: { dir: string; residuals: ResidualSummary } | null;
+  /** The IRI set (iris mode): its folder, residuals and A's own agreement on it (absent: set made before). */
+  iris: { dir: string; residuals: ResidualSummary; frontAgreement?: number } | null;
   /** Scores on adversarial test images made against the stitched model (config.robustEval), or null. */
   robust: StitchRobustResult | null;
   /**
@@ -293,7 +294,14 @@ function checkedIriSet(
     throw new Error(
       `IRI set ${dir} was made from images with markers of scale ${set.info.markerScale ?? 1}, this run uses ${cfg.markerScale}`,
     );
-  return { set: set.dataset, iris: { dir, residuals: set.info.residuals } };
+  return {
+    set: set.dataset,
+    iris: {
+      dir,
+      residuals: set.info.residuals,
+      ...(set.info.frontAgreement !== undefined ? { frontAgreement: set.info.frontAgreement } : {}),
+    },
+  };
 }
 
 /**

@@ -214,19 +214,14 @@ test("compare on two models trained here: the plan and an estimate, the verdict 
     answered.verdicts.map((v) => v.relation),
     ["A->B", "identical"],
   );
-  assert.deepEqual(
-    answered.chance
-      .map((c) => [c.family, c.mode, c.point, c.null.pair, c.null.n].join(" "))
-      .sort(),
-    [
-      "chance standard layer1.0 null:untrained 3",
-      "chance standard layer4.1 null:untrained 3",
-      "labels iris layer1.0 null:noise 3",
-      "labels iris layer4.1 null:noise 3",
-      "labels standard layer1.0 null:noise 3",
-      "labels standard layer4.1 null:noise 3",
-    ],
-  );
+  assert.deepEqual(answered.chance.map((c) => [c.family, c.mode, c.point, c.null.pair, c.null.n].join(" ")).sort(), [
+    "chance standard layer1.0 null:untrained 3",
+    "chance standard layer4.1 null:untrained 3",
+    "labels iris layer1.0 null:noise 3",
+    "labels iris layer4.1 null:noise 3",
+    "labels standard layer1.0 null:noise 3",
+    "labels standard layer4.1 null:noise 3",
+  ]);
 });
 
 test("README: the compare command as written, on torchvision-made checkpoints (with small sizes added)", {

@@ -94,6 +94,26 @@ test("IRIs at an early point: A represents x' as x (small residual) although x' 
     ),
   );
   for (let i = 0; i < again.length; i++) assert.ok(Math.abs(again[i] - r.residuals[i]) < 1e-5);
+  // A's own answer, by the whole network's forward (not the split at the point): x' keeps x's class
+  // where the record says so.
+  const kept = torch.tidy(() =>
+    inEvalMode([b], () =>
+      torch.noGrad(() => {
+        const logits = (u8: torch.Tensor) =>
+          b.forward(
+            u8
+              .float()
+              .div(255)
+              .sub(torch.tensor(norm.mean).reshape(1, 3, 1, 1))
+              .div(torch.tensor(norm.std).reshape(1, 3, 1, 1)),
+          );
+        return logits(r.images).argmax(1).eq(logits(ds.images).argmax(1)).toTypedArray() as Uint8Array;
+      }),
+    ),
+  );
+  assert.deepEqual(Array.from(r.frontAgrees), Array.from(kept, Number));
+  // At residual 0.01 A keeps nearly every class.
+  assert.ok(mean(Float32Array.from(r.frontAgrees)) >= 0.9, `A keeps x's class on ${Array.from(r.frontAgrees)}`);
 
   // The default (200 signed steps of 1/255) also descends, if less far (docs/method.md, "IRI
   // generation": 0.6-0.7 on trained narrow models).

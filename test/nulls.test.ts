@@ -249,13 +249,18 @@ test("beyond chance by a one-sided Welch test over seeds against every null, Hol
   );
   // The difference and its interval by hand: 0.40 apart, se sqrt(2 * 0.02^2 / 3), df 4, t_{0.975,4} 2.776.
   const t = chance[0]?.null.test;
-  assert.ok(t && Math.abs(t.diff - 0.4) < 1e-9 && Math.abs(t.hi - t.diff - 2.7764451 * Math.sqrt((2 * 0.0004) / 3)) < 1e-6);
+  assert.ok(
+    t && Math.abs(t.diff - 0.4) < 1e-9 && Math.abs(t.hi - t.diff - 2.7764451 * Math.sqrt((2 * 0.0004) / 3)) < 1e-6,
+  );
   const [line, rule] = chanceLines(summary);
   assert.match(
     line as string,
     /^Against chance, cross-seed \(invariance-aware SLM\): beyond chance at layer2\.1, not at layer4\.1 \(layer2\.1 0\.82 ± 0\.05 vs permuted 0\.42 ± 0\.05, difference \+0\.40 \[0\.35, 0\.45\], p < 0\.001; layer4\.1 0\.50 ± 0\.12 vs permuted 0\.50 ± 0\.12, difference \+0\.00 \[-0\.11, 0\.11\], p 0\.500; the nearest null at each point\)\.$/,
   );
-  assert.match(rule as string, /^Rule against the nulls: one-sided Welch t test over replicates \(seeds\), Holm-corrected/);
+  assert.match(
+    rule as string,
+    /^Rule against the nulls: one-sided Welch t test over replicates \(seeds\), Holm-corrected/,
+  );
 
   // Overlapping 95% intervals (the pair's lower bound 0.526 under the null's upper 0.624) are no
   // evidence of chance: the seed-level test finds the pair above (scipy's ttest_ind, Welch,

@@ -584,3 +584,16 @@ test("the reading opens with the answer: one verdict line per pair against cross
   const loose = apart.map((r) => ({ ...r, iri_residual: IRI_VERDICT_MAX_RESIDUAL + 0.1 }));
   assert.match(verdictLines(loose)[0], /: no verdict: the IRIs are too loose to judge at every point \(/);
 });
+
+test("an IRI set on which A's own head keeps x's class for under 90% of the x' is warned of; one at 90% or more is not", () => {
+  const row = (kept: number | null) => stitchRow({ mode: "iris", iri_residual: 0.2, iri_front_agreement: kept });
+  const tagged = (kept: number | null) => warnings([row(kept)]).filter((w) => w.tag === "A tells IRIs apart");
+  assert.equal(tagged(0.9).length, 0);
+  assert.equal(tagged(null).length, 0, "a set made before it was recorded");
+  const [w] = tagged(0.75);
+  assert.match(w?.what ?? "", /its own head keeps x's class on 75% of the x' \(less than 90%\)/);
+  assert.match(
+    warningLines(warnings([row(0.75), { ...row(0.6), replicate: 1 }])).join("\n"),
+    /A tells IRIs apart|A's own head keeps x's class on less than 90%/,
+  );
+});
