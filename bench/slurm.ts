@@ -1,4 +1,4 @@
-// What the Slurm executor costs, on a private single-node Slurm (test/helpers/slurm.ts):
+// What the Slurm executor costs, on a private single-node Slurm (bench/slurm-cluster.ts):
 //   1. submitting a paper-scale graph (presets/cross-seed.yaml --scale paper: 164 tasks and the
 //      report job), held so nothing runs: seconds to submit, ms per sbatch, and `status` time;
 //   2. a small experiment end to end (8 tasks, two at a time): from `stitchlab run --executor
@@ -16,7 +16,7 @@ import { planExperiment } from "../experiments/plan.js";
 import { SLURM_DEFAULTS, slurmStatus, submitPlan } from "../experiments/slurm.js";
 import { readExperiment } from "../experiments/spec.js";
 import { cliCommand } from "../experiments/tasks.js";
-import { SMALL_EXPERIMENT as SMALL, startSlurm } from "../test/helpers/slurm.js";
+import { SMALL_EXPERIMENT as SMALL, startSlurm } from "./slurm-cluster.js";
 import { isQuick } from "./synthetic.js";
 import { round, writeResult } from "./timing.js";
 

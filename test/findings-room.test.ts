@@ -57,3 +57,13 @@ test("nothing below findings/ imports it, and report/ imports it, not the revers
   );
   assert.deepEqual(up, []);
 });
+
+test("bench/ imports nothing of test/ (tests may use bench/'s tools, not the reverse)", () => {
+  const files = readdirSync(join(root, "bench")).filter((f) => f.endsWith(".ts"));
+  const intoTests = files.flatMap((f) =>
+    relativeImports(`bench/${f}`)
+      .filter((to) => to.startsWith("test/"))
+      .map((to) => `bench/${f} -> ${to}`),
+  );
+  assert.deepEqual(intoTests, []);
+});

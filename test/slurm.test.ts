@@ -1,4 +1,4 @@
-// The Slurm executor against a real single-node Slurm (test/helpers/slurm.ts starts munged,
+// The Slurm executor against a real single-node Slurm (bench/slurm-cluster.ts starts munged,
 // slurmctld and slurmd): an experiment submitted with sbatch runs to completion with tasks side by
 // side and equals a local run; a job cancelled mid-task cancels its dependants and a rerun submits
 // only what is missing; a failing task is retried in its job and reported with its error.
@@ -8,11 +8,11 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { type Slurm, startSlurm, SMALL_EXPERIMENT as TINY } from "../bench/slurm-cluster.js";
 import { SLURM_DEFAULTS, type SlurmOptions, sbatchArgs, slurmStatus, taskScript } from "../experiments/slurm.js";
 import { saveDivergingCheckpoint } from "./helpers/checkpoints.js";
 import { runCli } from "./helpers/cli.js";
 import { skipUnlessFashionMnist } from "./helpers/requirements.js";
-import { type Slurm, startSlurm, SMALL_EXPERIMENT as TINY } from "./helpers/slurm.js";
 
 const skip = skipUnlessFashionMnist();
 const tmp = mkdtempSync(join(tmpdir(), "stitchlab-slurm-"));

@@ -1,5 +1,6 @@
-// A real single-node Slurm for the executor's tests: munged, slurmctld and slurmd from Debian's
-// packages (scripts/setup.sh --tests installs them), started in a private folder with their own
+// A real single-node Slurm for the executor's tests (test/slurm.test.ts) and its benchmark
+// (bench/slurm.ts): munged, slurmctld and slurmd from Debian's packages (scripts/setup.sh
+// --tests installs them), started in a private folder with their own
 // key, socket, ports and state, and stopped after. No systemd and no cgroups: process tracking
 // is proctrack/linuxproc, and jobs share the node's cores (select/cons_tres, CR_Core).
 import { execFileSync, spawnSync } from "node:child_process";
