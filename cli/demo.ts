@@ -13,10 +13,10 @@ import { defaultCache } from "../experiments/run.js";
 import { readExperiment, shiftSeeds } from "../experiments/spec.js";
 import { demoProtocolLine } from "../findings/protocol-distance.js";
 import { repoRoot } from "../io/files.js";
-import { DEFAULT_DEVICE, type Device, getNumThreads, requireDevice, setNumThreads } from "../torch/index.js";
+import { type Device, getNumThreads, requireDevice, setNumThreads } from "../torch/index.js";
 import type { TrainConfig } from "../train/config.js";
 import { trainModel } from "../train/trainer.js";
-import { deviceArg } from "./device.js";
+import { deviceOption } from "./device.js";
 import { int } from "./parse.js";
 import { planLines } from "./plan-lines.js";
 import { addRootOptions, rootOf, runCommand, WORKERS_HELP, workersOf } from "./run.js";
@@ -163,8 +163,8 @@ export function registerDemoCommand(program: Command): void {
     .option("--out <dir>", "experiment folder", "runs/demo");
   addRootOptions(demo, "where Fashion-MNIST's IDX files are (default: Debian's /usr/share/datasets/fashion-mnist)")
     .option("--cache <dir>", "task cache (default $STITCHLAB_CACHE or ~/.cache/stitchlab)")
-    .option("--workers <n>", WORKERS_HELP, int)
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, DEFAULT_DEVICE)
+    .option("--workers <n>", WORKERS_HELP, int);
+  deviceOption(demo)
     .option("--dry-run", "print the plan and the time estimate, and stop")
     .option("--force", "run into an --out that holds another run (e.g. another --seed's); its files are moved aside")
     .option(

@@ -17,7 +17,13 @@ export function deviceArg(v: string): torch.Device {
 // (experiments/worker.ts) check it as the commands do.
 export { requireDevice } from "../torch/index.js";
 
-/** --device, for the commands that compute (their --autocast is a key of their settings' schema). */
-export function deviceOption(cmd: Command): Command {
-  return cmd.option("--device <d>", "cpu, cuda or cuda:N", deviceArg, torch.DEFAULT_DEVICE);
+/** What --device says by default; a command whose tasks run elsewhere says where (run's, compare's). */
+export const DEVICE_HELP = "cpu, cuda or cuda:N";
+
+/**
+ * --device, the one way every command adds it: its parser, its default (torch/'s DEFAULT_DEVICE)
+ * and its help, DEVICE_HELP unless the command words where its tasks run.
+ */
+export function deviceOption(cmd: Command, help = DEVICE_HELP): Command {
+  return cmd.option("--device <d>", help, deviceArg, torch.DEFAULT_DEVICE);
 }

@@ -12,8 +12,8 @@ import {
 import { SLURM_DEFAULTS, type Submission } from "../experiments/slurm.js";
 import { experimentJsonSchema } from "../experiments/spec.js";
 import { runTaskOfCache } from "../experiments/tasks.js";
-import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
-import { deviceArg } from "./device.js";
+import type { Device } from "../torch/index.js";
+import { DEVICE_HELP, deviceOption } from "./device.js";
 import { int, oneOf, renamedFlag } from "./parse.js";
 import { overallProgress, type ProgressOptions } from "./run-progress.js";
 
@@ -141,14 +141,10 @@ export function addRootOptions(cmd: Command, help: string): Command {
 
 /** The flags of where a run's tasks go, `run`'s and `compare`'s: --workers, --device, --executor and Slurm's. */
 export function addExecutorOptions(cmd: Command): Command {
-  return cmd
-    .option("--workers <n>", WORKERS_HELP, int)
-    .option(
-      "--device <d>",
-      "where tasks run: cpu, cuda, cuda:N (not part of the cache keys)",
-      deviceArg,
-      DEFAULT_DEVICE,
-    )
+  return deviceOption(
+    cmd.option("--workers <n>", WORKERS_HELP, int),
+    `where tasks run: ${DEVICE_HELP} (not part of the cache keys)`,
+  )
     .option("--executor <e>", "local (this machine) or slurm (one sbatch job per task; returns at once)", "local")
     .option("--partition <p>", "slurm: the partition to submit to")
     .option("--gres <g>", "slurm: generic resources per job, e.g. gpu:1")
@@ -207,11 +203,11 @@ export function registerRunCommands(program: Command): void {
     if (failed) process.exitCode = 1;
   });
 
-  program
+  const task = program
     .command("task <key>")
     .description("run one task of a planned graph (idempotent: exits at once when its output exists)")
-    .option("--cache <dir>", "the cache the task was planned in", defaultCache())
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, DEFAULT_DEVICE)
+    .option("--cache <dir>", "the cache the task was planned in", defaultCache());
+  deviceOption(task)
     // The worker's own function (experiments/worker.ts), for running or debugging a task by hand.
     .action((key: string, o: { cache: string; device: Device }) => runTaskOfCache(resolve(o.cache), key, o.device));
 

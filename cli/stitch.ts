@@ -19,7 +19,7 @@ import {
 } from "../stitch/config.js";
 import { runStitch } from "../stitch/jobs.js";
 import { DEFAULT_DEVICE, type Device } from "../torch/index.js";
-import { deviceArg, requireDevice } from "./device.js";
+import { deviceOption, requireDevice } from "./device.js";
 import { printDone, score } from "./output.js";
 import { dataFromFlags, dataTable, oneOf } from "./parse.js";
 import { progressSink } from "./progress.js";
@@ -145,8 +145,8 @@ export function registerStitchCommand(program: Command): void {
       "--excess <kind>",
       `also score on marked and rolled test sets (excess agreement): ${SHORTCUT_KINDS.join(", ")}`,
     )
-    .option("--device <d>", "cpu, cuda or cuda:N", deviceArg, DEFAULT_DEVICE)
     .option("--json", "print the result as one JSON line (the default when the output is not a terminal)");
+  deviceOption(cmd);
   // The data flags and T's settings: from their schemas (cli/schema-flags.ts).
   addSchemaFlags(cmd, datasetSchema, STITCH_DATA);
   addSchemaFlags(cmd, stitchSettingsSchema, STITCH_FLAGS);

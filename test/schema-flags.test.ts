@@ -3,10 +3,11 @@
 // key give the same resolved config. The keys are walked here independently of the module (from
 // the schemas' own shapes), so a key the module dropped would be found missing.
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { Command, type Option } from "commander";
 import type { z } from "zod";
 import { registerCompareCommand } from "../cli/compare.js";
@@ -489,4 +490,17 @@ test("a count flag gives one message for a bad value, made from a schema or writ
       bad,
     );
   assert.equal(int("12"), 12);
+});
+
+test("--device is added in one place (cli/device.ts deviceOption): one parser, one default, one help", () => {
+  const cli = fileURLToPath(new URL("../cli/", import.meta.url));
+  const by = readdirSync(cli)
+    .filter((f) => f.endsWith(".ts") && f !== "device.ts")
+    .filter((f) => /["'`]--device[ <"'`]/.test(readFileSync(join(cli, f), "utf8")));
+  assert.deepEqual(by, [], "files that add --device by hand");
+  // And the commands that compute all have it, through deviceOption.
+  const uses = readdirSync(cli).filter(
+    (f) => f.endsWith(".ts") && /deviceOption\(/.test(readFileSync(join(cli, f), "utf8")),
+  );
+  for (const f of ["demo.ts", "iris.ts", "run.ts", "stitch.ts", "train.ts"]) assert.ok(uses.includes(f), f);
 });
