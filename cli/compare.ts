@@ -48,7 +48,7 @@ import { CLOSE_RULE, compareControls, compareVerdictLines, compareVerdicts } fro
 import { checkpointDataset } from "../models/checkpoint.js";
 import { DEFAULT_DEVICE, requireDevice } from "../torch/index.js";
 import { budget, COMPARE_FLAGS, compareStudy, givenSizes, intervalsLine, protocolName } from "./compare-study.js";
-import { int, renamedFlag } from "./parse.js";
+import { imageSide, int, renamedFlag } from "./parse.js";
 import { planLines } from "./plan-lines.js";
 import { addExecutorOptions, executorOptions, runCommand } from "./run.js";
 import { addSchemaFlags } from "./schema-flags.js";
@@ -94,7 +94,7 @@ export function registerCompareCommand(program: Command): void {
     .option("--dataset <name>", "the dataset both are scored on (default: B's, from its sidecar)")
     .option("--data <name>", "deprecated: use --dataset")
     .option("--root <path>", "where the dataset's files are")
-    .option("--image-size <px>", "the side of the images both were trained on", int)
+    .option("--image-size <px>", "the side of the images both were trained on", imageSide)
     .option(
       "--points <list>",
       `stitch points, comma-separated, or all (default: the shared points at the middle and the end of B's, e.g. layer2.1,layer4.1; --protocol paper: ${paper.points})`,

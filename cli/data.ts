@@ -12,6 +12,7 @@ import {
   type Split,
 } from "../data/index.js";
 import { writeFileAtomic } from "../io/files.js";
+import { imageSide } from "./parse.js";
 
 function positiveInt(name: string) {
   return (v: string) => {
@@ -48,7 +49,7 @@ export function registerDataCommands(program: Command): void {
     .option("--split <split>", "train or test", "test")
     .option("--root <path>", "where the dataset files are (cifar10: .tar.gz or folder; imagefolder: ImageNet layout)")
     .option("--seed <n>", "seed of marker locations (pixel, rand) and colours (rand)", Number, 0)
-    .option("--image-size <px>", "imagefolder: output side in pixels (default 32)", positiveInt("image size"))
+    .option("--image-size <px>", "imagefolder: output side in pixels (default 32)", imageSide)
     .option(
       "--resize <px>",
       "imagefolder: shorter side before the centre crop (default: 256 for 224, the image size itself up to 64 px)",

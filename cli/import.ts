@@ -6,7 +6,7 @@ import { isHubName } from "../models/hub.js";
 import { CHECK_IMAGES, importModel, LOGIT_SPREAD_LIMIT } from "../models/import.js";
 import { modelNames } from "../models/registry.js";
 import { printDone } from "./output.js";
-import { int, optional } from "./parse.js";
+import { imageSide, int, optional } from "./parse.js";
 import { modelSourceFrom, requireModelSettings } from "./source.js";
 
 export function registerImportCommand(program: Command): void {
@@ -29,7 +29,7 @@ export function registerImportCommand(program: Command): void {
       "--normalization <name|yaml>",
       "the statistics its inputs were normalised with in training: cifar10, imagenet, fashion-mnist, mnist, none ([0, 1] pixels as they are, as the reference's 32 px models), or '{mean: [...], std: [...]}'",
     )
-    .option("--image-size <px>", "the side of the images it was trained on", int)
+    .option("--image-size <px>", "the side of the images it was trained on", imageSide)
     .option(
       "--dataset <name>",
       "the dataset it was trained on: the forward check runs it on that dataset's test images, and stitch and iris then default to it",

@@ -6,6 +6,7 @@ import { isOnnxFile, loadCheckpoint } from "../models/checkpoint.js";
 import { OnnxModel } from "../models/onnx/model.js";
 import { createModel, describeModel, modelNames } from "../models/registry.js";
 import { HEAD_POINT, type StitchableModel } from "../models/stitchable.js";
+import { imageSide } from "./parse.js";
 import { modelSourceFrom } from "./source.js";
 
 function positive(v: string): number {
@@ -35,7 +36,7 @@ export function registerLayersCommand(program: Command): void {
     .option("--stem <stem>", "resnet18 stem: cifar or imagenet")
     .option("--depth <n>", "number of blocks (ViTs)", positive)
     .option("--embed-dim <n>", "embedding dimension (ViTs)", positive)
-    .option("--image-size <n>", "input height and width", positive)
+    .option("--image-size <px>", "input height and width", imageSide)
     .action(
       (
         given: string | undefined,

@@ -7,8 +7,14 @@ import { attributeOf, type FlagTable, type KeyRule, settingsFromFlags } from "./
 import { checkedArg, numberArg } from "./values.js";
 
 const count = z.number().int().min(0);
-/** A count of a flag no schema key owns (--workers, --seed, --image-size of a model): read and checked as a key's are. */
+/** A count of a flag no schema key owns (--workers, --seed): read and checked as a key's are. */
 export const int = (v: string): number => checkedArg(count, numberArg(v, true));
+
+/**
+ * An image side in pixels, every --image-size's parser (a model's, both models', the data's): a
+ * whole number from 1, checked by the experiment's dataset key imageSize, as the file's is.
+ */
+export const imageSide = (v: string): number => checkedArg(datasetSchema.shape.imageSize.unwrap(), numberArg(v, true));
 
 /** The value if it is one of `allowed`, else an error listing them. */
 export function oneOf<T extends string>(what: string, allowed: readonly T[], v: string | undefined): T | undefined {

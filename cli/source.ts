@@ -18,7 +18,7 @@ import {
 } from "../models/checkpoint.js";
 import { isHubName, resolveModelSource } from "../models/hub.js";
 import { modelNames } from "../models/registry.js";
-import { int } from "./parse.js";
+import { imageSide } from "./parse.js";
 
 type Role = "front" | "back";
 
@@ -38,7 +38,7 @@ export function addModelSourceOptions(cmd: Command, role: Role): Command {
       "createModel options the weights' shapes do not show, e.g. '{numHeads: 6}' (classes, width, stem and ViT sizes are read from the weights)",
     )
     .option(`--${role}-normalization <name|yaml>`, NORMALIZATION_HELP)
-    .option(`--${role}-image-size <px>`, "the side of the images it was trained on", int);
+    .option(`--${role}-image-size <px>`, "the side of the images it was trained on", imageSide);
 }
 
 /**

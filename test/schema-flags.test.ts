@@ -13,7 +13,7 @@ import type { z } from "zod";
 import { registerCompareCommand } from "../cli/compare.js";
 import { COMPARE_FLAGS, sizesFromFlags } from "../cli/compare-study.js";
 import { compareRecipeFlags, IRIS_FLAGS, irisConfigFromFlags, registerIrisCommand } from "../cli/iris.js";
-import { dataTable, int } from "../cli/parse.js";
+import { dataTable, imageSide, int } from "../cli/parse.js";
 import { type FlagTable, formatDefault, givenFromFlags, type SchemaFlag, schemaFlags } from "../cli/schema-flags.js";
 import { registerStitchCommand, STITCH_FLAGS, stitchConfigFromFlags } from "../cli/stitch.js";
 import { registerTrainCommand, TRAIN_FLAGS, trainConfigFromFlags } from "../cli/train.js";
@@ -503,4 +503,24 @@ test("--device is added in one place (cli/device.ts deviceOption): one parser, o
     (f) => f.endsWith(".ts") && /deviceOption\(/.test(readFileSync(join(cli, f), "utf8")),
   );
   for (const f of ["demo.ts", "iris.ts", "run.ts", "stitch.ts", "train.ts"]) assert.ok(uses.includes(f), f);
+});
+
+test("every --image-size (a model's, both models', the data's) is read by one parser, imageSide", () => {
+  const cli = fileURLToPath(new URL("../cli/", import.meta.url));
+  const lines = readdirSync(cli)
+    .filter((f) => f.endsWith(".ts"))
+    .flatMap((f) =>
+      readFileSync(join(cli, f), "utf8")
+        .split("\n")
+        .filter((l) => /image-size <px>/.test(l))
+        .map((l) => `${f}: ${l.trim()}`),
+    );
+  assert.ok(lines.length >= 5, lines.join("\n"));
+  assert.deepEqual(
+    lines.filter((l) => !/imageSide\)/.test(l)),
+    [],
+  );
+  assert.equal(imageSide("224"), 224);
+  for (const bad of ["0", "-3", "1.5", "abc"])
+    assert.throws(() => imageSide(bad), /invalid|expected|must|>=|too small|integer|number/i, bad);
 });
