@@ -62,6 +62,7 @@ const ALL_COLUMNS = [
   "front_point",
   "t_loss",
   "t_loss_fall",
+  "iri_front_agreement",
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
