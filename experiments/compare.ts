@@ -17,6 +17,7 @@ import {
   type ModelSourceLike,
   sidecarPath,
 } from "../models/checkpoint.js";
+import { loadedModelFacts } from "../models/facts.js";
 import { modelNames } from "../models/registry.js";
 import { HEAD_POINT, type PointKind } from "../models/stitchable.js";
 import { defaultStitchEpochs, stitchSettingsSchema } from "../stitch/config.js";
@@ -194,36 +195,8 @@ function absolute(source: ModelSourceLike): ModelSourceLike {
   return typeof source === "string" ? resolve(source) : { ...s, checkpoint: resolve(s.checkpoint) };
 }
 
-/** What the study reads of a model: its stitch points in order, with their kinds, and the side of its images (if it says). */
-interface ModelFacts {
-  points: { name: string; kind: PointKind }[];
-  imageSize: number | undefined;
-}
-
-/** Models already read, by source: a budget builds the study once per candidate. */
-const factsRead = new Map<string, ModelFacts>();
-
-/** A model's facts (the model is loaded to ask it, once per source). */
-function factsOf(s: ModelSourceLike): ModelFacts {
-  // The file's size and time too: a model exported again to the same path is read again.
-  const file = asModelSource(s).checkpoint;
-  const stat = existsSync(file) ? statSync(file) : null;
-  const key = JSON.stringify([asModelSource(s), stat?.size, stat?.mtimeMs]);
-  const known = factsRead.get(key);
-  if (known) return known;
-  const { model } = loadCheckpoint(s);
-  try {
-    const side = model.config.imageSize;
-    const facts = {
-      points: model.stitchPoints.map((p) => ({ name: p.name, kind: p.kind })),
-      imageSize: typeof side === "number" ? side : undefined,
-    };
-    factsRead.set(key, facts);
-    return facts;
-  } finally {
-    model.dispose();
-  }
-}
+/** What the study reads of a model, read once per file and kept (models/facts.ts). */
+const factsOf = (s: ModelSourceLike) => loadedModelFacts(s);
 const pointsOf = (s: ModelSourceLike) => factsOf(s).points;
 const pointNames = (s: ModelSourceLike): string[] => pointsOf(s).map((p) => p.name);
 

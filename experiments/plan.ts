@@ -9,10 +9,11 @@ import { dirname, isAbsolute, resolve } from "node:path";
 import { datasetClassCount } from "../data/registry.js";
 import { sha256File } from "../io/files.js";
 import type { ModelSource } from "../models/checkpoint.js";
-import { isOnnxFile, isStitchlabCheckpoint, loadCheckpoint, sidecarPath } from "../models/checkpoint.js";
+import { isOnnxFile, isStitchlabCheckpoint, sidecarPath } from "../models/checkpoint.js";
+import { builtModelFacts, loadedModelFacts, type ModelFacts } from "../models/facts.js";
 import { isHubName, resolveModelSource } from "../models/hub.js";
-import { createModel, type ModelOptions } from "../models/registry.js";
-import { HEAD_POINT, type StitchableModel, type StitchPoint } from "../models/stitchable.js";
+import type { ModelOptions } from "../models/registry.js";
+import { HEAD_POINT, type StitchPoint } from "../models/stitchable.js";
 import {
   backClassesProblem,
   formatObjective,
@@ -113,15 +114,13 @@ function pointNames(
   numClasses: number;
   note: string | null;
 } {
-  let m: StitchableModel;
-  let note: string | null = null;
+  // Read once per file or recipe and kept (models/facts.ts): a plan is made once per --budget candidate.
+  let facts: ModelFacts;
   if (isLoaded(spec)) {
-    const loaded = loadCheckpoint({
+    facts = loadedModelFacts({
       ...spec,
       checkpoint: isHubName(spec.checkpoint) ? spec.checkpoint : resolve(baseDir, spec.checkpoint),
     });
-    m = loaded.model;
-    note = loaded.notes.batchNorm ?? null;
   } else {
     const options = {
       ...(spec.options as ModelOptions),
@@ -130,23 +129,20 @@ function pointNames(
     // Not built when its weights alone would not fit (train/memory.ts; training's own need is
     // checked where the run's device is known: experiments/run.ts).
     checkBuildMemory(spec.arch, options, "its width");
-    m = createModel(spec.arch, options);
+    facts = builtModelFacts(spec.arch, options);
   }
-  const points = m.stitchPoints.map((p) => p.name);
-  // A graph whose head reads a map (a convolutional head: models/onnx/model.ts headRefusal) has
-  // no head point: its other points are planned, and a pair that names the head is told why.
-  let head: StitchPoint[] = [];
-  let headRefused: string | null = null;
-  try {
-    head = [m.stitchPoint(HEAD_POINT)];
-  } catch (e) {
-    headRefused = (e as Error).message;
-  }
-  const shapes = Object.fromEntries([...m.stitchPoints, ...head].map((p) => [p.name, p]));
-  const arch = m.arch;
-  const { numClasses } = m.config as { numClasses: number };
-  m.dispose();
-  return { arch, points, shapes, headRefused, numClasses, note };
+  const points = facts.points.map((p) => p.name);
+  const shapes = Object.fromEntries(
+    [...facts.points, ...(facts.head ? [facts.head] : [])].map((p) => [p.name, p] as const),
+  );
+  return {
+    arch: facts.arch,
+    points,
+    shapes,
+    headRefused: facts.headRefused,
+    numClasses: facts.numClasses,
+    note: facts.batchNormNote,
+  };
 }
 
 /** The graph as it is built: its tasks by key, and the problems found so far (reported at once). */
