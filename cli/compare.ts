@@ -99,12 +99,11 @@ export function registerCompareCommand(program: Command): void {
       "--points <list>",
       `stitch points, comma-separated, or all (default: the shared points at the middle and the end of B's, e.g. layer2.1,layer4.1; --protocol paper: ${paper.points})`,
     )
-    .option("--objectives <list>", "hlm, slm, dm, fula or weighted sums, comma-separated (default slm)")
     .option(
-      "--seed <s>",
-      "shift the IRI and stitching seeds by s: another draw of the same comparison (default 0)",
-      int,
+      "--objectives <list>",
+      `hlm, slm, dm, fula or weighted sums, comma-separated (default ${COMPARE_DEFAULTS.objectives.join(",")})`,
     )
+    .option("--seed <s>", "shift the IRI and stitching seeds by s: another draw of the same comparison", int, 0)
     .option("--both-ways", "also stitch B into A (stitching is not symmetric), with A into itself as its control")
     .option(
       "--nulls",
