@@ -88,14 +88,14 @@ export function trainSeconds(c: TrainConfig, rate: TrainingRate): number {
   return rate.overhead + steps * rate.step + evals * (c.testLimit ?? 10000) * rate.evalPerImage;
 }
 
+/** A labels-only IRI set's seconds: loading the front for its shapes and drawing the starts. */
+const LABELS_ONLY_IRIS_SECONDS = 1;
+
 /**
  * The demo's time on this machine: its models from a measured training rate (timeTraining), its
  * IRI sets and stitches at their share of a model's time as the demo measured it on a CPU
  * (TASK_WEIGHT), the work shared by the workers. Null when every task is in the cache.
  */
-/** A labels-only IRI set's seconds: loading the front for its shapes and drawing the starts. */
-const LABELS_ONLY_IRIS_SECONDS = 1;
-
 export async function estimateByTraining(
   plan: Plan,
   cache: string,

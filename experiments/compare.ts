@@ -394,11 +394,13 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
   // The untrained null where A's architecture can be started; the noise null always (it reads A's
   // point shapes only), so an ONNX graph or a foreign architecture still has a chance level.
   const untrained = input.nulls ? untrainedRecipe(a, seed) : null;
+  // The untrained null in COMPARE_NULLS's modes; the labels-only sender in both, as A -> B (its IRIs
+  // are their starts: no descent to pay for).
   const nullPair = (front: string, kind: "untrained" | "noise") => ({
     front,
     back: names.b,
     relation: nullRelation(kind),
-    modes: [...COMPARE_NULLS.modes],
+    ...(kind === "noise" ? {} : { modes: [...COMPARE_NULLS.modes] }),
     replicates: COMPARE_NULLS.replicates,
     ...mapping(points, inA),
   });
@@ -468,11 +470,12 @@ export function compareExperiment(input: CompareInput, file: string): { text: st
 
 /**
  * `compare --nulls`: A's architecture at its initialisation (epoch 0 of its recipe; a new seed per
- * replicate) and Smith et al.'s clustered noise at A's point shapes (stitch/noise.ts; new clusters
- * per replicate), each stitched into B as A is, in standard mode, where the question is how much
- * of stitching's "similar" stitching alone gives (docs/method.md, "Null fronts and chance"). Three
- * replicates, so that a null's band is its spread over initialisations, not over test images;
- * no IRI sets, so they add stitches only. A front stitchlab cannot start (an ONNX graph, an
+ * replicate), stitched into B as A is in standard mode (COMPARE_NULLS.modes: its invariance-aware
+ * runs would need IRI descents of their own), where the question is how much of stitching's
+ * "similar" stitching alone gives; and Smith et al.'s clustered noise at A's point shapes
+ * (stitch/noise.ts; new clusters per replicate), the labels-only sender, in both modes, since its
+ * IRIs are their starts (docs/method.md, "Null fronts and chance"). Three replicates, so that a
+ * null's spread is over initialisations and draws, the unit of the test it is read with. A front stitchlab cannot start (an ONNX graph, an
  * architecture outside the zoo) has the noise null alone. The permuted-label null needs a training run on A's data
  * and recipe, which a checkpoint does not carry: an experiment file whose fronts it trains itself
  * offers it (nulls: [permuted]); for checkpoint fronts withNulls makes none and says so.

@@ -128,6 +128,7 @@ export function stitchRows(plan: Plan, cache: string): StitchRow[] {
       t_loss: r.training.epochLosses.at(-1) ?? null,
       t_loss_fall: fullRateLossFall(r.training.epochLosses, r.config),
       iri_front_agreement: r.iris?.frontAgreement ?? null,
+      front_clean_accuracy: r.config.noiseClusters ? null : (r.front.accuracies?.clean ?? null),
       threads: lineageThreads(deps, made, s.key).join("/"),
     });
   }

@@ -4,6 +4,7 @@ import { existsSync, mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ModelSourceLike } from "../models/checkpoint.js";
+import type { IrisConfig } from "../stitch/config.js";
 import { runIris, runStitch } from "../stitch/jobs.js";
 import { type Device, requireDevice } from "../torch/index.js";
 import { trainModel } from "../train/trainer.js";
@@ -21,7 +22,7 @@ import {
   taskDir,
 } from "./cache.js";
 import { describeHolder, withLock } from "./lock.js";
-import type { ModelRef, Task } from "./plan.js";
+import type { IrisTask, ModelRef, Task } from "./plan.js";
 
 /** Where a task input's model is: a train task's checkpoint, or the file (and how to read it) the experiment names. */
 export function modelSource(cache: string, ref: ModelRef): ModelSourceLike {
@@ -147,6 +148,16 @@ export async function runTask(
   );
 }
 
+/**
+ * An IRI task's spec as runIris's config: every field of the spec (what the task's key hashes),
+ * with its front read from the cache and the device the runner chose. Built from the spec itself,
+ * so a field added to the IRI config cannot be dropped on the way (test/noise.test.ts).
+ */
+export function irisConfigOf(cache: string, spec: IrisTask, device: Device): IrisConfig {
+  const { kind: _k, front, ...config } = spec;
+  return { ...config, front: modelSource(cache, front), device };
+}
+
 async function makeTask(
   cache: string,
   task: Task,
@@ -163,28 +174,14 @@ async function makeTask(
       onProgress({ epoch: p.epoch, epochs: p.epochs, step: p.step, steps: p.steps, loss: Number(p.loss.toFixed(4)) }),
     );
   } else if (spec.kind === "iris") {
-    await runIris(
-      {
-        front: modelSource(cache, spec.front),
-        point: spec.point,
-        dataset: spec.dataset,
-        root: spec.root,
-        imageSize: spec.imageSize,
-        shortcut: spec.shortcut,
-        markerScale: spec.markerScale,
-        limit: spec.limit,
-        options: spec.options,
-        device,
-      },
-      partial,
-      (p) =>
-        onProgress({
-          batch: p.batch,
-          batches: p.batches,
-          step: p.step,
-          // No mean before the first batch has finished: left out rather than NaN (or null in JSON).
-          ...(Number.isFinite(p.meanResidual) ? { meanResidual: Number(p.meanResidual.toFixed(4)) } : {}),
-        }),
+    await runIris(irisConfigOf(cache, spec, device), partial, (p) =>
+      onProgress({
+        batch: p.batch,
+        batches: p.batches,
+        step: p.step,
+        // No mean before the first batch has finished: left out rather than NaN (or null in JSON).
+        ...(Number.isFinite(p.meanResidual) ? { meanResidual: Number(p.meanResidual.toFixed(4)) } : {}),
+      }),
     );
   } else {
     await runStitch(

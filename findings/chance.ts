@@ -124,7 +124,7 @@ export function beyondChance(summary: SummaryRow[]): ChanceRow[] {
         untested: untested.length
           ? score.n < 2
             ? `${s.pair} has ${score.n} replicate`
-            : `${untested.map(nullWords).join(", ")} ${untested.length === 1 ? "has" : "have"} one replicate`
+            : `${untested.map(nullWords).join(", ")}: fewer than two replicates, or no spread over them on either side`
           : null,
       });
     }

@@ -34,6 +34,12 @@ export const GROUNDING_MIN_RELIANCE_SPAN = 0.1;
  */
 export const GROUNDING_BASELINES = ["front accuracy", "front alone"] as const;
 
+/**
+ * Fronts a replicate needs for a partial rank correlation: with three, holding one variable leaves
+ * no freedom (it is +-1 or undefined whatever the scores).
+ */
+export const GROUNDING_MIN_FRONTS_PARTIAL = 4;
+
 /** One measure's rank correlation with reliance at one point. */
 export interface GroundingRow {
   back: string;
@@ -131,7 +137,7 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
     // float noise (0.95 - 0.10 against 0.96 - 0.11) does not break a tie.
     const f = byFront.get(r.front) ?? {
       reliance: Math.round((r.front_reliance as number) * 1e9) / 1e9,
-      accuracy: r.front_accuracy ?? Number.NaN,
+      accuracy: r.front_clean_accuracy ?? Number.NaN,
       scores: [],
     };
     byFront.set(r.front, f);
@@ -141,8 +147,10 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
     add(r, `${r.mode} ${r.objective}`, r.agreement_prob);
     // A front's CKA compares the two models, not T: the same in every row of its point (the mean of equal values).
     add(r, "cka", r.cka);
-    // The baselines: the front's own accuracy and its agreement with the back alone, no stitch.
-    add(r, "front accuracy", r.front_accuracy);
+    // The baselines: the front's own accuracy on clean images (not the best of its accuracies,
+    // which for a marker front is its marked one, half of reliance itself) and its agreement with
+    // the back alone, no stitch.
+    add(r, "front accuracy", r.front_clean_accuracy ?? null);
     add(r, "front alone", r.front_alone_agreement_prob);
   }
   const out: GroundingRow[] = [];
@@ -170,7 +178,7 @@ export function groundingRows(rows: StitchRow[]): GroundingRow[] {
         return {
           rho: spearman(reliance, score),
           partial:
-            measure === "front accuracy" || !accuracy.every(Number.isFinite)
+            measure === "front accuracy" || v.length < GROUNDING_MIN_FRONTS_PARTIAL || !accuracy.every(Number.isFinite)
               ? Number.NaN
               : partialSpearman(reliance, score, accuracy),
         };

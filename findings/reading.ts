@@ -1,15 +1,15 @@
 // What an experiment's results say, for the terminal and the report alike (one text, made here):
 // the agreement table with 95% intervals over replicates (findings/summary.ts), rAuA and excess
 // agreement per pair, sanity warnings, and the reading. A difference between pairs is
-// stated only when their intervals separate; otherwise the reading says "not told apart with N
-// replicates" (docs/method.md, "Replicates").
+// stated only when the seed-level test finds it (findings/chance.ts SEED_TEST_RULE); otherwise the
+// reading says "not told apart with N replicates" (docs/method.md, "Replicates").
 
 import { maxExcessAgreement } from "../metrics/excess.js";
 import { type Interval, interval } from "../metrics/interval.js";
 import { rAuA } from "../metrics/raua.js";
 import { holm, type WelchTest, welch } from "../metrics/welch.js";
 import { GOOD_IRI_RESIDUAL } from "../stitch/residuals.js";
-import { chanceLines, isNullRelation, SEED_TEST_ALPHA } from "./chance.js";
+import { chanceLines, differenceWords, isNullRelation, SEED_TEST_ALPHA } from "./chance.js";
 import { groundingLines, groundingRows } from "./grounding.js";
 import type { IriPreview, ModelRow, StitchRow } from "./rows.js";
 import {
@@ -398,13 +398,13 @@ export function contrast(rows: StitchRow[], higher: string, lower: string, objec
   });
   // Told apart by the rule every seed-level statement uses (findings/chance.ts SEED_TEST_RULE):
   // one-sided Welch over replicates at each point judged, Holm-corrected across them.
-  const tested = per.filter((p) => !p.loose);
-  const rejected = tested.every((p) => p.test)
-    ? holm(
-        tested.map((p) => (p.test as WelchTest).p),
-        SEED_TEST_ALPHA,
-      )
-    : tested.map(() => false);
+  // A point with no test (a side with fewer than two replicates, or none) is not apart; the others
+  // are judged among themselves.
+  const tested = per.filter((p) => !p.loose && p.test);
+  const rejected = holm(
+    tested.map((p) => (p.test as WelchTest).p),
+    SEED_TEST_ALPHA,
+  );
   for (const [i, p] of tested.entries()) p.apart = rejected[i] as boolean;
   if (per.every((p) => p.higher.n === 0 || p.lower.n === 0)) return null;
   const replicates = [...new Set(rows.map((r) => r.replicate))].sort((a, b) => a - b);
@@ -591,7 +591,7 @@ export interface StandardRecipe {
 /**
  * The reading in words. Every number is a mean over replicates with its 95% interval; pairs are
  * compared point by point on invariance-aware agreement, and a difference is stated only where
- * the intervals separate.
+ * the seed-level test finds it (one-sided Welch over replicates, Holm across the points).
  */
 export function reading(
   rows: StitchRow[],
@@ -656,7 +656,7 @@ export function reading(
         const show = c.points
           .map(
             (x) =>
-              `${x.point} ${x.loose ? `withheld (IRIs too loose to judge: residual up to ${x.residual?.toFixed(2)} > ${IRI_VERDICT_MAX_RESIDUAL})` : `${formatInterval(x.higher, 2)} vs ${formatInterval(x.lower, 2)}`}`,
+              `${x.point} ${x.loose ? `withheld (IRIs too loose to judge: residual up to ${x.residual?.toFixed(2)} > ${IRI_VERDICT_MAX_RESIDUAL})` : `${formatInterval(x.higher, 2)} vs ${formatInterval(x.lower, 2)}${x.test ? `, difference ${differenceWords(x.test)}` : ""}`}`,
           )
           .join(", ");
         const held = c.perReplicate.filter((r) => r.holds).length;
@@ -664,7 +664,7 @@ export function reading(
         const withheld = c.points.some((x) => x.loose);
         out.push(
           (c.apart
-            ? `Invariance-aware ${objective.toUpperCase()}: from the middle point on, cross-seed agrees more than ${other}, with the 95% intervals apart at every point${withheld ? " judged" : ""} (${show}): the ${other} front is not functionally similar to the back model in the way a model of another seed is, whatever standard stitching says.${note}`
+            ? `Invariance-aware ${objective.toUpperCase()}: from the middle point on, cross-seed agrees more than ${other}, told apart at every point${withheld ? " judged" : ""} by the seed-level test (${show}): the ${other} front is not functionally similar to the back model in the way a model of another seed is, whatever standard stitching says.${note}`
             : `Invariance-aware ${objective.toUpperCase()}, cross-seed vs ${other} from the middle point on: ${show}: ${word} with ${n} replicate${n > 1 ? "s" : ""}.${note}`) +
             (c.perReplicate.length > 1
               ? ` Taken alone, ${held} of ${c.perReplicate.length} replicates rank cross-seed above ${other} at every one of these points.`

@@ -79,6 +79,12 @@ export interface StitchRow {
    */
   iri_front_agreement?: number | null;
   /**
+   * The front's accuracy on clean test images (a null front, or rows made before it was recorded:
+   * null or absent). front_accuracy is the best of its recorded accuracies, which for a front that
+   * relies on a marker is its marked accuracy; the grounding study's baseline must not be that.
+   */
+  front_clean_accuracy?: number | null;
+  /**
    * The thread counts the row's tasks ran with (its base models' training, its IRI set, its
    * stitch), from their cache manifests: "1", or "1/2" when they differ; "" when not recorded.
    * Not part of the cache key (docs/experiments.md, "Threads"): recorded so that it is seen.

@@ -42,6 +42,7 @@ export const CSV_COLUMNS = [
   "t_loss",
   "t_loss_fall",
   "iri_front_agreement",
+  "front_clean_accuracy",
 ] as const;
 
 type Cell = string | number | boolean | null | undefined;

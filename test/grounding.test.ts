@@ -77,7 +77,7 @@ function study(replicates: number): StitchRow[] {
         pair: `agree-${p}`,
         replicate: rep,
         front_reliance: reliance,
-        front_accuracy: 0.8 + 0.01 * ((k * 3) % 5),
+        front_clean_accuracy: 0.8 + 0.01 * ((k * 3) % 5),
         front_alone_agreement_prob: 0.7 - reliance,
         test_data: "pixel",
       };
@@ -153,7 +153,9 @@ test("partial Spearman: the closed form on ranks, and a measure that only follow
   assert.ok(Math.abs(partialSpearman(x, y, z) - 0.56 / Math.sqrt(0.3276)) < 1e-12);
   assert.ok(Number.isNaN(partialSpearman(x, x, x)), "z orders x completely: undefined");
   // A measure that is the fronts' accuracy and nothing else: rho follows accuracy's; held, it falls.
-  const rows = study(3).map((r) => (r.mode === "standard" ? { ...r, agreement_prob: r.front_accuracy as number } : r));
+  const rows = study(3).map((r) =>
+    r.mode === "standard" ? { ...r, agreement_prob: r.front_clean_accuracy as number } : r,
+  );
   const std = groundingRows(rows).find((g) => g.measure === "standard slm");
   assert.ok(std);
   assert.equal(std.rho.mean, groundingRows(rows).find((g) => g.measure === "front accuracy")?.rho.mean);

@@ -10,8 +10,9 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { disposeDataset } from "../data/index.js";
 import { withNulls } from "../experiments/nulls.js";
-import { planExperiment, type StitchTask } from "../experiments/plan.js";
+import { type IrisTask, planExperiment, type StitchTask } from "../experiments/plan.js";
 import { parseExperiment } from "../experiments/spec.js";
+import { irisConfigOf } from "../experiments/tasks.js";
 import { createModel } from "../models/registry.js";
 import { pointShape } from "../models/stitchable.js";
 import { resolveIrisConfig, resolveStitchConfig, stitchSettingsSchema } from "../stitch/config.js";
@@ -365,6 +366,12 @@ stitch: { limit: 32, epochs: 1, batchSize: 32 }
   const irisTasks = plan.tasks.filter((t) => t.kind === "iris" && t.label.startsWith("iris clean-s1~noise @ layer2.1"));
   assert.equal(irisTasks.length, 2, irisTasks.map((t) => t.label).join("; "));
   assert.ok(irisTasks.every((t) => (t.spec as { noiseClusters?: true }).noiseClusters === true));
+  // The runner hands every field of the task's spec (what its key hashes) to runIris.
+  const spec = irisTasks[0]?.spec as IrisTask;
+  const cfg = irisConfigOf(join(tmp, "cache"), spec, "cpu");
+  assert.equal(cfg.noiseClusters, true);
+  const { kind: _k, front: _f, ...fields } = spec;
+  for (const [k, v] of Object.entries(fields)) assert.deepEqual((cfg as unknown as Record<string, unknown>)[k], v, k);
   const standardNoise = noise.filter((s) => s.mode === "standard");
   assert.deepEqual(
     standardNoise.map((s) => s.replicate),

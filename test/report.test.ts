@@ -63,6 +63,7 @@ const ALL_COLUMNS = [
   "t_loss",
   "t_loss_fall",
   "iri_front_agreement",
+  "front_clean_accuracy",
 ];
 
 function row(over: Partial<StitchRow> = {}): StitchRow {
