@@ -151,8 +151,19 @@ export function chanceLines(summary: SummaryRow[]): string[] {
     const k = `${r.pair}\u0000${r.mode}\u0000${r.objective}\u0000${r.family}`;
     groups.set(k, [...(groups.get(k) ?? []), r]);
   }
+  // Per pair: against chance before against the label alone, standard before invariance-aware.
+  const order = (g: ChanceRow[]) => {
+    const r = g[0] as ChanceRow;
+    return [rows.findIndex((x) => x.pair === r.pair), r.family === "chance" ? 0 : 1, r.mode === "standard" ? 0 : 1];
+  };
+  const sorted = [...groups.values()].sort((a, b) => {
+    const [x, y] = [order(a), order(b)];
+    return (
+      (x[0] as number) - (y[0] as number) || (x[1] as number) - (y[1] as number) || (x[2] as number) - (y[2] as number)
+    );
+  });
   const lines: string[] = [];
-  for (const group of groups.values()) {
+  for (const group of sorted) {
     const first = group[0] as ChanceRow;
     const at = (rs: ChanceRow[]) => rs.map((r) => r.point).join(", ");
     const yes = group.filter((r) => r.beyond);
