@@ -246,7 +246,7 @@ export function compareVerdictLines(
     `Rule: ${CLOSE_RULE}; agreement is the agreement probability, mean ± 95% half-width.`,
     ...(compared.length ? [COMPARE_MEANING] : []),
     {
-      "seeds and test images": `The models are fixed checkpoints, so two sources move a score: the IRI and stitching seeds (the ${n} replicates, Student t) and the test sample (1.96 standard errors); each interval holds both, added in quadrature. ${capital(notTraining)}: another training run of either model may land elsewhere.`,
+      "seeds and test images": `The models are fixed checkpoints, so two sources move a score: the IRI and stitching seeds (the ${n} replicates, Student t) and the test sample (1.96 standard errors); each interval holds both, added in quadrature. ${capital(notTraining)}, which may land elsewhere.`,
       seeds: `The models are fixed checkpoints: the ${n} replicates differ in IRI and stitching seeds only, the only source of variation these intervals measure (no standard error over the test images was recorded; not training seeds either).`,
       "test images": `One replicate: each interval is over the test images only (mean ± 1.96 standard errors). Another IRI and stitching seed moves a score as well, by as much again at a ResNet-18's last point (docs/method.md, "The fast protocol"), so another --seed may land outside it; ${notTraining}. --replicates 3 (the default) gives intervals over both.`,
       none: "No interval over seeds or test images was recorded: only the margin decides.",
