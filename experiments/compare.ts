@@ -195,9 +195,8 @@ function absolute(source: ModelSourceLike): ModelSourceLike {
   return typeof source === "string" ? resolve(source) : { ...s, checkpoint: resolve(s.checkpoint) };
 }
 
-/** What the study reads of a model, read once per file and kept (models/facts.ts). */
-const factsOf = (s: ModelSourceLike) => loadedModelFacts(s);
-const pointsOf = (s: ModelSourceLike) => factsOf(s).points;
+/** A model's points, read once per file and kept (models/facts.ts). */
+const pointsOf = (s: ModelSourceLike) => loadedModelFacts(s).points;
 const pointNames = (s: ModelSourceLike): string[] => pointsOf(s).map((p) => p.name);
 
 /** The stitch points two models share, in B's order (the models are loaded to ask them). */
@@ -289,7 +288,7 @@ function dataSide(d: CompareInput["dataset"], ...models: [string, ModelSourceLik
   const known = models.flatMap(([name, s]) => {
     const path = asModelSource(s).checkpoint;
     if (!existsSync(path) && !namedByHub(path)) return [];
-    const side = factsOf(s).imageSize;
+    const side = loadedModelFacts(s).imageSize;
     return side === undefined ? [] : [{ name, side }];
   });
   const [first, second] = known;

@@ -18,7 +18,7 @@
 // none, so it gets only the noise null, which needs the front's point shapes alone, and the plan
 // says so.
 
-import { isNullRelation, NULL_PREFIX } from "../findings/chance.js";
+import { isNoiseNull, isNullRelation, NULL_PREFIX } from "../findings/chance.js";
 // Types only from spec.ts, which imports NULL_KINDS from here for its schema.
 import type { Experiment, ModelSpec, TrainedModelSpec } from "./spec.js";
 
@@ -26,9 +26,6 @@ export const NULL_KINDS = ["untrained", "permuted", "noise"] as const;
 export type NullKind = (typeof NULL_KINDS)[number];
 
 export const nullRelation = (kind: NullKind): string => `${NULL_PREFIX}${kind}`;
-
-/** A noise-cluster null's pairs: their stitches send clustered noise in the front's place. */
-export const isNoiseNull = (relation: string): boolean => relation === nullRelation("noise");
 
 /**
  * The front a pair's rows and plan lines name: a noise null's pair holds its real front (read for

@@ -7,6 +7,7 @@
 import { existsSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { datasetClassCount } from "../data/registry.js";
+import { isNoiseNull } from "../findings/chance.js";
 import { sha256File } from "../io/files.js";
 import type { ModelSource } from "../models/checkpoint.js";
 import { isOnnxFile, isStitchlabCheckpoint, sidecarPath } from "../models/checkpoint.js";
@@ -27,7 +28,7 @@ import { stitchMismatch } from "../stitch/layer.js";
 import { resolveTrainConfig, type TrainConfig } from "../train/config.js";
 import { checkBuildMemory } from "../train/memory.js";
 import { type TaskKind, taskKey } from "./cache.js";
-import { isNoiseNull, pairFrontName, withNulls } from "./nulls.js";
+import { pairFrontName, withNulls } from "./nulls.js";
 import { type Experiment, ExperimentError, isLoaded, type ModelSpec } from "./spec.js";
 
 export type { TaskKind } from "./cache.js";

@@ -23,7 +23,10 @@ export type NullFamily = "chance" | "labels";
  * after Smith et al. 2025): its score is what a stitch makes of the label alone, a ceiling of label
  * information and not a chance level, so it is tested apart from the untrained and permuted fronts.
  */
-export const nullFamily = (relation: string): NullFamily => (relation === `${NULL_PREFIX}noise` ? "labels" : "chance");
+export const nullFamily = (relation: string): NullFamily => (isNoiseNull(relation) ? "labels" : "chance");
+
+/** The noise-cluster null's pairs (relation "null:noise"): their stitches send the label alone. */
+export const isNoiseNull = (relation: string): boolean => relation === `${NULL_PREFIX}noise`;
 
 /** A null's name in the reading: "untrained", "permuted", "labels only (Smith et al.)". */
 export const nullWords = (relation: string): string =>

@@ -10,14 +10,8 @@ import { contrast } from "../findings/reading.js";
 import type { StitchRow } from "../findings/rows.js";
 import { summarize } from "../findings/summary.js";
 import { welchPower } from "../metrics/welch.js";
+import { normals } from "./helpers/normals.js";
 import { stitchRow } from "./helpers/rows.js";
-
-function normals(rng: Rng, n: number, mean: number, sd: number): number[] {
-  return Array.from({ length: n }, () => {
-    const r = Math.sqrt(-2 * Math.log(1 - rng.random()));
-    return mean + sd * r * Math.cos(2 * Math.PI * rng.random());
-  });
-}
 
 /** One pair's replicates at layer4.1, invariance-aware SLM, as results.csv holds them. */
 const rowsOf = (pair: string, front: string, values: number[]): StitchRow[] =>

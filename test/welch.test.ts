@@ -7,6 +7,7 @@ import { test } from "node:test";
 import { Rng } from "../data/rng.js";
 import { tQuantile975 } from "../metrics/interval.js";
 import { holm, tCdf, tQuantile, welch, welchPower } from "../metrics/welch.js";
+import { normals } from "./helpers/normals.js";
 
 const close = (a: number, b: number, tol: number, what: string) =>
   assert.ok(Math.abs(a - b) <= tol, `${what}: ${a} against ${b}`);
@@ -44,14 +45,6 @@ test("Holm's correction steps down the sorted p values and stops at the first it
   assert.deepEqual(holm([0.2, 0.001]), [false, true]);
   assert.deepEqual(holm([]), []);
 });
-
-/** n normal values (Box-Muller on the seeded generator). */
-function normals(rng: Rng, n: number, mean: number, sd: number): number[] {
-  return Array.from({ length: n }, () => {
-    const r = Math.sqrt(-2 * Math.log(1 - rng.random()));
-    return mean + sd * r * Math.cos(2 * Math.PI * rng.random());
-  });
-}
 
 test("by simulation: 'above' at no more than its level where there is no difference, and at its calculated power at 0.1 apart", () => {
   const rng = new Rng(54);
